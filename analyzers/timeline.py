@@ -1,0 +1,280 @@
+"""The Timeline: the one input of every analysis.
+
+Readers normalise every trace format into these tables — pandas DataFrames whose columns are
+declared once here, integer nanoseconds on one clock. ``validate_*`` checks a reader's output on
+ingestion and fills optional columns with their defaults.
+
+Tables (one row per event):
+- ``device``  : kernels, memcpy, memset on a GPU (or the CPU stand-in of a probe trace)
+- ``api``     : host runtime/driver API calls (launches, syncs, copies, graph launches)
+- ``ranges``  : NVTX ranges or probe spans, with parsed attributes
+- ``counters``: sampled counters (NVML)
+
+NOTE: correlation ids are unique per process only: join device and api rows on (pid, correlation).
+NOTE: -1 stands for "unknown" in integer columns (graph_id, graph_node, correlation, stream, device).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+
+class SourceFormat(str, Enum):
+    NSYS_SQLITE = "nsys-sqlite"
+    KINETO = "kineto"
+    PROBE = "srtscope-probe"
+    SYNTHETIC = "synthetic"
+
+
+class DeviceKind(str, Enum):
+    KERNEL = "kernel"
+    MEMCPY = "memcpy"
+    MEMSET = "memset"
+    CPU_FORWARD = "cpu_forward"  # probe traces: the worker's forward span standing in for the GPU
+
+
+class ApiKind(str, Enum):
+    LAUNCH = "launch"              # cudaLaunchKernel, cuLaunchKernel, ...
+    SYNC = "sync"                  # cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize
+    MEMCPY = "memcpy"              # cudaMemcpy*, cudaMemset*
+    GRAPH_LAUNCH = "graph_launch"  # cudaGraphLaunch
+    OTHER = "other"
+
+
+class Traced(str, Enum):
+    """What a capture recorded (metadata ``traced``)."""
+
+    KERNELS = "kernels"
+    MEMCPY = "memcpy"
+    API = "api"
+    NVTX = "nvtx"
+    GRAPH_NODES = "graph_nodes"  # kernels inside CUDA graphs traced per node
+    COUNTERS = "counters"
+
+
+class WarningCode(str, Enum):
+    """Capture-adequacy warnings: what the trace cannot tell, stated rather than hidden."""
+
+    NO_KERNELS = "no_kernels"
+    NO_API = "no_api"
+    NO_NVTX = "no_nvtx"
+    GRAPH_NOT_PER_NODE = "graph_not_per_node"
+    WINDOW_CUT = "window_cut"
+    MULTI_PROCESS = "multi_process"
+    UNKNOWN_SCHEMA = "unknown_schema"
+    LOW_NVTX_COVERAGE = "low_nvtx_coverage"
+    CPU_STAND_IN = "cpu_stand_in"
+    OTHER = "other"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    dtype: str          # numpy/pandas dtype name; "object" for str/dict, "category" allowed for str
+    required: bool = True
+    default: Any = None
+    doc: str = ""
+
+
+def _c(name: str, dtype: str, required: bool = True, default: Any = None, doc: str = "") -> Column:
+    return Column(name, dtype, required, default, doc)
+
+
+DEVICE_COLUMNS: tuple[Column, ...] = (
+    _c("start_ns", "int64", doc="start, ns"),
+    _c("end_ns", "int64", doc="end, ns (>= start_ns)"),
+    _c("kind", "object", doc="DeviceKind value"),
+    _c("name", "object", doc="kernel name (demangled when known); memcpy kind for copies"),
+    _c("device", "int64", False, -1, "GPU index (or rank's CPU stand-in)"),
+    _c("stream", "int64", False, -1, "stream id"),
+    _c("pid", "int64", False, -1, "process id"),
+    _c("correlation", "int64", False, -1, "correlation id, unique per pid"),
+    _c("graph_id", "int64", False, -1, "CUDA graph id when launched from a graph, else -1"),
+    _c("graph_node", "int64", False, -1, "graph node id when traced per node, else -1"),
+    _c("rank", "int64", False, 0, "distributed rank of the trace file"),
+)
+
+API_COLUMNS: tuple[Column, ...] = (
+    _c("start_ns", "int64"),
+    _c("end_ns", "int64"),
+    _c("pid", "int64", False, -1),
+    _c("tid", "int64", False, -1),
+    _c("name", "object", doc="API name without version suffix (cudaLaunchKernel, not _v7000)"),
+    _c("kind", "object", doc="ApiKind value"),
+    _c("correlation", "int64", False, -1),
+    _c("rank", "int64", False, 0),
+)
+
+RANGE_COLUMNS: tuple[Column, ...] = (
+    _c("start_ns", "int64"),
+    _c("end_ns", "int64"),
+    _c("pid", "int64", False, -1),
+    _c("tid", "int64", False, -1),
+    _c("name", "object", doc="range name without attributes ('sched.schedule')"),
+    _c("domain", "object", False, "", "NVTX domain ('' = default domain)"),
+    _c("attrs", "object", False, None, "dict of attributes (str keys) or None"),
+    _c("depth", "int64", False, -1, "nesting depth on its thread when known"),
+    _c("rank", "int64", False, 0),
+)
+
+COUNTER_COLUMNS: tuple[Column, ...] = (
+    _c("t_ns", "int64"),
+    _c("name", "object"),
+    _c("value", "float64"),
+    _c("device", "int64", False, 0),
+    _c("rank", "int64", False, 0),
+)
+
+SCHEMAS: dict[str, tuple[Column, ...]] = {
+    "device": DEVICE_COLUMNS, "api": API_COLUMNS, "ranges": RANGE_COLUMNS,
+    "counters": COUNTER_COLUMNS,
+}
+
+
+class TimelineError(ValueError):
+    """A table that does not follow its schema."""
+
+
+def empty_table(table: str) -> pd.DataFrame:
+    cols = SCHEMAS[table]
+    return pd.DataFrame({c.name: pd.Series([], dtype=c.dtype) for c in cols})
+
+
+def validate_table(df: pd.DataFrame | None, table: str) -> pd.DataFrame:
+    """Check required columns, add optional ones with defaults, coerce dtypes, sort by start.
+
+    Raises ``TimelineError`` naming the table and the missing columns or the bad rows.
+    """
+    cols = SCHEMAS[table]
+    if df is None or (len(df) == 0 and len(df.columns) == 0):
+        return empty_table(table)
+    missing = [c.name for c in cols if c.required and c.name not in df.columns]
+    if missing:
+        raise TimelineError(f"{table} table is missing required column(s): {', '.join(missing)}")
+    out = {}
+    n = len(df)
+    for c in cols:
+        if c.name in df.columns:
+            s = df[c.name]
+            if c.dtype == "int64" and s.dtype != np.int64:
+                if s.isna().any():
+                    s = s.fillna(c.default if c.default is not None else -1)
+                s = s.astype(np.int64)
+            elif c.dtype == "float64" and s.dtype != np.float64:
+                s = s.astype(np.float64)
+            out[c.name] = s.to_numpy() if not isinstance(s.dtype, pd.CategoricalDtype) else s.array
+        else:
+            if c.dtype == "object":
+                out[c.name] = np.full(n, c.default, dtype=object)
+            else:
+                out[c.name] = np.full(n, c.default, dtype=c.dtype)
+    res = pd.DataFrame(out)
+    time_col = "t_ns" if table == "counters" else "start_ns"
+    if table != "counters" and n:
+        bad = res["end_ns"].to_numpy() < res["start_ns"].to_numpy()
+        if bad.any():
+            raise TimelineError(f"{table} table has {int(bad.sum())} row(s) with end_ns < start_ns")
+    if n and not res[time_col].is_monotonic_increasing:
+        res = res.sort_values(time_col, kind="stable").reset_index(drop=True)
+    return res
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    id: int
+    name: str = ""
+    sm_count: int = 0
+    memory_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class CaptureWarning:
+    code: WarningCode
+    message: str
+
+
+@dataclass
+class TimelineMeta:
+    """What was read and what the capture did and did not record."""
+
+    format: SourceFormat
+    sources: list[str] = field(default_factory=list)
+    tool_version: str = ""
+    devices: list[DeviceInfo] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=lambda: [0])
+    world_size: int = 1
+    window_start_ns: int = 0
+    window_end_ns: int = 0
+    traced: set[Traced] = field(default_factory=set)
+    warnings: list[CaptureWarning] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def warn(self, code: WarningCode, message: str) -> None:
+        if not any(w.code == code and w.message == message for w in self.warnings):
+            self.warnings.append(CaptureWarning(code, message))
+
+    def has_warning(self, code: WarningCode) -> bool:
+        return any(w.code == code for w in self.warnings)
+
+
+@dataclass
+class Timeline:
+    """Validated tables + metadata. Build with ``Timeline.build`` to validate on ingestion."""
+
+    device: pd.DataFrame
+    api: pd.DataFrame
+    ranges: pd.DataFrame
+    counters: pd.DataFrame
+    meta: TimelineMeta
+
+    @classmethod
+    def build(cls, meta: TimelineMeta, device: pd.DataFrame | None = None,
+              api: pd.DataFrame | None = None, ranges: pd.DataFrame | None = None,
+              counters: pd.DataFrame | None = None) -> "Timeline":
+        return cls(validate_table(device, "device"), validate_table(api, "api"),
+                   validate_table(ranges, "ranges"), validate_table(counters, "counters"), meta)
+
+    @property
+    def span_ns(self) -> tuple[int, int]:
+        """(first start, last end) over all tables; (0, 0) when empty."""
+        starts, ends = [], []
+        for df in (self.device, self.api, self.ranges):
+            if len(df):
+                starts.append(int(df["start_ns"].min()))
+                ends.append(int(df["end_ns"].max()))
+        return (min(starts), max(ends)) if starts else (0, 0)
+
+    def for_rank(self, rank: int) -> "Timeline":
+        """The rows of one rank (metadata shared)."""
+        pick = lambda df: df[df["rank"] == rank].reset_index(drop=True)  # noqa: E731
+        return Timeline(pick(self.device), pick(self.api), pick(self.ranges), pick(self.counters),
+                        self.meta)
+
+
+def merge_timelines(parts: list[Timeline]) -> Timeline:
+    """Concatenate timelines of several files (e.g. one per rank) into one, re-sorted by time."""
+    if not parts:
+        raise TimelineError("no timelines to merge")
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0].meta
+    meta = TimelineMeta(format=first.format, tool_version=first.tool_version, ranks=[])
+    for p in parts:
+        m = p.meta
+        meta.sources += m.sources
+        meta.devices += [d for d in m.devices if d not in meta.devices]
+        meta.ranks += [r for r in m.ranks if r not in meta.ranks]
+        meta.traced |= m.traced
+        meta.world_size = max(meta.world_size, m.world_size)
+        for w in m.warnings:
+            meta.warn(w.code, w.message)
+        meta.extra.update(m.extra)
+    meta.ranks = sorted({r for p in parts for r in p.meta.ranks})
+    meta.window_start_ns = min(p.meta.window_start_ns for p in parts)
+    meta.window_end_ns = max(p.meta.window_end_ns for p in parts)
+    cat = lambda name: pd.concat([getattr(p, name) for p in parts], ignore_index=True)  # noqa: E731
+    return Timeline.build(meta, cat("device"), cat("api"), cat("ranges"), cat("counters"))

@@ -1,0 +1,1 @@
+"""srtscope command line: typer app and rich rendering only — no analysis logic."""

@@ -1,0 +1,1 @@
+"""The srtscope reference engine: an SGLang-shaped runtime, instrumented at every stage."""

@@ -1,0 +1,198 @@
+"""``stage()``: one range = an NVTX push/pop in the ``srtscope`` domain + a span in the recorder.
+
+    with stage("sched.schedule", bs=32) as r:
+        ...
+        r.set(admitted=4)          # attributes known only later; recorded at exit
+
+    @stage("run.sample")
+    def sample(...): ...
+
+Disabled (the default), ``stage()`` returns a cached no-op object: a call and two method calls.
+As a decorator it checks ``enabled`` at each call, so decorating at import time is fine.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from time import perf_counter_ns
+from typing import Any, Callable
+
+from probes import recorder as _recorder_mod
+from probes.stages import DOMAIN, format_message
+
+
+class _State:
+    __slots__ = ("enabled", "nvtx", "domain")
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.nvtx = False
+        self.domain = None
+
+
+_STATE = _State()
+_ENABLED = False  # mirrors _STATE.enabled as a plain global: the disabled check is one load
+_tls = threading.local()
+
+
+def _thread_state() -> Any:
+    try:
+        return _tls.s
+    except AttributeError:
+        s = _TLS()
+        _tls.s = s
+        return s
+
+
+class _TLS:
+    __slots__ = ("tid", "depth")
+
+    def __init__(self) -> None:
+        self.tid = threading.get_native_id()
+        self.depth = 0
+
+
+def enable(nvtx: bool = True) -> bool:
+    """Turn recording on. With ``nvtx`` the ranges also go to NVTX; returns whether NVTX is live."""
+    global _ENABLED
+    _STATE.enabled = _ENABLED = True
+    _STATE.nvtx = False
+    _STATE.domain = None
+    if nvtx:
+        try:
+            import nvtx as _nvtx  # type: ignore
+
+            _STATE.domain = _nvtx.get_domain(DOMAIN)
+            _STATE.nvtx = True
+        except Exception:  # nvtx missing or broken: record without it
+            _STATE.nvtx = False
+    return _STATE.nvtx
+
+
+def disable() -> None:
+    global _ENABLED
+    _STATE.enabled = _ENABLED = False
+    _STATE.nvtx = False
+    _STATE.domain = None
+
+
+def is_enabled() -> bool:
+    return _ENABLED
+
+
+class _NullRange:
+    """Disabled range. Cached per name so the disabled path allocates nothing."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, fn: Callable) -> Callable:
+        return _Decorator(self.name, {})(fn)
+
+    def __enter__(self) -> "_NullRange":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def set(self, **attrs: Any) -> None:
+        return None
+
+
+_NULLS: dict[str, _NullRange] = {}
+
+
+class _Range:
+    __slots__ = ("name", "attrs", "t0", "ts", "pushed")
+
+    def __init__(self, name: str, attrs: dict[str, Any]) -> None:
+        self.name = name
+        self.attrs = attrs
+
+    def set(self, **attrs: Any) -> None:
+        self.attrs.update(attrs)
+
+    def __call__(self, fn: Callable) -> Callable:
+        return _Decorator(self.name, dict(self.attrs))(fn)
+
+    def __enter__(self) -> "_Range":
+        ts = _thread_state()
+        self.ts = ts
+        ts.depth += 1
+        st = _STATE
+        if st.nvtx:
+            dom = st.domain
+            dom.push_range(dom.get_event_attributes(message=format_message(self.name, self.attrs)))
+            self.pushed = True
+        else:
+            self.pushed = False
+        self.t0 = perf_counter_ns()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        t1 = perf_counter_ns()
+        ts = self.ts
+        ts.depth -= 1
+        if self.pushed:
+            _STATE.domain.pop_range()
+        _recorder_mod._DEFAULT._spans.append(
+            (self.name, self.t0, t1, ts.tid, ts.depth, self.attrs or None))
+
+
+class _NullAttrs(_NullRange):
+    """Disabled range that carries attributes (only needed to decorate lazily)."""
+
+    __slots__ = ("attrs",)
+
+    def __init__(self, name: str, attrs: dict[str, Any]) -> None:
+        self.name = name
+        self.attrs = attrs
+
+    def __call__(self, fn: Callable) -> Callable:
+        return _Decorator(self.name, self.attrs)(fn)
+
+
+class _Decorator:
+    __slots__ = ("name", "attrs")
+
+    def __init__(self, name: str, attrs: dict[str, Any]) -> None:
+        self.name = name
+        self.attrs = attrs
+
+    def __call__(self, fn: Callable) -> Callable:
+        name, attrs = self.name, self.attrs
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not _ENABLED:
+                return fn(*args, **kwargs)
+            with _Range(name, dict(attrs)):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+def stage(name: str, **attrs: Any) -> Any:
+    """A probe range named after a taxonomy stage (see ``probes.stages``).
+
+    Usable as ``with stage(...)`` or ``@stage(...)``. Attribute values should be scalars.
+    """
+    if _ENABLED:
+        return _Range(name, attrs)
+    if attrs:
+        return _NullAttrs(name, attrs)
+    null = _NULLS.get(name)
+    if null is None:
+        null = _NULLS[name] = _NullRange(name)
+    return null
+
+
+def record_span(name: str, start_ns: int, end_ns: int, **attrs: Any) -> None:
+    """Record a span whose times were measured elsewhere (e.g. a CUDA-event device time)."""
+    if _ENABLED:
+        ts = _thread_state()
+        _recorder_mod._DEFAULT._spans.append((name, start_ns, end_ns, ts.tid, ts.depth, attrs or None))
+
+

@@ -1,0 +1,143 @@
+"""The stage taxonomy: the one contract between the engine's probes and the analyzers.
+
+Every stage name, its bottleneck class, and the aliases under which real engines (SGLang, vLLM)
+emit the same stage live here and nowhere else.
+
+NVTX message encoding: ``"<stage> key=value key=value"`` — the stage name, then space-separated
+attributes. Values never contain spaces (``format_message`` replaces them with ``_``).
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+DOMAIN = "srtscope"
+
+
+class StageClass(str, Enum):
+    """Who is to blame for time spent inside a stage."""
+
+    SCHEDULER = "scheduler"
+    PREP = "prep"
+    KERNEL = "kernel"
+    SYNC = "sync"
+    CONTAINER = "container"
+
+
+class Stage(str, Enum):
+    LOOP_STEP = "loop.step"
+    SCHED_RECV = "sched.recv"
+    SCHED_SCHEDULE = "sched.schedule"
+    PREP_BATCH = "prep.batch"
+    RUN_GRAPH_REPLAY = "run.graph_replay"
+    RUN_EAGER = "run.eager"
+    COMM_ALL_REDUCE = "comm.all_reduce"
+    RUN_SAMPLE = "run.sample"
+    SCHED_RESULT = "sched.result"
+    SYNC_WAIT = "sync.wait"
+
+    @property
+    def cls(self) -> StageClass:
+        return _CLASS[self]
+
+    @property
+    def description(self) -> str:
+        return _DESCRIPTION[self]
+
+
+_CLASS: dict[Stage, StageClass] = {
+    Stage.LOOP_STEP: StageClass.CONTAINER,
+    Stage.SCHED_RECV: StageClass.SCHEDULER,
+    Stage.SCHED_SCHEDULE: StageClass.SCHEDULER,
+    Stage.PREP_BATCH: StageClass.PREP,
+    Stage.RUN_GRAPH_REPLAY: StageClass.KERNEL,
+    Stage.RUN_EAGER: StageClass.KERNEL,
+    Stage.COMM_ALL_REDUCE: StageClass.KERNEL,
+    Stage.RUN_SAMPLE: StageClass.KERNEL,
+    Stage.SCHED_RESULT: StageClass.SCHEDULER,
+    Stage.SYNC_WAIT: StageClass.SYNC,
+}
+
+_DESCRIPTION: dict[Stage, str] = {
+    Stage.LOOP_STEP: "one event-loop iteration (attrs: step, mode, bs, tokens)",
+    Stage.SCHED_RECV: "receive/tokenize new requests, TP broadcast of them",
+    Stage.SCHED_SCHEDULE: "get_next_batch_to_run: merge, prefix match, admission, retract",
+    Stage.PREP_BATCH: "prepare_for_extend/decode, ForwardBatch build, H2D copies, attention plan",
+    Stage.RUN_GRAPH_REPLAY: "CUDA graph replay (attrs: bs, padded_bs)",
+    Stage.RUN_EAGER: "eager forward (attr: reason)",
+    Stage.COMM_ALL_REDUCE: "tensor-parallel all-reduce (attrs: bytes, dtype)",
+    Stage.RUN_SAMPLE: "sampling",
+    Stage.SCHED_RESULT: "process_batch_result: tokens, stop checks, cache insert, frees",
+    Stage.SYNC_WAIT: "host blocked on device results",
+}
+
+#: Names real engines use for the same stages (exact match on the range name).
+ALIASES: dict[str, Stage] = {
+    # SGLang (SGLANG_ENABLE_NVTX_SCHEDULER=1)
+    "scheduler.recv_requests": Stage.SCHED_RECV,
+    "scheduler.process_input_requests": Stage.SCHED_RECV,
+    "scheduler.get_next_batch_to_run": Stage.SCHED_SCHEDULE,
+    "scheduler.get_new_batch_prefill": Stage.SCHED_SCHEDULE,
+    "scheduler.update_running_batch": Stage.SCHED_SCHEDULE,
+    "scheduler.run_batch": Stage.RUN_EAGER,
+    "scheduler.process_batch_result": Stage.SCHED_RESULT,
+    "scheduler.process_batch_result_decode": Stage.SCHED_RESULT,
+    "scheduler.process_batch_result_prefill": Stage.SCHED_RESULT,
+    "prepare_for_extend": Stage.PREP_BATCH,
+    "prepare_for_decode": Stage.PREP_BATCH,
+    "forward_batch_generation": Stage.RUN_EAGER,
+    # vLLM V1
+    "schedule": Stage.SCHED_SCHEDULE,
+    "update_from_output": Stage.SCHED_RESULT,
+    "_prepare_inputs": Stage.PREP_BATCH,
+    "prepare_inputs": Stage.PREP_BATCH,
+    "execute_model": Stage.RUN_EAGER,
+    "sample_tokens": Stage.RUN_SAMPLE,
+}
+
+_BY_NAME: dict[str, Stage] = {s.value: s for s in Stage}
+
+
+def parse_message(message: str) -> tuple[str, dict[str, str]]:
+    """Split an NVTX message ``"name k=v k=v"`` into the name and its attributes."""
+    if not message:
+        return "", {}
+    parts = message.split(" ")
+    name = parts[0]
+    attrs: dict[str, str] = {}
+    for token in parts[1:]:
+        key, sep, value = token.partition("=")
+        if sep and key:
+            attrs[key] = value
+    return name, attrs
+
+
+def format_message(name: str, attrs: dict[str, object] | None = None) -> str:
+    """Encode a stage and its attributes as one NVTX message (inverse of ``parse_message``)."""
+    if not attrs:
+        return name
+    items = " ".join(f"{k}={str(v).replace(' ', '_')}" for k, v in attrs.items())
+    return f"{name} {items}"
+
+
+def resolve_stage(name: str) -> Stage | None:
+    """The stage a range name stands for: our own names, real engines' aliases, or None.
+
+    Accepts a bare name or a full NVTX message with attributes.
+    """
+    if not name:
+        return None
+    stage = _BY_NAME.get(name)
+    if stage is not None:
+        return stage
+    stage = ALIASES.get(name)
+    if stage is not None:
+        return stage
+    if " " in name:
+        return resolve_stage(name.split(" ", 1)[0])
+    return None
+
+
+def stage_class(name: str) -> StageClass | None:
+    """The bottleneck class of a range name, or None when the name is not a known stage."""
+    stage = resolve_stage(name)
+    return None if stage is None else stage.cls
