@@ -63,6 +63,7 @@ def enable(nvtx: bool = True) -> bool:
             import nvtx as _nvtx  # type: ignore
 
             _STATE.domain = _nvtx.get_domain(DOMAIN)
+            _NVTX_ATTRS.clear()
             _STATE.nvtx = True
         except Exception:  # nvtx missing or broken: record without it
             _STATE.nvtx = False
@@ -102,6 +103,7 @@ class _NullRange:
 
 
 _NULLS: dict[str, _NullRange] = {}
+_NVTX_ATTRS: dict[str, object] = {}  # cached NVTX event attributes of attribute-less ranges
 
 
 class _Range:
@@ -118,13 +120,22 @@ class _Range:
         return _Decorator(self.name, dict(self.attrs))(fn)
 
     def __enter__(self) -> "_Range":
-        ts = _thread_state()
+        try:
+            ts = _tls.s
+        except AttributeError:
+            ts = _thread_state()
         self.ts = ts
         ts.depth += 1
         st = _STATE
         if st.nvtx:
             dom = st.domain
-            dom.push_range(dom.get_event_attributes(message=format_message(self.name, self.attrs)))
+            if self.attrs:
+                ev = dom.get_event_attributes(message=format_message(self.name, self.attrs))
+            else:
+                ev = _NVTX_ATTRS.get(self.name)
+                if ev is None:
+                    ev = _NVTX_ATTRS[self.name] = dom.get_event_attributes(message=self.name)
+            dom.push_range(ev)
             self.pushed = True
         else:
             self.pushed = False

@@ -115,8 +115,13 @@ def format_message(name: str, attrs: dict[str, object] | None = None) -> str:
     """Encode a stage and its attributes as one NVTX message (inverse of ``parse_message``)."""
     if not attrs:
         return name
-    items = " ".join(f"{k}={str(v).replace(' ', '_')}" for k, v in attrs.items())
-    return f"{name} {items}"
+    parts = [name]
+    for k, v in attrs.items():
+        text = v if v.__class__ is str else str(v)
+        if " " in text:
+            text = text.replace(" ", "_")
+        parts.append(f"{k}={text}")
+    return " ".join(parts)
 
 
 def resolve_stage(name: str) -> Stage | None:

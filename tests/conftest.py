@@ -1,0 +1,34 @@
+"""Shared fixtures: the real third-party traces (read in place) and a clean probe recorder."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+REAL_TRACES = REPO.parent / "shared" / "traces" / "real"
+
+
+@pytest.fixture
+def real_traces() -> Path:
+    if not REAL_TRACES.is_dir():
+        pytest.skip(f"real traces not found at {REAL_TRACES} (needs the shared/ folder beside the repo)")
+    return REAL_TRACES
+
+
+@pytest.fixture
+def recorder():
+    """A fresh process-wide recorder with probes enabled (NVTX off); restored afterwards."""
+    from probes import ranges
+    from probes.recorder import Recorder, set_recorder
+
+    rec = Recorder()
+    old = set_recorder(rec)
+    was = ranges.is_enabled()
+    ranges.enable(nvtx=False)
+    try:
+        yield rec
+    finally:
+        if not was:
+            ranges.disable()
+        set_recorder(old)

@@ -1,0 +1,97 @@
+"""Ranges: nesting and ordering, threads kept apart, attributes, decorator, disabled cost path."""
+import threading
+
+from probes import ranges
+from probes.ranges import record_span, stage
+
+
+def test_nesting_order_and_depth(recorder):
+    with stage("loop.step", step=0):
+        with stage("sched.schedule"):
+            pass
+        with stage("prep.batch"):
+            with stage("sync.wait"):
+                pass
+    spans = recorder.spans()
+    assert [s.name for s in spans] == ["loop.step", "sched.schedule", "prep.batch", "sync.wait"]
+    assert [s.depth for s in spans] == [0, 1, 1, 2]
+    outer = spans[0]
+    for inner in spans[1:]:
+        assert outer.start_ns <= inner.start_ns <= inner.end_ns <= outer.end_ns
+    assert spans[1].end_ns <= spans[2].start_ns
+
+
+def test_attributes_round_trip_and_late_set(recorder):
+    with stage("loop.step", step=7) as r:
+        r.set(mode="decode", bs=32)
+    (span,) = recorder.spans()
+    assert span.attrs == {"step": 7, "mode": "decode", "bs": 32}
+    assert span.rank == 0 and span.pid > 0 and span.tid > 0
+
+
+def test_threads_kept_apart(recorder):
+    barrier = threading.Barrier(3)
+
+    def work(tag):
+        barrier.wait()
+        for i in range(50):
+            with stage("sched.schedule", tag=tag, i=i):
+                with stage("prep.batch", tag=tag):
+                    pass
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    spans = recorder.spans()
+    assert len(spans) == 300
+    by_tid = {}
+    for s in spans:
+        by_tid.setdefault(s.tid, set()).add(s.attrs["tag"])
+    assert len(by_tid) == 3 and all(len(tags) == 1 for tags in by_tid.values())
+    # nesting depth is per thread: every prep.batch is depth 1, every sched.schedule depth 0
+    assert {s.depth for s in spans if s.name == "prep.batch"} == {1}
+    assert {s.depth for s in spans if s.name == "sched.schedule"} == {0}
+
+
+def test_decorator_checks_enabled_at_call_time(recorder):
+    ranges.disable()
+
+    @stage("run.sample", kind="greedy")
+    def sample(x):
+        return x + 1
+
+    assert sample(1) == 2
+    assert recorder.spans() == []
+    ranges.enable(nvtx=False)
+    assert sample(2) == 3
+    (span,) = recorder.spans()
+    assert span.name == "run.sample" and span.attrs == {"kind": "greedy"}
+
+
+def test_disabled_records_nothing(recorder):
+    ranges.disable()
+    with stage("sched.schedule", bs=1) as r:
+        r.set(bs=2)
+    record_span("run.eager", 1, 2)
+    assert recorder.spans() == []
+
+
+def test_exception_inside_range_still_closes_it(recorder):
+    try:
+        with stage("sched.result"):
+            raise RuntimeError("boom")
+    except RuntimeError:
+        pass
+    with stage("sched.recv"):
+        pass
+    assert [(s.name, s.depth) for s in recorder.spans()] == [("sched.result", 0), ("sched.recv", 0)]
+
+
+def test_nvtx_enabled_path_records_the_same(recorder):
+    ranges.enable(nvtx=True)  # without a collector attached the NVTX calls are cheap no-ops
+    with stage("sched.schedule", bs=4):
+        pass
+    (span,) = recorder.spans()
+    assert span.name == "sched.schedule" and span.attrs == {"bs": 4}
