@@ -1,9 +1,17 @@
-"""The ``srtscope`` typer app. Subcommands register themselves from their own modules."""
+"""The ``srtscope`` typer app: run, capture, diagnose, compare.
+
+Exit codes: 0 success; 2 bad input (one line on stderr); 3 regression (compare); 1 internal error.
+"""
 from __future__ import annotations
 
+import sys
 from importlib import metadata
+from pathlib import Path
+from typing import List, Optional
 
 import typer
+
+from cli.errors import Exit, fail
 
 app = typer.Typer(
     name="srtscope",
@@ -11,6 +19,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
@@ -35,8 +44,22 @@ def _root(
     """srtscope: profiling and bottleneck diagnosis for LLM inference engines."""
 
 
+def _register() -> None:
+    from cli import cmd_capture, cmd_compare, cmd_diagnose, cmd_run
+
+    for mod in (cmd_run, cmd_capture, cmd_diagnose, cmd_compare):
+        mod.register(app)
+
+
+_register()
+
+
 def main() -> None:
-    app()
+    try:
+        app()
+    except KeyboardInterrupt:
+        print("srtscope: interrupted", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

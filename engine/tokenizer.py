@@ -90,7 +90,8 @@ class HFTokenizer:
         return list(self._tok.encode(text, add_special_tokens=False).ids)
 
     def decode(self, ids: Iterable[int]) -> str:
-        return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
+        n = self.vocab_size   # ids the model can sample beyond the tokenizer's vocab are dropped
+        return self._tok.decode([int(i) for i in ids if 0 <= int(i) < n], skip_special_tokens=True)
 
 
 def get_tokenizer(model_config: Any) -> ByteTokenizer | HFTokenizer:

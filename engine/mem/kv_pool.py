@@ -45,6 +45,8 @@ class KVPool:
 
     def set_kv(self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write K/V rows ``[n, num_kv_heads, head_dim]`` into slots ``loc`` ``[n]``."""
+        if loc.dtype != torch.int64:
+            loc = loc.to(torch.int64)
         if k.dtype != self.dtype:
             k = k.to(self.dtype)
             v = v.to(self.dtype)

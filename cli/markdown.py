@@ -1,0 +1,41 @@
+"""Markdown report of a diagnosis (from the JSON contract) — for PR comments and CI artefacts."""
+from __future__ import annotations
+
+from typing import Any
+
+from analyzers.units import fmt_ns, fmt_pct
+
+
+def diagnosis_markdown(d: dict[str, Any]) -> str:
+    v, b, s, c = d.get("verdict", {}), d.get("bubbles", {}), d.get("steps", {}), d.get("comm", {})
+    cap = d.get("capture", {})
+    out = [f"# srtscope diagnosis", "",
+           f"**Bottleneck: {str(v.get('bottleneck', '?')).upper()}** "
+           f"(confidence {float(v.get('confidence', 0)):.0%}) — {v.get('summary', '')}", ""]
+    for ev in v.get("evidence") or []:
+        out.append(f"- {ev if isinstance(ev, str) else ev.get('text', ev)}")
+    out += ["", "## Capture", "",
+            f"- format: {cap.get('format', '?')}; files: {len(cap.get('sources') or [])}; "
+            f"ranks: {cap.get('ranks', [0])}"]
+    for w in cap.get("warnings") or []:
+        out.append(f"- warning: {w.get('message', w) if isinstance(w, dict) else w}")
+    total = int(b.get("total_ns", 0))
+    out += ["", "## Bubbles", "", f"{b.get('count', 0)} gaps, {fmt_ns(total)} idle.", "",
+            "| class | time | share |", "|---|---:|---:|"]
+    for cls, ns in sorted((b.get("by_class") or {}).items(), key=lambda kv: -int(kv[1])):
+        out.append(f"| {cls} | {fmt_ns(ns)} | {fmt_pct(int(ns), total)} |")
+    out += ["", "## Steps", "",
+            f"{s.get('count', 0)} steps: {s.get('graph', 0)} graph replay, {s.get('eager', 0)} eager."]
+    for reason, n in (s.get("eager_reasons") or {}).items():
+        out.append(f"- eager ({reason}): {n}")
+    if c.get("total_ns"):
+        out += ["", "## Communication", "",
+                f"- collective time {fmt_ns(c.get('total_ns'))}, exposed {fmt_ns(c.get('exposed_ns'))}",
+                f"- arrival skew {fmt_ns(c.get('skew_ns'))}; straggler rank: {c.get('straggler_rank')}"]
+    ks = d.get("top_kernels") or []
+    if ks:
+        out += ["", "## Top kernels", "", "| kernel | calls | time |", "|---|---:|---:|"]
+        for k in ks[:10]:
+            name = str(k.get("name", "?")).replace("|", "\\|")
+            out.append(f"| `{name[:80]}` | {k.get('count', '')} | {fmt_ns(k.get('total_ns'))} |")
+    return "\n".join(out) + "\n"

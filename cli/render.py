@@ -1,0 +1,197 @@
+"""Rich rendering of a diagnosis — from the documented JSON contract only, so the terminal report
+and ``--json`` can never disagree. No analysis happens here.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from analyzers.units import fmt_ns, fmt_pct
+
+CLASS_STYLE = {"scheduler": "magenta", "prep": "yellow", "kernel": "cyan", "sync": "blue",
+               "launch": "red", "unattributed": "grey50", "comm": "green"}
+_STRIP_CHARS = {"scheduler": "S", "prep": "P", "kernel": "K", "sync": "Y", "launch": "L",
+                "unattributed": ".", "busy": "#", "comm": "C"}
+
+
+def _table(title: str, *cols: str, justify_right: tuple[int, ...] = ()) -> Table:
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+              title_style="bold")
+    for i, c in enumerate(cols):
+        t.add_column(c, justify="right" if i in justify_right else "left", overflow="fold")
+    return t
+
+
+def capture_panel(d: dict[str, Any]) -> Panel:
+    cap = d.get("capture", {})
+    lines = Text()
+    srcs = cap.get("sources") or []
+    lines.append(f"format {cap.get('format', '?')}")
+    if cap.get("tool_version"):
+        lines.append(f" {cap['tool_version']}")
+    lines.append(f"  ·  {len(srcs)} file(s)  ·  ranks {cap.get('ranks', [0])}")
+    devs = cap.get("devices") or []
+    if devs:
+        names = sorted({str(x.get("name") or f"device {x.get('id')}") for x in devs})
+        lines.append(f"  ·  devices {len(devs)} ({', '.join(names)[:60]})")
+    if cap.get("window_ns"):
+        lines.append(f"  ·  window {fmt_ns(cap['window_ns'])}")
+    for w in cap.get("warnings") or []:
+        msg = w.get("message", w) if isinstance(w, dict) else str(w)
+        lines.append("\n")
+        lines.append("! ", style="bold yellow")
+        lines.append(str(msg), style="yellow")
+    return Panel(lines, title="capture", title_align="left", box=box.ROUNDED)
+
+
+def verdict_panel(d: dict[str, Any]) -> Panel:
+    v = d.get("verdict", {})
+    bott = v.get("bottleneck", "?")
+    conf = float(v.get("confidence", 0.0))
+    head = Text()
+    head.append("Bottleneck: ", style="bold")
+    head.append(str(bott).upper(), style=f"bold {CLASS_STYLE.get(bott, 'white')}")
+    head.append(f"   confidence {conf:.0%}\n")
+    head.append(str(v.get("summary", "")))
+    for ev in v.get("evidence") or []:
+        head.append("\n  • ")
+        head.append(ev if isinstance(ev, str) else str(ev.get("text", ev)))
+    return Panel(head, title="verdict", title_align="left", box=box.HEAVY)
+
+
+def budget_table(d: dict[str, Any]) -> Table | None:
+    b = d.get("budget") or {}
+    parts = b.get("parts_ns") or b.get("by_part_ns") or {}
+    total = b.get("wall_ns") or sum(int(x) for x in parts.values())
+    if not parts:
+        return None
+    t = _table("step budget (all steps)", "part", "time", "share", justify_right=(1, 2))
+    for name, ns in sorted(parts.items(), key=lambda kv: -int(kv[1])):
+        t.add_row(Text(name, style=CLASS_STYLE.get(name.split(".")[-1], "")), fmt_ns(ns),
+                  fmt_pct(int(ns), total))
+    t.add_row(Text("wall", style="bold"), fmt_ns(total), "100%")
+    return t
+
+
+def bubbles_table(d: dict[str, Any]) -> Table:
+    b = d.get("bubbles", {})
+    total = int(b.get("total_ns", 0))
+    t = _table(f"bubbles: {b.get('count', 0)} gaps, {fmt_ns(total)} idle "
+               f"({b.get('idle_share', 0) * 100:.1f}% of the active window)"
+               if "idle_share" in b else
+               f"bubbles: {b.get('count', 0)} gaps, {fmt_ns(total)} idle",
+               "class", "time", "share", justify_right=(1, 2))
+    for cls, ns in sorted((b.get("by_class") or {}).items(), key=lambda kv: -int(kv[1])):
+        if int(ns) == 0:
+            continue
+        t.add_row(Text(cls, style=CLASS_STYLE.get(cls, "")), fmt_ns(ns), fmt_pct(int(ns), total))
+    by_stage = b.get("by_stage") or {}
+    if by_stage:
+        t.add_section()
+        for stage, ns in sorted(by_stage.items(), key=lambda kv: -int(kv[1]))[:6]:
+            if int(ns):
+                t.add_row(Text(f"  {stage}", style="dim"), fmt_ns(ns), fmt_pct(int(ns), total))
+    return t
+
+
+def steps_table(d: dict[str, Any]) -> Table | None:
+    s = d.get("steps") or {}
+    if not s.get("count"):
+        return None
+    t = _table(f"steps: {s.get('count')} ({s.get('graph', 0)} graph replay, "
+               f"{s.get('eager', 0)} eager)", "eager reason", "steps", justify_right=(1,))
+    for reason, n in sorted((s.get("eager_reasons") or {}).items(), key=lambda kv: -int(kv[1])):
+        t.add_row(reason, str(n))
+    fb = s.get("fallback") or d.get("eager_fallback") or {}
+    if fb.get("steps"):
+        t.add_section()
+        t.add_row(f"fallback decode steps (bs {fb.get('batch_sizes', '?')})", str(fb.get("steps")))
+        if fb.get("launches_per_step_eager") is not None:
+            t.add_row("launches/step eager vs graph",
+                      f"{fb.get('launches_per_step_eager')} vs {fb.get('launches_per_step_graph', '-')}")
+    return t
+
+
+def comm_table(d: dict[str, Any]) -> Table | None:
+    c = d.get("comm") or {}
+    if not c.get("total_ns"):
+        return None
+    t = _table("communication", "figure", "value", justify_right=(1,))
+    t.add_row("collective time", fmt_ns(c.get("total_ns")))
+    t.add_row("exposed (not overlapped)", fmt_ns(c.get("exposed_ns")))
+    if c.get("skew_ns") is not None:
+        t.add_row("arrival skew (sum)", fmt_ns(c.get("skew_ns")))
+    if c.get("straggler_rank") is not None:
+        t.add_row("straggler rank", str(c.get("straggler_rank")))
+    return t
+
+
+def kernels_table(d: dict[str, Any], limit: int = 8) -> Table | None:
+    ks = d.get("top_kernels") or []
+    if not ks:
+        return None
+    t = _table("top kernels", "kernel", "calls", "time", justify_right=(1, 2))
+    for k in ks[:limit]:
+        name = str(k.get("name", "?"))
+        t.add_row(name if len(name) <= 48 else name[:45] + "...", str(k.get("count", "")),
+                  fmt_ns(k.get("total_ns")))
+    return t
+
+
+def step_strip(d: dict[str, Any], width: int = 60) -> Text | None:
+    """One character per step: where most of its time went (# busy, S sched, P prep, ...)."""
+    per = (d.get("steps") or {}).get("per_step") or []
+    if not per:
+        return None
+    out = Text("per-step strip (# busy  S sched  P prep  Y sync  L launch  . unannotated)\n",
+               style="bold")
+    for st in per[:width]:
+        parts = st.get("parts_ns") or {}
+        if not parts:
+            out.append("?")
+            continue
+        top = max(parts.items(), key=lambda kv: int(kv[1]))[0]
+        key = top.split(".")[-1]
+        out.append(_STRIP_CHARS.get(key, "?"), style=CLASS_STYLE.get(key, ""))
+    if len(per) > width:
+        out.append(f" … {len(per) - width} more")
+    return out
+
+
+def render_diagnosis(d: dict[str, Any], console: Console) -> None:
+    console.print(capture_panel(d))
+    console.print(verdict_panel(d))
+    for part in (budget_table(d), bubbles_table(d), steps_table(d), comm_table(d),
+                 kernels_table(d), step_strip(d)):
+        if part is not None:
+            console.print(part)
+
+
+def render_compare(before: dict[str, Any], after: dict[str, Any], rows: list[dict[str, Any]],
+                   console: Console, regressions: list[str] | None = None) -> None:
+    """Side by side: figure, before, after, change. ``rows``: {figure, before, after, delta_pct}."""
+    vb, va = before.get("verdict", {}), after.get("verdict", {})
+    head = Text()
+    head.append(f"before: {vb.get('bottleneck', '?')} ({float(vb.get('confidence', 0)):.0%})   ")
+    head.append(f"after: {va.get('bottleneck', '?')} ({float(va.get('confidence', 0)):.0%})")
+    console.print(Panel(head, title="compare", title_align="left", box=box.ROUNDED))
+    t = _table("figures", "figure", "before", "after", "change", justify_right=(1, 2, 3))
+    for r in rows:
+        unit_ns = str(r.get("figure", "")).endswith("_ns")
+        f = (lambda v: fmt_ns(v)) if unit_ns else (lambda v: "-" if v is None else f"{v:g}")
+        pct = r.get("delta_pct")
+        style = "" if pct is None or abs(pct) < 1 else ("red" if r.get("worse") else "green")
+        t.add_row(str(r.get("figure")), f(r.get("before")), f(r.get("after")),
+                  Text("-" if pct is None else f"{pct:+.1f}%", style=style))
+    console.print(t)
+    for msg in regressions or []:
+        console.print(Text(f"regression: {msg}", style="bold red"))
+
+
+def group(*parts: Any) -> Group:
+    return Group(*[p for p in parts if p is not None])

@@ -1,0 +1,166 @@
+"""Weights: deterministic random initialisation, HF-Llama-layout safetensors save/load, TP sharding.
+
+Both paths go through one full (unsharded) HF-named state dict, so a rank's shard of a random model
+equals the same rank's shard of that model saved and loaded back. Names (HF ``LlamaForCausalLM``):
+``model.embed_tokens.weight``, ``model.layers.{i}.self_attn.{q,k,v,o}_proj.weight``,
+``model.layers.{i}.mlp.{gate,up,down}_proj.weight``, ``model.layers.{i}.input_layernorm.weight``,
+``model.layers.{i}.post_attention_layernorm.weight``, ``model.norm.weight``, ``lm_head.weight``
+(absent when the embeddings are tied). Reading never touches the network.
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+
+import torch
+
+from engine.config import ModelConfig
+
+# ModelConfig field <- HF config.json key
+_HF_KEYS = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "hidden_size",
+    "intermediate_size": "intermediate_size",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "num_kv_heads": "num_key_value_heads",
+    "max_position": "max_position_embeddings",
+    "rope_theta": "rope_theta",
+    "rms_norm_eps": "rms_norm_eps",
+    "tie_word_embeddings": "tie_word_embeddings",
+}
+
+
+def hf_config_dict(cfg: ModelConfig) -> dict:
+    d = {hf: getattr(cfg, ours) for ours, hf in _HF_KEYS.items()}
+    d.update({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+              "torch_dtype": cfg.dtype})
+    return d
+
+
+def model_config_from_hf(path: str, base: ModelConfig | None = None) -> ModelConfig:
+    """``base`` with the architecture fields replaced by the folder's ``config.json``."""
+    base = base or ModelConfig()
+    file = os.path.join(path, "config.json")
+    if not os.path.isfile(file):
+        raise ValueError(f"weights_path: no config.json in {path!r}")
+    with open(file, encoding="utf-8") as f:
+        hf = json.load(f)
+    arch = hf.get("model_type")
+    if arch not in (None, "llama"):
+        raise ValueError(f"weights_path: model_type {arch!r} is not a Llama model")
+    over = {}
+    for ours, key in _HF_KEYS.items():
+        if key in hf and hf[key] is not None:
+            over[ours] = type(getattr(base, ours))(hf[key])
+    if "num_kv_heads" not in over and "num_heads" in over:
+        over["num_kv_heads"] = over["num_heads"]
+    return dataclasses.replace(base, **over)
+
+
+def random_state_dict(cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """Full HF-named float32 weights drawn from ``cfg.seed`` (same seed, same weights, any TP size).
+
+    Scales keep activations O(1) and logits well separated (std ~2), so greedy argmaxes are not
+    near-ties that float reassociation (chunking, batching, TP) could flip.
+    """
+    g = torch.Generator().manual_seed(int(cfg.seed))
+    h, i_sz, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+
+    def lin(out_f: int, in_f: int, scale: float = 1.0) -> torch.Tensor:
+        return torch.randn(out_f, in_f, generator=g) * (scale / in_f ** 0.5)
+
+    sd: dict[str, torch.Tensor] = {"model.embed_tokens.weight": torch.randn(cfg.vocab_size, h, generator=g)}
+    for i in range(cfg.num_layers):
+        p = f"model.layers.{i}."
+        sd[p + "self_attn.q_proj.weight"] = lin(cfg.num_heads * hd, h)
+        sd[p + "self_attn.k_proj.weight"] = lin(cfg.num_kv_heads * hd, h)
+        sd[p + "self_attn.v_proj.weight"] = lin(cfg.num_kv_heads * hd, h)
+        sd[p + "self_attn.o_proj.weight"] = lin(h, cfg.num_heads * hd, 0.5)
+        sd[p + "mlp.gate_proj.weight"] = lin(i_sz, h)
+        sd[p + "mlp.up_proj.weight"] = lin(i_sz, h)
+        sd[p + "mlp.down_proj.weight"] = lin(h, i_sz, 0.5)
+        sd[p + "input_layernorm.weight"] = 1.0 + 0.1 * torch.randn(h, generator=g)
+        sd[p + "post_attention_layernorm.weight"] = 1.0 + 0.1 * torch.randn(h, generator=g)
+    sd["model.norm.weight"] = 1.0 + 0.1 * torch.randn(h, generator=g)
+    if not cfg.tie_word_embeddings:
+        sd["lm_head.weight"] = lin(cfg.vocab_size, h, 2.0)
+    return sd
+
+
+def save_checkpoint(path: str, cfg: ModelConfig, state_dict: dict[str, torch.Tensor] | None = None,
+                    dtype: torch.dtype | None = None) -> str:
+    """Write ``config.json`` + ``model.safetensors`` (HF-Llama layout) into ``path``."""
+    from safetensors.torch import save_file
+
+    os.makedirs(path, exist_ok=True)
+    sd = state_dict if state_dict is not None else random_state_dict(cfg)
+    sd = {k: (v.to(dtype) if dtype is not None else v).contiguous().cpu() for k, v in sd.items()}
+    save_file(sd, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(hf_config_dict(cfg), f, indent=2)
+    return path
+
+
+def read_safetensors(path: str) -> dict[str, torch.Tensor]:
+    """All tensors of the folder's ``*.safetensors`` files (or of one file)."""
+    from safetensors.torch import load_file
+
+    files = [path] if os.path.isfile(path) else sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    if not files:
+        raise ValueError(f"weights_path: no *.safetensors files in {path!r}")
+    sd: dict[str, torch.Tensor] = {}
+    for f in files:
+        sd.update(load_file(f))
+    return sd
+
+
+def load_into(model, sd: dict[str, torch.Tensor]) -> None:
+    """Copy this rank's shards of the full HF-named ``sd`` into ``model`` (a LlamaForCausalLM)."""
+    cfg = model.cfg
+    sd = {k: v for k, v in sd.items() if not k.endswith("rotary_emb.inv_freq")}
+    used: set[str] = set()
+
+    def take(name: str) -> torch.Tensor:
+        if name not in sd:
+            raise ValueError(f"weights: missing tensor {name!r}")
+        used.add(name)
+        return sd[name].float()
+
+    with torch.no_grad():
+        model.embed_tokens.load_full(take("model.embed_tokens.weight"))
+        for i, layer in enumerate(model.layers):
+            p = f"model.layers.{i}."
+            at = layer.self_attn
+            at.qkv_proj.load_full([take(p + "self_attn.q_proj.weight"),
+                                   take(p + "self_attn.k_proj.weight"),
+                                   take(p + "self_attn.v_proj.weight")])
+            at.o_proj.load_full(take(p + "self_attn.o_proj.weight"))
+            layer.mlp.gate_up_proj.load_full([take(p + "mlp.gate_proj.weight"),
+                                              take(p + "mlp.up_proj.weight")])
+            layer.mlp.down_proj.load_full(take(p + "mlp.down_proj.weight"))
+            layer.input_layernorm.weight.copy_(take(p + "input_layernorm.weight"))
+            layer.post_attention_layernorm.weight.copy_(take(p + "post_attention_layernorm.weight"))
+        model.norm.weight.copy_(take("model.norm.weight"))
+        if not cfg.tie_word_embeddings:
+            model.lm_head.load_full(take("lm_head.weight"))
+        elif "lm_head.weight" in sd:
+            used.add("lm_head.weight")
+    extra = sorted(set(sd) - used)
+    if extra:
+        raise ValueError(f"weights: unexpected tensors {extra[:5]}{' ...' if len(extra) > 5 else ''}")
+
+
+def build_model(cfg: ModelConfig, tp=None, device: torch.device | str = "cpu"):
+    """A ``LlamaForCausalLM`` for ``cfg`` (random from its seed, or from ``cfg.weights_path``)."""
+    from engine.mem.kv_pool import resolve_dtype
+    from engine.model.llama import LlamaForCausalLM
+
+    dtype = resolve_dtype(cfg.dtype)
+    model = LlamaForCausalLM(cfg, tp, dtype=dtype, device=device)
+    sd = read_safetensors(cfg.weights_path) if cfg.weights_path else random_state_dict(cfg)
+    load_into(model, sd)
+    model.eval()
+    return model

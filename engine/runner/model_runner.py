@@ -1,0 +1,160 @@
+"""ModelRunner: the model, its attention backend and graph runner; one forward per step.
+
+``forward(fb)`` returns the logits of each request's last new token. Decode batches that fit a
+captured size replay a CUDA graph (``run.graph_replay`` with ``bs``/``padded_bs``); everything
+else runs eagerly (``run.eager`` with ``reason``). Attention metadata is built inside
+``prep.batch`` (``part=attn``). On CUDA with probes on, both run ranges get a ``device_ns``
+attribute from CUDA events, filled in once the events complete (``resolve_device_times``).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from engine.attention.factory import create_attention_backend
+from engine.config import EngineConfig, ModelConfig
+from engine.forward_batch import ForwardBatch, ForwardMode
+from engine.mem.kv_pool import KVPool, resolve_dtype
+from engine.model.parallel import TPState
+from engine.model.weights import build_model
+from engine.runner.graph_runner import GraphRunner, capture_bs_list
+from probes.ranges import is_enabled, stage
+
+
+logger = logging.getLogger("srtscope.engine")
+
+
+@dataclass
+class ForwardOutput:
+    logits: torch.Tensor          # [bs, vocab] float32
+    graph_used: bool
+    eager_reason: str | None
+    padded_bs: int
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig, model_config: ModelConfig, tp: TPState,
+                 device: torch.device, kv_pool: KVPool, capture_graphs: bool = True) -> None:
+        self.config = config
+        self.model_config = model_config
+        self.tp = tp
+        self.device = device
+        self.kv_pool = kv_pool
+        self.dtype = resolve_dtype(model_config.dtype)
+        self.model = build_model(model_config, tp, device)
+        self.attn_backend, self.attn_backend_reason = create_attention_backend(
+            config.attention_backend, kv_pool, self.model.num_local_heads,
+            self.model.num_local_kv_heads, model_config.head_dim, device, self.dtype,
+            graph_width=config.context_length)
+        self.attention_backend_name = self.attn_backend.name
+        logger.info("rank %d: attention backend %s (%s)", tp.rank, self.attention_backend_name,
+                    self.attn_backend_reason)
+        self._pending_events: list[tuple[Any, Any, dict]] = []
+        on_cuda = device.type == "cuda"
+        self.graph_runner = GraphRunner(
+            self, capture_bs_list(config.cuda_graph_max_bs, config.max_running_requests),
+            disabled=config.disable_cuda_graph, on_cuda=on_cuda, capture=capture_graphs)
+
+    # ------------------------------------------------------------------ model
+    def run_model(self, fb: ForwardBatch) -> torch.Tensor:
+        """Logits ``[bs, vocab]`` of each request's last new token (metadata already set)."""
+        hidden = self.model(fb.input_ids, fb.positions, fb, self.attn_backend)
+        if fb.forward_mode.is_extend_like:
+            hidden = hidden[self._last_token_index(fb)]
+        return self.model.compute_logits(hidden)
+
+    def _last_token_index(self, fb: ForwardBatch) -> torch.Tensor:
+        if len(fb.extend_seq_lens_cpu) == fb.batch_size:
+            ends, acc = [], 0
+            for n in fb.extend_seq_lens_cpu:
+                acc += n
+                ends.append(acc - 1)
+            return torch.tensor(ends, dtype=torch.int64).to(self.device, non_blocking=True)
+        return torch.cumsum(fb.extend_seq_lens.to(self.device, torch.int64), 0) - 1
+
+    # ------------------------------------------------------------------ one step
+    def forward(self, fb: ForwardBatch) -> ForwardOutput:
+        self.resolve_device_times()
+        bs = fb.batch_size
+        if fb.forward_mode == ForwardMode.IDLE:
+            return self._forward_idle(fb)
+        gr = self.graph_runner
+        ok, reason = gr.can_run(fb)
+        if ok:
+            with stage("prep.batch", part="attn", bs=bs):
+                pfb = gr.prepare_replay(fb)
+            with stage("run.graph_replay", bs=bs, padded_bs=pfb.batch_size) as r:
+                with self._device_timed(r):
+                    logits = gr.replay(pfb, bs)
+            return ForwardOutput(logits, True, None, pfb.batch_size)
+        return ForwardOutput(self.forward_eager(fb, reason), False, reason, bs)
+
+    def forward_eager(self, fb: ForwardBatch, reason: str | None = None) -> torch.Tensor:
+        with stage("prep.batch", part="attn", bs=fb.batch_size):
+            self.attn_backend.init_forward_metadata(fb)
+        with stage("run.eager", bs=fb.batch_size, reason=reason) as r:
+            with self._device_timed(r):
+                return self.run_model(fb)
+
+    def _forward_idle(self, fb: ForwardBatch) -> ForwardOutput:
+        vocab = self.model_config.vocab_size
+        if self.tp.size > 1:
+            # every rank joins the same collectives, with zero tokens
+            empty = torch.empty(0, dtype=torch.int64, device=self.device)
+            idle = ForwardBatch(ForwardMode.IDLE, 0, empty, empty, empty, empty,
+                                fb.req_to_token, empty)
+            self.attn_backend.init_forward_metadata(idle)
+            hidden = self.model(empty, empty, idle, self.attn_backend)
+            logits = self.model.compute_logits(hidden)
+        else:
+            logits = torch.empty(0, vocab, dtype=torch.float32, device=self.device)
+        return ForwardOutput(logits, False, None, 0)
+
+    # ------------------------------------------------------------------ device timing
+    def _device_timed(self, r: Any):
+        return _EventPair(self, r) if (self.device.type == "cuda" and is_enabled()) else _NULL_CTX
+
+    def resolve_device_times(self, synchronize: bool = False) -> None:
+        """Fill ``device_ns`` into finished ranges (never blocks unless ``synchronize``)."""
+        if self._pending_events:
+            still = []
+            for start, end, attrs in self._pending_events:
+                if synchronize:
+                    end.synchronize()
+                if end.query():
+                    attrs["device_ns"] = int(round(start.elapsed_time(end) * 1e6))
+                else:
+                    still.append((start, end, attrs))
+            self._pending_events = still
+        if self.tp.pending_events:
+            self.tp.resolve_device_times(synchronize)
+
+
+class _NullCtx:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NULL_CTX = _NullCtx()
+
+
+class _EventPair:
+    def __init__(self, mr: ModelRunner, r: Any) -> None:
+        self.mr = mr
+        self.attrs = getattr(r, "attrs", None)
+
+    def __enter__(self) -> None:
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+        self.start.record()
+
+    def __exit__(self, *exc: object) -> None:
+        self.end.record()
+        if self.attrs is not None:
+            self.mr._pending_events.append((self.start, self.end, self.attrs))
