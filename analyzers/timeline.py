@@ -35,6 +35,7 @@ class DeviceKind(str, Enum):
     MEMCPY = "memcpy"
     MEMSET = "memset"
     CPU_FORWARD = "cpu_forward"  # probe traces: the worker's forward span standing in for the GPU
+    GRAPH = "graph"              # one whole CUDA graph execution (nsys --cuda-graph-trace=graph)
 
 
 class ApiKind(str, Enum):

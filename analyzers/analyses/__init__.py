@@ -1,0 +1,1 @@
+"""The analyses: pure functions over a Timeline (no printing, no I/O)."""

@@ -1,0 +1,248 @@
+"""Attribution: split each bubble by what the host thread that launches the next device work was doing.
+
+Per time point of a bubble, on that thread, first match wins:
+1. the innermost *stage* range (our names or real engines' aliases, ``probes.stages``) -> its class
+   (scheduler / prep / kernel / sync); kernel-class time inside a burst of launches -> ``launch``;
+2. else CUDA API state: inside a synchronize or a blocking copy -> ``sync``; inside a launch burst
+   -> ``launch``;
+3. else ``unattributed`` (host, unannotated).
+The parts are exact integer nanoseconds and add up to each queried interval.
+
+NOTE: the launching thread is the one whose API call is correlated (rank, pid, correlation) with the
+device activity that ends the bubble; for probe traces (CPU stand-in rows) the thread of the forward
+span that starts with it; else the rank's busiest launching (or stage-emitting) thread.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analyzers import intervals as iv
+from analyzers.results import BUBBLE_CLASSES
+from analyzers.timeline import ApiKind, Timeline
+from probes.stages import StageClass, resolve_stage
+
+_STAGE_CLASSES = (StageClass.SCHEDULER, StageClass.PREP, StageClass.KERNEL, StageClass.SYNC)
+
+
+@dataclass(frozen=True)
+class BurstRule:
+    """A launch burst: >= ``min_launches`` launch calls, each starting <= ``gap_ns`` after the last ended."""
+
+    gap_ns: int = 30_000
+    min_launches: int = 4
+
+    def __post_init__(self) -> None:
+        if self.gap_ns < 0 or self.min_launches < 1:
+            raise ValueError(f"bad launch-burst rule: gap_ns={self.gap_ns}, min_launches={self.min_launches}")
+
+
+def stage_names(ranges: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(names, codes per range row, class per name) for the ranges that are non-container stages.
+
+    codes is -1 for ranges that are not stages (unknown names and ``loop.step`` containers).
+    """
+    if len(ranges) == 0:
+        return np.zeros(0, object), np.zeros(0, np.int64), np.zeros(0, object)
+    cat = pd.Categorical(ranges["name"].astype(str))
+    names = np.asarray(cat.categories, dtype=object)
+    stages = [resolve_stage(n) for n in names]
+    is_stage = np.array([s is not None and s.cls in _STAGE_CLASSES for s in stages], dtype=bool)
+    codes = np.asarray(cat.codes, dtype=np.int64)
+    ok = np.zeros(len(codes), dtype=bool)
+    known = codes >= 0                      # -1: missing name
+    ok[known] = is_stage[codes[known]]
+    codes = np.where(ok, codes, -1)
+    classes = np.array([s.cls.value if s is not None else "" for s in stages], dtype=object)
+    return names, codes, classes
+
+
+def innermost_segments(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray):
+    """Flatten nested ranges of one thread into disjoint segments labelled by the innermost range.
+
+    Returns (seg_starts, seg_ends, seg_labels); uncovered time has no segment. Vectorised: the
+    innermost range at a point is the last-started one at the covering depth.
+    """
+    s, e, lab = np.asarray(starts, np.int64), np.asarray(ends, np.int64), np.asarray(labels)
+    keep = e > s
+    s, e, lab = s[keep], e[keep], lab[keep]
+    if len(s) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, lab.dtype)
+    order = np.lexsort((-e, s))
+    s, e, lab = s[order], e[order], lab[order]
+    ends_sorted = np.sort(e)
+    depth = np.arange(len(s)) - np.searchsorted(ends_sorted, s, side="right")
+    bounds = np.unique(np.concatenate([s, e]))
+    left, right = bounds[:-1], bounds[1:]
+    n_started = np.searchsorted(s, left, side="right")
+    cover = n_started - np.searchsorted(ends_sorted, left, side="right")
+    last = n_started - 1
+    owner = np.full(len(left), -1, dtype=np.int64)
+    for d in np.unique(cover[cover > 0] - 1):
+        sel = np.flatnonzero(cover - 1 == d)
+        level = np.flatnonzero(depth == d)
+        if len(level) == 0:
+            continue
+        pos = np.searchsorted(level, last[sel], side="right") - 1
+        ok = pos >= 0
+        owner[sel[ok]] = level[pos[ok]]
+    valid = owner >= 0
+    valid[valid] = e[owner[valid]] > left[valid]
+    return left[valid], right[valid], lab[owner[valid]]
+
+
+def _bursts(s: np.ndarray, e: np.ndarray, rule: BurstRule) -> iv.IntervalSet:
+    if len(s) < rule.min_launches:
+        return iv.empty()
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], np.maximum.accumulate(e[order])
+    new = np.r_[True, (s[1:] - e[:-1]) > rule.gap_ns]
+    first = np.flatnonzero(new)
+    counts = np.diff(np.r_[first, len(s)])
+    last = np.r_[first[1:], len(s)] - 1
+    keep = counts >= rule.min_launches
+    return iv.union(s[first[keep]], e[last[keep]])
+
+
+def launching_threads(tl: Timeline, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(pid, tid) of the host thread that launched each given device row (-1 when unknown)."""
+    dev = tl.device.iloc[rows]
+    n = len(rows)
+    pid = np.full(n, -1, np.int64)
+    tid = np.full(n, -1, np.int64)
+    if n == 0:
+        return pid, tid
+    q = pd.DataFrame({"i": np.arange(n), "rank": dev["rank"].to_numpy(), "pid": dev["pid"].to_numpy(),
+                      "correlation": dev["correlation"].to_numpy(), "start_ns": dev["start_ns"].to_numpy(),
+                      "end_ns": dev["end_ns"].to_numpy()})
+    api = tl.api
+    if len(api):
+        a = api.loc[api["correlation"] >= 0, ["rank", "pid", "correlation", "tid"]]
+        a = a.drop_duplicates(["rank", "pid", "correlation"])
+        m = q[q["correlation"] >= 0].merge(a, on=["rank", "pid", "correlation"], how="inner")
+        pid[m["i"].to_numpy()] = m["pid"].to_numpy()
+        tid[m["i"].to_numpy()] = m["tid"].to_numpy()
+    todo = tid < 0
+    if todo.any() and len(tl.ranges):  # probe traces: the forward span that is the device row
+        r = tl.ranges[["rank", "start_ns", "end_ns", "pid", "tid"]].drop_duplicates(
+            ["rank", "start_ns", "end_ns"])
+        m = q[todo].drop(columns=["pid"]).merge(r, on=["rank", "start_ns", "end_ns"], how="inner")
+        pid[m["i"].to_numpy()] = m["pid"].to_numpy()
+        tid[m["i"].to_numpy()] = m["tid"].to_numpy()
+    todo = tid < 0
+    if todo.any():
+        default = _default_threads(tl)
+        ranks = q["rank"].to_numpy()
+        for rank in np.unique(ranks[todo]):
+            if int(rank) in default:
+                sel = todo & (ranks == rank)
+                pid[sel], tid[sel] = default[int(rank)]
+    return pid, tid
+
+
+def _default_threads(tl: Timeline) -> dict[int, tuple[int, int]]:
+    """Per rank, the thread issuing the most launches, else the one with the most stage ranges."""
+    out: dict[int, tuple[int, int]] = {}
+    api = tl.api
+    if len(api):
+        launches = api[api["kind"].isin([ApiKind.LAUNCH.value, ApiKind.GRAPH_LAUNCH.value])]
+        if len(launches):
+            top = launches.groupby(["rank", "pid", "tid"]).size().reset_index(name="n")
+            for row in top.sort_values("n").itertuples():
+                out[int(row.rank)] = (int(row.pid), int(row.tid))
+    if len(tl.ranges):
+        _, codes, _ = stage_names(tl.ranges)
+        st = tl.ranges[codes >= 0]
+        if len(st):
+            top = st.groupby(["rank", "pid", "tid"]).size().reset_index(name="n")
+            for row in top.sort_values("n").itertuples():
+                out.setdefault(int(row.rank), (int(row.pid), int(row.tid)))
+    return out
+
+
+def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = BurstRule()
+              ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Split each query interval (columns rank, pid, tid, start_ns, end_ns) by the host's activity.
+
+    Returns (classes, stages), both indexed like ``queries``: classes has one ``<class>_ns`` column per
+    ``BUBBLE_CLASSES`` (adding up to end_ns - start_ns), ``covered_ns`` (time with any range open on
+    the thread) and ``top_stage``; stages has one column per stage range name (innermost time, ns).
+    """
+    n = len(queries)
+    qs = queries["start_ns"].to_numpy(np.int64)
+    qe = queries["end_ns"].to_numpy(np.int64)
+    out = {f"{c}_ns": np.zeros(n, np.int64) for c in BUBBLE_CLASSES}
+    covered = np.zeros(n, np.int64)
+    names, codes, classes = stage_names(tl.ranges)
+    stage_mat = np.zeros((n, len(names)), np.int64)
+    rg, api = tl.ranges, tl.api
+    rgroups = rg.groupby(["rank", "pid", "tid"]).indices if len(rg) else {}
+    agroups = api.groupby(["rank", "pid", "tid"]).indices if len(api) else {}
+    a_kind = api["kind"].to_numpy() if len(api) else np.zeros(0, object)
+    blocking = _blocking_mask(api)
+    qgroups = queries.reset_index(drop=True).groupby(["rank", "pid", "tid"]).indices if n else {}
+    r_s, r_e = rg["start_ns"].to_numpy(), rg["end_ns"].to_numpy()
+    a_s, a_e = (api["start_ns"].to_numpy(), api["end_ns"].to_numpy()) if len(api) else (None, None)
+    for key, qi in qgroups.items():
+        if key[2] < 0:
+            continue
+        a, b = qs[qi], qe[qi]
+        ri = rgroups.get(key, np.zeros(0, np.int64))
+        covered[qi] = iv.overlap(iv.union(r_s[ri], r_e[ri]), a, b)
+        sc = codes[ri]
+        sel = ri[sc >= 0]
+        ls, le, ll = innermost_segments(r_s[sel], r_e[sel], codes[sel])
+        nvtx = iv.union(ls, le)
+        cls_sets = {}
+        for code in np.unique(ll):
+            m = ll == code
+            ov = iv.overlap((ls[m], le[m]), a, b)
+            stage_mat[qi, code] += ov
+            cls_sets.setdefault(classes[code], []).append(m)
+        def cls_set(c: str) -> iv.IntervalSet:
+            ms = cls_sets.get(c)
+            if not ms:
+                return iv.empty()
+            m = np.logical_or.reduce(ms)
+            return iv.union(ls[m], le[m])
+        ai = agroups.get(key, np.zeros(0, np.int64))
+        k = a_kind[ai]
+        lm = (k == ApiKind.LAUNCH.value) | (k == ApiKind.GRAPH_LAUNCH.value)
+        burst = _bursts(a_s[ai[lm]], a_e[ai[lm]], rule) if len(ai) else iv.empty()
+        sync_api = iv.union(a_s[ai[blocking[ai]]], a_e[ai[blocking[ai]]]) if len(ai) else iv.empty()
+        sync_free = iv.subtract(sync_api, nvtx)
+        kern = cls_set(StageClass.KERNEL.value)
+        launch_in_kernel = iv.intersect(kern, burst)
+        launch_free = iv.subtract(iv.subtract(burst, nvtx), sync_api)
+        lik = iv.overlap(launch_in_kernel, a, b)
+        out["scheduler_ns"][qi] = iv.overlap(cls_set(StageClass.SCHEDULER.value), a, b)
+        out["prep_ns"][qi] = iv.overlap(cls_set(StageClass.PREP.value), a, b)
+        out["kernel_ns"][qi] = iv.overlap(kern, a, b) - lik
+        out["sync_ns"][qi] = iv.overlap(cls_set(StageClass.SYNC.value), a, b) + iv.overlap(sync_free, a, b)
+        out["launch_ns"][qi] = lik + iv.overlap(launch_free, a, b)
+    attributed = sum(out[f"{c}_ns"] for c in BUBBLE_CLASSES if c != "unattributed")
+    out["unattributed_ns"] = (qe - qs) - attributed
+    res = pd.DataFrame(out, index=queries.index)
+    res["covered_ns"] = covered
+    if len(names):
+        top = stage_mat.argmax(axis=1)
+        has = stage_mat.max(axis=1) > 0
+        res["top_stage"] = np.where(has, names[top], "")
+    else:
+        res["top_stage"] = ""
+    stages = pd.DataFrame(stage_mat, index=queries.index, columns=list(names))
+    stages = stages.loc[:, stages.sum(axis=0) > 0] if len(names) else stages
+    return res, stages
+
+
+def _blocking_mask(api: pd.DataFrame) -> np.ndarray:
+    """API rows during which the host is blocked on the device: syncs and synchronous copies."""
+    if len(api) == 0:
+        return np.zeros(0, bool)
+    kind = api["kind"].to_numpy()
+    cat = pd.Categorical(api["name"].astype(str))
+    sync_copy = np.array(["Async" not in n for n in cat.categories], dtype=bool)
+    is_sync_copy = sync_copy[np.asarray(cat.codes)] if len(cat.categories) else np.zeros(len(api), bool)
+    return (kind == ApiKind.SYNC.value) | ((kind == ApiKind.MEMCPY.value) & is_sync_copy)

@@ -1,0 +1,96 @@
+"""Bubbles: per device, the gaps in the union of all its streams' activity inside the active window.
+
+A bubble is a hole longer than ``threshold_ns`` between the device's first activity start and its
+last activity end (nothing before or after counts). Devices are keyed by ``(rank, device)`` so rank
+files merged into one Timeline keep their devices apart.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analyzers import intervals as iv
+from analyzers.results import HistogramBin
+from analyzers.timeline import Timeline
+
+#: Histogram bin edges, µs (the last bin is open-ended).
+HIST_EDGES_US: tuple[int, ...] = (0, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 50_000)
+
+BUBBLE_COLUMNS = ("rank", "device", "start_ns", "end_ns", "dur_ns", "next_row")
+
+
+def device_groups(device: pd.DataFrame, mask: np.ndarray | None = None) -> dict[tuple[int, int], np.ndarray]:
+    """Row indices of the device table per (rank, device), optionally restricted by a mask."""
+    if len(device) == 0:
+        return {}
+    df = device[["rank", "device"]]
+    if mask is not None:
+        df = df[mask]
+    index = df.index.to_numpy()
+    return {(int(k[0]), int(k[1])): index[np.asarray(v)]
+            for k, v in df.groupby(["rank", "device"]).indices.items()}
+
+
+def busy_set(device: pd.DataFrame, rows: np.ndarray) -> iv.IntervalSet:
+    """Union of the given device rows' activity (all streams), normal form."""
+    return iv.union(device["start_ns"].to_numpy()[rows], device["end_ns"].to_numpy()[rows])
+
+
+def find_bubbles(tl: Timeline, threshold_ns: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(bubbles, by_device, by_stream).
+
+    bubbles: ``BUBBLE_COLUMNS``; ``next_row`` is the device-table row that ends the bubble (the first
+    activity after it). by_device: rank, device, window_ns, busy_ns, bubble_count, bubble_ns, busy_pct.
+    by_stream: rank, device, stream, busy_ns, gap_count, gap_ns (the per-stream view).
+    """
+    if threshold_ns < 0:
+        raise ValueError(f"threshold_ns must be >= 0, got {threshold_ns}")
+    dev = tl.device
+    starts_all = dev["start_ns"].to_numpy()
+    parts, devrows = [], []
+    for (rank, device), rows in sorted(device_groups(dev).items()):
+        u = busy_set(dev, rows)
+        window = int(u[1][-1] - u[0][0]) if len(u[0]) else 0
+        busy = iv.total(u)
+        gs, ge = iv.gaps(u, threshold_ns)
+        # next activity: the group's row whose start equals the gap's end (rows are start-sorted).
+        rs = rows[np.argsort(starts_all[rows], kind="stable")]
+        nxt = rs[np.searchsorted(starts_all[rs], ge, side="left")] if len(ge) else np.zeros(0, np.int64)
+        parts.append(pd.DataFrame({"rank": rank, "device": device, "start_ns": gs, "end_ns": ge,
+                                   "dur_ns": ge - gs, "next_row": nxt}))
+        devrows.append({"rank": rank, "device": device, "window_ns": window, "busy_ns": busy,
+                        "bubble_count": len(gs), "bubble_ns": int((ge - gs).sum()),
+                        "busy_pct": round(100.0 * busy / window, 2) if window else 0.0})
+    bubbles = (pd.concat(parts, ignore_index=True) if parts
+               else pd.DataFrame({c: pd.Series([], dtype=np.int64) for c in BUBBLE_COLUMNS}))
+    for c in BUBBLE_COLUMNS:
+        bubbles[c] = bubbles[c].astype(np.int64)
+    by_device = pd.DataFrame(devrows, columns=["rank", "device", "window_ns", "busy_ns", "bubble_count",
+                                               "bubble_ns", "busy_pct"])
+    return bubbles, by_device, stream_view(tl, threshold_ns)
+
+
+def stream_view(tl: Timeline, threshold_ns: int) -> pd.DataFrame:
+    """Per (rank, device, stream): busy time and the gaps of that stream alone."""
+    dev = tl.device
+    cols = ["rank", "device", "stream", "busy_ns", "gap_count", "gap_ns"]
+    if len(dev) == 0:
+        return pd.DataFrame(columns=cols)
+    s_all, e_all = dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy()
+    out = []
+    for key, rows in dev.groupby(["rank", "device", "stream"]).indices.items():
+        u = iv.union(s_all[rows], e_all[rows])
+        gs, ge = iv.gaps(u, threshold_ns)
+        out.append((int(key[0]), int(key[1]), int(key[2]), iv.total(u), len(gs), int((ge - gs).sum())))
+    return pd.DataFrame(out, columns=cols).sort_values(["rank", "device", "stream"], ignore_index=True)
+
+
+def histogram(dur_ns: np.ndarray) -> tuple[HistogramBin, ...]:
+    """Bubble durations binned on ``HIST_EDGES_US`` (count and summed time per bin)."""
+    edges = np.asarray(HIST_EDGES_US, dtype=np.int64) * 1000
+    d = np.asarray(dur_ns, dtype=np.int64)
+    idx = np.searchsorted(edges, d, side="right") - 1
+    counts = np.bincount(idx, minlength=len(edges)) if len(d) else np.zeros(len(edges), np.int64)
+    totals = np.bincount(idx, weights=d, minlength=len(edges)) if len(d) else np.zeros(len(edges))
+    return tuple(HistogramBin(int(edges[i]), int(edges[i + 1]) if i + 1 < len(edges) else None,
+                              int(counts[i]), int(totals[i])) for i in range(len(edges)))

@@ -1,0 +1,161 @@
+"""Communication: collective kernels, the part not overlapped by compute, and cross-rank skew.
+
+Collectives are device rows whose name ``names.is_comm_kernel`` accepts (source ``kernels``, or
+``stand_in`` when they are a probe trace's CPU stand-in rows); in traces with no such rows the
+``comm.all_reduce`` ranges stand in (source ``ranges``). Per participant (rank, device) the k-th
+collective is matched with the k-th of every other participant (matched by order); per collective:
+arrival skew = latest start - earliest start, transfer = shortest duration, straggler = latest
+arrival. The straggler is the participant latest in most collectives whose skew exceeds
+``min_skew_ns``; what its host was doing is the stage range most present just before it arrived.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analyzers import intervals as iv
+from analyzers.analyses.attribution import innermost_segments, stage_names
+from analyzers.names import is_comm_kernel
+from analyzers.results import CommResult
+from analyzers.timeline import DeviceKind, Timeline
+from probes.stages import Stage, resolve_stage
+
+COLLECTIVE_COLUMNS = ("index", "name", "start_ns", "skew_ns", "transfer_ns", "straggler_rank",
+                      "straggler_device")
+
+
+def comm_mask(device: pd.DataFrame) -> np.ndarray:
+    """True for collective-communication device rows (classified once per distinct name)."""
+    if len(device) == 0:
+        return np.zeros(0, bool)
+    cat = pd.Categorical(device["name"].astype(str))
+    lut = np.array([is_comm_kernel(n) for n in cat.categories] + [False], dtype=bool)
+    return lut[np.asarray(cat.codes)]
+
+
+def _instances(tl: Timeline, mask: np.ndarray) -> tuple[str, pd.DataFrame]:
+    """(source, rows with rank, device, start_ns, end_ns, name) of the collectives."""
+    if mask.any():
+        d = tl.device[mask]
+        stand_in = (d["kind"].to_numpy() == DeviceKind.CPU_FORWARD.value).all()
+        return ("stand_in" if stand_in else "kernels"), \
+            d[["rank", "device", "start_ns", "end_ns", "name"]].reset_index(drop=True)
+    rg = tl.ranges
+    if len(rg):
+        cat = pd.Categorical(rg["name"].astype(str))
+        lut = np.array([resolve_stage(n) == Stage.COMM_ALL_REDUCE for n in cat.categories] + [False])
+        m = lut[np.asarray(cat.codes)]
+        if m.any():
+            r = rg[m]
+            return "ranges", pd.DataFrame({"rank": r["rank"].to_numpy(), "device": -1,
+                                           "start_ns": r["start_ns"].to_numpy(),
+                                           "end_ns": r["end_ns"].to_numpy(), "name": r["name"].to_numpy()})
+    return "none", pd.DataFrame(columns=["rank", "device", "start_ns", "end_ns", "name"])
+
+
+def communication(tl: Timeline, mask: np.ndarray | None = None, min_skew_ns: int = 10_000) -> CommResult:
+    mask = comm_mask(tl.device) if mask is None else mask
+    source, inst = _instances(tl, mask)
+    dev = tl.device
+    total = exposed = 0
+    if len(inst):
+        for (rank, device), idx in inst.groupby(["rank", "device"]).indices.items():
+            c = iv.union(inst["start_ns"].to_numpy()[idx], inst["end_ns"].to_numpy()[idx])
+            on = (dev["rank"].to_numpy() == rank) & ~mask
+            if device >= 0:
+                on &= dev["device"].to_numpy() == device
+            k = iv.union(dev["start_ns"].to_numpy()[on], dev["end_ns"].to_numpy()[on])
+            total += iv.total(c)
+            exposed += iv.total(c) - iv.total(iv.intersect(c, k))
+    coll, parts = _match(inst)
+    strag_rank = strag_dev = share = stage = busy_before = None
+    skew = int(coll["skew_ns"].sum()) if len(coll) else 0
+    transfer = int(coll["transfer_ns"].sum()) if len(coll) else 0
+    if len(coll):
+        sig = coll[coll["skew_ns"] > min_skew_ns]
+        if len(sig):
+            who = sig.groupby(["straggler_rank", "straggler_device"]).size().sort_values()
+            (r, d), n = who.index[-1], int(who.iloc[-1])
+            share = n / len(sig)
+            ranks = {p[0] for p in parts}
+            devices = {p for p in parts}
+            strag_rank = int(r) if len(ranks) > 1 else None
+            strag_dev = int(d) if len(ranks) == 1 and len(devices) > 1 else None
+            mine = sig[(sig["straggler_rank"] == r) & (sig["straggler_device"] == d)].nlargest(20, "skew_ns")
+            arrive = mine["start_ns"].to_numpy() + mine["skew_ns"].to_numpy()
+            stage = _host_stage_before(tl, int(r), arrive, mine["skew_ns"].to_numpy())
+            if source == "kernels":   # a CPU stand-in's "device" is the host itself: no separate view
+                busy_before = device_busy_before(tl, int(r), int(d), arrive, mine["skew_ns"].to_numpy(), mask)
+    return CommResult(total_ns=int(total), exposed_ns=int(exposed), skew_ns=skew, transfer_ns=transfer,
+                      n_kernels=len(inst), participants=len(parts), straggler_rank=strag_rank,
+                      straggler_device=strag_dev, straggler_share=share, straggler_host_stage=stage,
+                      straggler_device_busy=busy_before,
+                      source=source, collectives=coll)
+
+
+def _match(inst: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, int]]]:
+    empty = pd.DataFrame({c: pd.Series([], dtype=object if c == "name" else np.int64)
+                          for c in COLLECTIVE_COLUMNS})
+    if len(inst) == 0:
+        return empty, []
+    groups = sorted(inst.groupby(["rank", "device"]).indices.items())
+    parts = [(int(k[0]), int(k[1])) for k, _ in groups]
+    if len(groups) < 2:
+        return empty, parts
+    n = min(len(v) for _, v in groups)
+    if n == 0:
+        return empty, parts
+    s = inst["start_ns"].to_numpy()
+    e = inst["end_ns"].to_numpy()
+    S, D, first = [], [], None
+    for _, idx in groups:
+        o = idx[np.argsort(s[idx], kind="stable")][:n]
+        first = o if first is None else first
+        S.append(s[o])
+        D.append(e[o] - s[o])
+    S, D = np.vstack(S), np.vstack(D)
+    late = S.argmax(axis=0)
+    pr = np.array([p[0] for p in parts])
+    pd_ = np.array([p[1] for p in parts])
+    return pd.DataFrame({"index": np.arange(n), "name": inst["name"].to_numpy()[first],
+                         "start_ns": S.min(axis=0), "skew_ns": S.max(axis=0) - S.min(axis=0),
+                         "transfer_ns": D.min(axis=0), "straggler_rank": pr[late],
+                         "straggler_device": pd_[late]}), parts
+
+
+def _host_stage_before(tl: Timeline, rank: int, arrive_ns: np.ndarray, skew_ns: np.ndarray) -> str | None:
+    """The innermost stage range (name) most present on the rank's host in [arrival - skew, arrival)."""
+    rg = tl.ranges
+    if len(rg) == 0 or len(arrive_ns) == 0:
+        return None
+    names, codes, _ = stage_names(rg)
+    comm = np.array([resolve_stage(n) == Stage.COMM_ALL_REDUCE for n in names], dtype=bool)
+    on = (rg["rank"].to_numpy() == rank) & (codes >= 0)
+    q0 = arrive_ns - skew_ns
+    per_name = np.zeros(len(names), np.int64)
+    sub = rg[on]
+    for _, idx in (sub.groupby(["pid", "tid"]).indices.items() if len(sub) else []):
+        rows = np.flatnonzero(on)[idx]
+        ls, le, ll = innermost_segments(rg["start_ns"].to_numpy()[rows], rg["end_ns"].to_numpy()[rows],
+                                        codes[rows])
+        for code in np.unique(ll):
+            m = ll == code
+            per_name[code] += int(iv.overlap((ls[m], le[m]), q0, arrive_ns).sum())
+    per_name[comm] = 0
+    if not len(per_name) or per_name.max() <= 0:
+        return None
+    return str(names[int(per_name.argmax())])
+
+
+def device_busy_before(tl: Timeline, rank: int, device: int, arrive_ns: np.ndarray, skew_ns: np.ndarray,
+                       mask: np.ndarray) -> float | None:
+    """Share of [arrival - skew, arrival) windows in which the participant's device ran non-comm work."""
+    total = int(skew_ns.sum())
+    if total <= 0:
+        return None
+    dev = tl.device
+    on = (dev["rank"].to_numpy() == rank) & ~mask
+    if device >= 0:
+        on &= dev["device"].to_numpy() == device
+    busy = iv.union(dev["start_ns"].to_numpy()[on], dev["end_ns"].to_numpy()[on])
+    return float(iv.overlap(busy, arrive_ns - skew_ns, arrive_ns).sum()) / total

@@ -1,0 +1,222 @@
+"""Steps: segment the run into engine steps and describe each one.
+
+Sources, first that applies per trace: ``loop.step`` ranges (attrs step/mode/bs/tokens); SGLang's
+scheduler ranges (a step starts at each top-level ``get_next_batch_to_run``); without NVTX, the
+launching thread's host synchronisation points, else its launch bursts separated by idle gaps.
+
+Per step: wall time, device busy (union over the rank's devices), launches, graph launches, kernels
+inside graphs, and ``exec``: graph (any graph launch / graph kernel / ``run.graph_replay``), eager
+(launches or ``run.eager``), idle. ``reason`` is the ``run.eager`` range's ``reason`` attribute.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analyzers import intervals as iv
+from analyzers.analyses.attribution import _blocking_mask, _default_threads
+from analyzers.timeline import ApiKind, DeviceKind, Timeline
+from probes.stages import Stage, resolve_stage
+
+STEP_COLUMNS = ("step", "rank", "pid", "tid", "start_ns", "end_ns", "wall_ns", "mode", "bs", "padded_bs",
+                "tokens", "exec", "reason", "busy_ns", "launches", "graph_launches", "graph_kernels")
+
+
+@dataclass(frozen=True)
+class StepRule:
+    """Fallback segmentation without NVTX: a gap > ``gap_ns`` between launches ends a step."""
+
+    gap_ns: int = 200_000
+
+    def __post_init__(self) -> None:
+        if self.gap_ns <= 0:
+            raise ValueError(f"step gap must be > 0 ns, got {self.gap_ns}")
+
+
+def _resolved(ranges: pd.DataFrame) -> np.ndarray:
+    """The stage value ('' when none) of every range row, resolved once per distinct name.
+
+    NOTE: plain strings, not Stage members: numpy compares str-Enums by ``str()``, not by value.
+    """
+    if len(ranges) == 0:
+        return np.zeros(0, object)
+    cat = pd.Categorical(ranges["name"].astype(str))
+    lut = np.array([(s.value if (s := resolve_stage(n)) is not None else "") for n in cat.categories]
+                   + [""], dtype=object)
+    return lut[np.asarray(cat.codes)]
+
+
+def _attr_int(attrs: np.ndarray, key: str) -> np.ndarray:
+    out = np.full(len(attrs), -1, np.int64)
+    for i, a in enumerate(attrs):  # one per step, not per event
+        if isinstance(a, dict) and key in a:
+            try:
+                out[i] = int(float(a[key]))
+            except (TypeError, ValueError):
+                pass
+    return out
+
+
+def _attr_str(attrs: np.ndarray, key: str) -> np.ndarray:
+    return np.array([str(a[key]) if isinstance(a, dict) and key in a else "" for a in attrs], dtype=object)
+
+
+def _windows(tl: Timeline, stages: np.ndarray, rule: StepRule) -> tuple[str, pd.DataFrame]:
+    """(source, DataFrame of rank, pid, tid, start_ns, end_ns, step, mode, bs, tokens)."""
+    rg = tl.ranges
+    loop = stages == Stage.LOOP_STEP.value
+    if loop.any():
+        r = rg[loop]
+        attrs = r["attrs"].to_numpy()
+        df = pd.DataFrame({"rank": r["rank"].to_numpy(), "pid": r["pid"].to_numpy(), "tid": r["tid"].to_numpy(),
+                           "start_ns": r["start_ns"].to_numpy(), "end_ns": r["end_ns"].to_numpy(),
+                           "step": _attr_int(attrs, "step"), "mode": _attr_str(attrs, "mode"),
+                           "bs": _attr_int(attrs, "bs"), "tokens": _attr_int(attrs, "tokens")})
+        return "loop.step", df
+    sched = stages == Stage.SCHED_SCHEDULE.value
+    if len(stages) and sched.any():
+        parts = []
+        known = stages != ""
+        for (rank, pid, tid), idx in rg[sched].groupby(["rank", "pid", "tid"]).indices.items():
+            rows = np.flatnonzero(sched)[idx]
+            u = iv.union(rg["start_ns"].to_numpy()[rows], rg["end_ns"].to_numpy()[rows])
+            same = known & (rg["rank"].to_numpy() == rank) & (rg["tid"].to_numpy() == tid)
+            last_end = int(rg["end_ns"].to_numpy()[same].max())
+            starts = u[0]
+            ends = np.r_[starts[1:], max(last_end, int(u[1][-1]))]
+            parts.append(pd.DataFrame({"rank": rank, "pid": pid, "tid": tid, "start_ns": starts, "end_ns": ends}))
+        df = pd.concat(parts, ignore_index=True)
+        # keep, per rank, the thread with the most steps
+        best = df.groupby(["rank", "pid", "tid"]).size().reset_index(name="n").sort_values("n").drop_duplicates(
+            "rank", keep="last")
+        df = df.merge(best[["rank", "pid", "tid"]], on=["rank", "pid", "tid"])
+        return "sglang", _blank_attrs(df)
+    api = tl.api
+    if len(api) == 0:
+        return "none", _blank_attrs(pd.DataFrame(columns=["rank", "pid", "tid", "start_ns", "end_ns"]))
+    threads = _default_threads(tl)
+    blocking = _blocking_mask(api)
+    kind = api["kind"].to_numpy()
+    launch = (kind == ApiKind.LAUNCH.value) | (kind == ApiKind.GRAPH_LAUNCH.value)
+    parts, source = [], "sync"
+    a_s, a_e = api["start_ns"].to_numpy(), api["end_ns"].to_numpy()
+    for rank, (pid, tid) in sorted(threads.items()):
+        on = (api["rank"].to_numpy() == rank) & (api["pid"].to_numpy() == pid) & (api["tid"].to_numpy() == tid)
+        ls = a_s[on & launch]
+        if len(ls) == 0:
+            continue
+        first, last_end = int(ls.min()), int(a_e[on & launch].max())
+        dev_end = tl.device.loc[tl.device["rank"] == rank, "end_ns"]
+        last_end = max(last_end, int(dev_end.max()) if len(dev_end) else last_end)
+        syncs = iv.union(a_s[on & blocking], a_e[on & blocking])[1]
+        syncs = syncs[syncs > first]
+        if len(syncs) >= 2:
+            bounds = np.unique(np.r_[first, syncs])
+            ends = np.r_[bounds[1:], max(last_end, int(bounds[-1]) + 1)]
+        else:
+            source = "bursts"
+            ls = np.sort(ls)
+            le = np.maximum.accumulate(np.sort(a_e[on & launch]))
+            new = np.r_[True, (ls[1:] - le[:-1]) > rule.gap_ns]
+            bounds = ls[new]
+            ends = np.r_[bounds[1:], last_end]
+        n_launch = np.diff(np.searchsorted(np.sort(ls), np.r_[bounds, ends[-1]]))
+        keep = n_launch > 0
+        parts.append(pd.DataFrame({"rank": rank, "pid": pid, "tid": tid,
+                                   "start_ns": bounds[keep], "end_ns": ends[keep]}))
+    if not parts:
+        return "none", _blank_attrs(pd.DataFrame(columns=["rank", "pid", "tid", "start_ns", "end_ns"]))
+    return source, _blank_attrs(pd.concat(parts, ignore_index=True))
+
+
+def _blank_attrs(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    df["step"] = -1
+    df["mode"] = ""
+    df["bs"] = -1
+    df["tokens"] = -1
+    return df
+
+
+def find_steps(tl: Timeline, rule: StepRule = StepRule()) -> tuple[str, pd.DataFrame]:
+    """(source, table with ``STEP_COLUMNS``), sorted by rank then start."""
+    stages = _resolved(tl.ranges)
+    source, w = _windows(tl, stages, rule)
+    if len(w) == 0:
+        return "none", pd.DataFrame({c: pd.Series([], dtype=object if c in ("mode", "exec", "reason")
+                                                  else np.int64) for c in STEP_COLUMNS})
+    for c in ("rank", "pid", "tid", "start_ns", "end_ns", "step", "bs", "tokens"):
+        w[c] = w[c].astype(np.int64)
+    w = w.sort_values(["rank", "start_ns"], ignore_index=True)
+    ordinal = w.groupby("rank").cumcount().to_numpy()
+    w["step"] = np.where(w["step"].to_numpy() >= 0, w["step"].to_numpy(), ordinal)
+    n = len(w)
+    cols = {c: np.zeros(n, np.int64) for c in ("busy_ns", "launches", "graph_launches", "graph_kernels",
+                                                "n_eager", "n_graph")}
+    padded = np.full(n, -1, np.int64)
+    run_bs = np.full(n, -1, np.int64)
+    reason = np.full(n, "", dtype=object)
+    dev, api, rg = tl.device, tl.api, tl.ranges
+    graph_kernel = _graph_kernel_mask(tl)
+    run = (stages == Stage.RUN_EAGER.value) | (stages == Stage.RUN_GRAPH_REPLAY.value)
+    for rank, idx in w.groupby("rank").indices.items():
+        s, e = w["start_ns"].to_numpy()[idx], w["end_ns"].to_numpy()[idx]
+        d = dev["rank"].to_numpy() == rank
+        busy = iv.union(dev["start_ns"].to_numpy()[d], dev["end_ns"].to_numpy()[d])
+        cols["busy_ns"][idx] = iv.overlap(busy, s, e)
+        cols["graph_kernels"][idx] = _count_in(dev["start_ns"].to_numpy()[d & graph_kernel], s, e)
+        if len(api):
+            on = api["rank"].to_numpy() == rank
+            k = api["kind"].to_numpy()
+            cols["launches"][idx] = _count_in(api["start_ns"].to_numpy()[on & (k == ApiKind.LAUNCH.value)], s, e)
+            cols["graph_launches"][idx] = _count_in(
+                api["start_ns"].to_numpy()[on & (k == ApiKind.GRAPH_LAUNCH.value)], s, e)
+        if len(run) and run.any():
+            rr = np.flatnonzero(run & (rg["rank"].to_numpy() == rank))
+            rs = rg["start_ns"].to_numpy()[rr]
+            pos = np.searchsorted(s, rs, side="right") - 1
+            ok = (pos >= 0) & (rs < e[np.maximum(pos, 0)])
+            rr, pos = rr[ok], pos[ok]
+            is_graph = stages[rr] == Stage.RUN_GRAPH_REPLAY.value
+            np.add.at(cols["n_graph"], idx[pos[is_graph]], 1)
+            np.add.at(cols["n_eager"], idx[pos[~is_graph]], 1)
+            attrs = rg["attrs"].to_numpy()[rr]
+            bs_r, pad_r, why = _attr_int(attrs, "bs"), _attr_int(attrs, "padded_bs"), _attr_str(attrs, "reason")
+            for j in range(len(rr)):  # one per forward range
+                t = idx[pos[j]]
+                run_bs[t] = max(run_bs[t], bs_r[j])
+                padded[t] = max(padded[t], pad_r[j])
+                if why[j] and not reason[t]:
+                    reason[t] = why[j]
+    graph = (cols["graph_launches"] > 0) | (cols["graph_kernels"] > 0) | (cols["n_graph"] > 0)
+    eager = ~graph & ((cols["launches"] > 0) | (cols["n_eager"] > 0) | (cols["busy_ns"] > 0))
+    w["exec"] = np.where(graph, "graph", np.where(eager, "eager", "idle"))
+    w["reason"] = np.where(eager, reason, "")
+    w["bs"] = np.where(w["bs"].to_numpy() >= 0, w["bs"].to_numpy(), run_bs)
+    w["padded_bs"] = padded
+    w["wall_ns"] = w["end_ns"] - w["start_ns"]
+    for c in ("busy_ns", "launches", "graph_launches", "graph_kernels"):
+        w[c] = cols[c]
+    return source, w[list(STEP_COLUMNS)]
+
+
+def _count_in(times: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    t = np.sort(times)
+    return np.searchsorted(t, e, side="left") - np.searchsorted(t, s, side="left")
+
+
+def _graph_kernel_mask(tl: Timeline) -> np.ndarray:
+    """Device rows that ran inside a CUDA graph (graph id/node set, or correlated to a graph launch)."""
+    dev = tl.device
+    m = ((dev["graph_id"].to_numpy() >= 0) | (dev["graph_node"].to_numpy() >= 0)
+         | (dev["kind"].to_numpy() == DeviceKind.GRAPH.value))
+    api = tl.api
+    if len(api) and len(dev):
+        g = api.loc[(api["kind"] == ApiKind.GRAPH_LAUNCH.value) & (api["correlation"] >= 0),
+                    ["rank", "pid", "correlation"]].drop_duplicates()
+        if len(g):
+            key = dev[["rank", "pid", "correlation"]].reset_index().merge(g, on=["rank", "pid", "correlation"])
+            m[key["index"].to_numpy()] = True
+    return m

@@ -1,0 +1,193 @@
+"""``diagnose(tl) -> Diagnosis`` runs every analysis; ``compare(before, after)`` diffs two diagnoses.
+
+Pure: no printing, no I/O. The CLI renders ``Diagnosis`` / ``DiagnosisDiff`` and their ``to_json()``.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from analyzers import intervals as iv
+from analyzers.analyses.attribution import BurstRule, attribute, launching_threads
+from analyzers.analyses.bubbles import find_bubbles, histogram
+from analyzers.analyses.budget import primary_devices, step_budget
+from analyzers.analyses.comm import comm_mask, communication
+from analyzers.analyses.diff import DiagnosisDiff, FigureDelta, compare
+from analyzers.analyses.eager import eager_fallback, eager_reasons
+from analyzers.analyses.steps import StepRule, find_steps
+from analyzers.analyses.verdict import decide
+from analyzers.results import BUBBLE_CLASSES, BubbleResult, CaptureInfo, Diagnosis, StepsResult
+from analyzers.timeline import DeviceKind, Timeline
+
+__all__ = ["DiagnoseParams", "diagnose", "compare", "crop", "top_kernels", "DiagnosisDiff", "FigureDelta"]
+
+
+@dataclass(frozen=True)
+class DiagnoseParams:
+    """Thresholds, inference-scale defaults (µs, not nsys's 500 ms gap rule)."""
+
+    threshold_us: float = 5.0            # a device gap longer than this is a bubble
+    burst_gap_us: float = 30.0           # launches closer than this belong to one burst
+    burst_min_launches: int = 4          # ... and a burst has at least this many
+    step_gap_us: float = 200.0           # no-NVTX fallback: a launch gap this long ends a step
+    step_range: tuple[int, int] | None = None   # analyse only steps first..last (inclusive)
+    healthy_pct: float = 10.0            # lost time under this % of the window = healthy
+    min_skew_us: float = 10.0            # collectives skewed more than this name a straggler
+    top_kernels: int = 10
+
+    def __post_init__(self) -> None:
+        for name in ("threshold_us", "burst_gap_us", "min_skew_us"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.step_gap_us <= 0:
+            raise ValueError(f"step_gap_us must be > 0, got {self.step_gap_us}")
+        if self.burst_min_launches < 1:
+            raise ValueError(f"burst_min_launches must be >= 1, got {self.burst_min_launches}")
+        if not 0 < self.healthy_pct < 100:
+            raise ValueError(f"healthy_pct must be in (0, 100), got {self.healthy_pct}")
+        if self.top_kernels < 0:
+            raise ValueError(f"top_kernels must be >= 0, got {self.top_kernels}")
+        if self.step_range is not None:
+            a, b = self.step_range
+            if a < 0 or b < a:
+                raise ValueError(f"step_range must be (first, last) with 0 <= first <= last, got {self.step_range}")
+
+    @property
+    def threshold_ns(self) -> int:
+        return int(round(self.threshold_us * 1000))
+
+    @property
+    def burst_rule(self) -> BurstRule:
+        return BurstRule(int(round(self.burst_gap_us * 1000)), self.burst_min_launches)
+
+    @property
+    def step_rule(self) -> StepRule:
+        return StepRule(int(round(self.step_gap_us * 1000)))
+
+
+def crop(tl: Timeline, lo_ns: int, hi_ns: int) -> Timeline:
+    """The rows overlapping [lo, hi), clipped to it (metadata shared)."""
+    def cut(df: pd.DataFrame) -> pd.DataFrame:
+        m = (df["end_ns"].to_numpy() > lo_ns) & (df["start_ns"].to_numpy() < hi_ns)
+        out = df[m].copy()
+        out["start_ns"] = np.maximum(out["start_ns"].to_numpy(), lo_ns)
+        out["end_ns"] = np.minimum(out["end_ns"].to_numpy(), hi_ns)
+        return out.reset_index(drop=True)
+    c = tl.counters
+    c = c[(c["t_ns"] >= lo_ns) & (c["t_ns"] < hi_ns)].reset_index(drop=True)
+    return Timeline(cut(tl.device), cut(tl.api), cut(tl.ranges), c, tl.meta)
+
+
+def _select_steps(tl: Timeline, params: DiagnoseParams) -> tuple[Timeline, str, pd.DataFrame]:
+    source, steps = find_steps(tl, params.step_rule)
+    if params.step_range is None:
+        return tl, source, steps
+    a, b = params.step_range
+    sel = steps[(steps["step"] >= a) & (steps["step"] <= b)]
+    if len(sel) == 0:
+        have = (f"steps {int(steps['step'].min())}..{int(steps['step'].max())}" if len(steps)
+                else "no steps")
+        raise ValueError(f"step range {a}..{b} selects no step (the trace has {have})")
+    tl = crop(tl, int(sel["start_ns"].min()), int(sel["end_ns"].max()))
+    source, steps = find_steps(tl, params.step_rule)
+    return tl, source, steps[(steps["step"] >= a) & (steps["step"] <= b)].reset_index(drop=True)
+
+
+def _pieces(bubbles: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Bubbles cut at their rank's step boundaries; ``step_row`` = row of ``steps`` holding the piece."""
+    parts = []
+    for rank, bidx in (bubbles.groupby("rank").indices.items() if len(bubbles) else []):
+        b = bubbles.iloc[bidx]
+        st = steps[steps["rank"] == rank]
+        cuts = np.r_[st["start_ns"].to_numpy(), st["end_ns"].to_numpy()]
+        ps, pe, src = iv.split_at(b["start_ns"].to_numpy(), b["end_ns"].to_numpy(), cuts)
+        row = np.full(len(ps), -1, np.int64)
+        if len(st):
+            order = np.argsort(st["start_ns"].to_numpy(), kind="stable")
+            s_sorted = st["start_ns"].to_numpy()[order]
+            pos = np.searchsorted(s_sorted, ps, side="right") - 1
+            ok = pos >= 0
+            cand = order[np.maximum(pos, 0)]
+            ok &= ps < st["end_ns"].to_numpy()[cand]
+            row = np.where(ok, st.index.to_numpy()[cand], -1)
+        parts.append(pd.DataFrame({"bubble": bidx[src], "rank": rank, "device": b["device"].to_numpy()[src],
+                                   "pid": b["pid"].to_numpy()[src], "tid": b["tid"].to_numpy()[src],
+                                   "start_ns": ps, "end_ns": pe, "step_row": row}))
+    if not parts:
+        return pd.DataFrame({c: pd.Series([], dtype=np.int64) for c in
+                             ("bubble", "rank", "device", "pid", "tid", "start_ns", "end_ns", "step_row")})
+    return pd.concat(parts, ignore_index=True)
+
+
+def top_kernels(tl: Timeline, n: int) -> pd.DataFrame:
+    """The n device activities (kernels, or CPU stand-in forwards) with the most summed time."""
+    dev = tl.device
+    cols = ["name", "count", "total_ns", "mean_ns", "share"]
+    k = dev[dev["kind"].isin([DeviceKind.KERNEL.value, DeviceKind.CPU_FORWARD.value, DeviceKind.GRAPH.value])]
+    if len(k) == 0 or n == 0:
+        return pd.DataFrame(columns=cols)
+    dur = (k["end_ns"] - k["start_ns"]).rename("dur")
+    g = dur.groupby(k["name"].astype(str)).agg(["count", "sum"])
+    g = g.sort_values("sum", ascending=False).head(n)
+    total = int(dur.sum())
+    return pd.DataFrame({"name": g.index.to_numpy(), "count": g["count"].to_numpy(np.int64),
+                         "total_ns": g["sum"].to_numpy(np.int64),
+                         "mean_ns": (g["sum"] // g["count"]).to_numpy(np.int64),
+                         "share": np.round(g["sum"].to_numpy() / total, 4) if total else 0.0})
+
+
+def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams()) -> Diagnosis:
+    """Every analysis over one Timeline, and the verdict."""
+    tl, source, steps = _select_steps(tl, params)
+    bubbles, by_device, by_stream = find_bubbles(tl, params.threshold_ns)
+    pid, tid = launching_threads(tl, bubbles["next_row"].to_numpy())
+    bubbles["pid"], bubbles["tid"] = pid, tid
+    pieces = _pieces(bubbles, steps)
+    classes, stages = attribute(tl, pieces, params.burst_rule)
+    pieces = pd.concat([pieces, classes], axis=1)
+    ccols = [f"{c}_ns" for c in BUBBLE_CLASSES] + ["covered_ns"]
+    per_bubble = pieces.groupby("bubble")[ccols].sum() if len(pieces) else pd.DataFrame(columns=ccols)
+    table = bubbles.drop(columns=["next_row"]).join(per_bubble)
+    for c in ccols:
+        table[c] = table[c].fillna(0).astype(np.int64)
+    if stages.shape[1]:
+        sb = stages.groupby(pieces["bubble"]).sum()
+        top = sb.idxmax(axis=1).where(sb.max(axis=1) > 0, "")
+        table["top_stage"] = top.reindex(table.index).fillna("")
+    else:
+        table["top_stage"] = ""
+    total = int(table["dur_ns"].sum())
+    by_stage = stages.sum(axis=0).sort_values(ascending=False) if stages.shape[1] else pd.Series(dtype=np.int64)
+    bres = BubbleResult(
+        count=len(table), total_ns=total, window_ns=int(by_device["window_ns"].sum()),
+        busy_ns=int(by_device["busy_ns"].sum()),
+        by_class={c: int(table[f"{c}_ns"].sum()) for c in BUBBLE_CLASSES},
+        by_stage={str(k): int(v) for k, v in by_stage.items() if v > 0},
+        histogram=histogram(table["dur_ns"].to_numpy()), threshold_ns=params.threshold_ns,
+        nvtx_coverage=(float(table["covered_ns"].sum()) / total) if total and len(tl.ranges) else None,
+        table=table, by_device=by_device, by_stream=by_stream)
+    reasons = eager_reasons(steps)
+    sres = StepsResult(source, steps, {str(k): int(v) for k, v in reasons[reasons != ""].value_counts().items()})
+    mask = comm_mask(tl.device)
+    cres = communication(tl, mask, int(params.min_skew_us * 1000))
+    eres = eager_fallback(steps)
+    budget = step_budget(tl, steps, pieces, mask, primary_devices(by_device))
+    tk = top_kernels(tl, params.top_kernels)
+    verdict = decide(tl.meta, bres, cres, eres, tk, budget.table, source, params.healthy_pct)
+    m = tl.meta
+    names = {d.id: d.name for d in m.devices}
+    seen = (tl.device[["rank", "device"]].drop_duplicates().sort_values(["rank", "device"])
+            if len(tl.device) else pd.DataFrame(columns=["rank", "device"]))
+    devices = tuple({"id": int(d), "name": names.get(int(d), ""), "rank": int(r)}
+                    for r, d in zip(seen["rank"], seen["device"]))
+    lo, hi = tl.span_ns
+    capture = CaptureInfo(format=m.format.value if hasattr(m.format, "value") else str(m.format),
+                          tool_version=m.tool_version, sources=tuple(m.sources), devices=devices,
+                          ranks=tuple(m.ranks), window_ns=int((m.window_end_ns - m.window_start_ns) or (hi - lo)),
+                          traced=tuple(sorted(t.value for t in m.traced)),
+                          warnings=tuple({"code": w.code.value, "message": w.message} for w in m.warnings))
+    p = asdict(params)
+    p["step_range"] = list(params.step_range) if params.step_range else None
+    return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, p)

@@ -1,0 +1,115 @@
+"""Trace readers: every supported format into one ``Timeline``.
+
+    from analyzers.readers import load_timeline, TraceError
+    tl = load_timeline(["rank0.sqlite", "rank1.sqlite"])
+
+Formats are detected from content (``detect.py``). Several files (one per rank) are merged. Every
+input the readers cannot use raises ``TraceError`` with one line ``"<path>: <what is wrong>"``.
+"""
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+from typing import Callable, Sequence
+
+from analyzers.readers.detect import detect_format
+from analyzers.readers.errors import TraceError
+from analyzers.timeline import (DeviceKind, SourceFormat, Timeline, TimelineError, WarningCode,
+                                merge_timelines)
+
+__all__ = ["load_timeline", "read_one", "detect_format", "TraceError"]
+
+Progress = Callable[[float, str], None]
+_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+
+
+def rank_from_name(path: str | Path) -> int | None:
+    """``rank3`` (also ``rank_3``, ``RANK-3``) in a file name -> 3."""
+    m = _RANK_IN_NAME.search(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+def read_one(path: str | Path, rank: int = 0, allow_no_kernels: bool = False) -> Timeline:
+    """Read one file of any supported format; ``rank`` is the fallback when the file has none."""
+    path = Path(path)
+    try:
+        fmt = detect_format(path)
+        if fmt is SourceFormat.NSYS_SQLITE:
+            from analyzers.readers.nsys_sqlite import read_nsys
+            tl = read_nsys(path, rank)
+        elif fmt is SourceFormat.KINETO:
+            from analyzers.readers.kineto import read_kineto
+            tl = read_kineto(path, rank)
+        else:
+            from analyzers.readers.probe import read_probe
+            tl = read_probe(path, rank)
+    except TraceError:
+        raise
+    except sqlite3.DatabaseError as exc:
+        raise TraceError(path, f"corrupt or unreadable SQLite database ({exc})") from None
+    except (EOFError, UnicodeDecodeError) as exc:
+        raise TraceError(path, f"truncated or corrupt file ({type(exc).__name__}: {exc})") from None
+    except TimelineError as exc:
+        raise TraceError(path, f"inconsistent trace data: {exc}") from None
+    except MemoryError:
+        raise TraceError(path, "out of memory while reading") from None
+    except Exception as exc:  # noqa: BLE001 - corrupt data surfaces as many exception types
+        raise TraceError(path, f"cannot read trace ({type(exc).__name__}: {exc})") from None
+    if not allow_no_kernels and not len(tl.device):
+        raise TraceError(path, "trace has zero kernels and no other device activity "
+                               "(was CUDA/GPU tracing enabled?)")
+    return tl
+
+
+def _expand(paths: Sequence[str | Path]) -> list[Path]:
+    out: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            files = sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+            if not files:
+                raise TraceError(p, "directory holds no trace files")
+            out += files
+        else:
+            out.append(p)
+    return out
+
+
+def load_timeline(paths: Sequence[str | Path] | str | Path, progress: Progress | None = None,
+                  allow_no_kernels: bool = False) -> Timeline:
+    """Read and merge trace files (a directory stands for its files).
+
+    Rank of each file: Kineto ``distributedInfo.rank`` / probe ``meta.rank`` when present, else
+    ``rank<N>`` in the file name, else its position among the files given. ``progress(fraction,
+    what)`` is called before each file (fraction of files done) and with 1.0 at the end. ``allow_no_kernels`` accepts traces without device activity (they
+    carry warning ``no_kernels``) instead of raising ``TraceError``.
+    """
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    files = _expand(list(paths))
+    if not files:
+        raise TraceError("<no input>", "no trace files given")
+    parts: list[Timeline] = []
+    next_rank = 0
+    for i, path in enumerate(files):
+        if progress is not None:
+            progress(i / len(files), f"reading {path.name}")
+        named = rank_from_name(path)
+        tl = read_one(path, named if named is not None else next_rank, allow_no_kernels)
+        next_rank = max(tl.meta.ranks) + 1
+        parts.append(tl)
+    ranks = [r for p in parts for r in p.meta.ranks]
+    if len(set(ranks)) != len(ranks):
+        raise TraceError(files[0], f"several files claim the same rank(s) {sorted(ranks)}: "
+                                   "give one file per rank")
+    formats = {p.meta.format for p in parts}
+    if len(formats) > 1:
+        raise TraceError(files[0], "files of different formats cannot be merged: "
+                                   + ", ".join(sorted(f.value for f in formats)))
+    tl = merge_timelines(parts)
+    if progress is not None:
+        progress(1.0, "done")
+    if len(parts) > 1 and tl.meta.world_size < len(set(ranks)):
+        tl.meta.world_size = len(set(ranks))
+    return tl

@@ -1,0 +1,240 @@
+"""PyTorch profiler (Kineto) Chrome-trace JSON -> Timeline; ``.json`` or gzip, current and 2021 schemas.
+
+Mapping (``ph: "X"`` events):
+- ``kernel``/``gpu_memcpy``/``gpu_memset`` (2021: ``Kernel``/``Memcpy``/``Memset``) -> device rows;
+  device and stream from args (GPU events use pid = device, tid = stream, ``"stream 7"`` in 2021).
+- ``cuda_runtime``/``cuda_driver`` (2021: ``Runtime``) -> api rows; ROCm ``hip*`` names mapped to CUDA.
+- ``user_annotation`` -> ranges (domain ``""``); ``gpu_user_annotation`` -> ranges in domain ``"gpu"``
+  on (pid = device, tid = stream), the same annotations projected onto the GPU stream.
+- ``cpu_op`` (2021: ``Operator``) -> ranges only when the op name is a known stage alias
+  (``probes.stages.resolve_stage``); the rest are dropped (tens of thousands of aten ops).
+Correlation is ``args.correlation`` on both sides (kernels of a ``cudaGraphLaunch`` carry the
+launch's correlation). Device rows take the host pid of the API calls so (pid, correlation) joins.
+Times: µs -> integer ns, plus ``baseTimeNanoseconds`` when present.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyzers.names import api_kind, hip_to_cuda, strip_api_suffix
+from analyzers.readers.errors import TraceError
+from analyzers.readers.jsonstream import JsonStreamError, iter_trace, us_to_ns
+from analyzers.readers.labels import split_labels
+from analyzers.timeline import (ApiKind, DeviceInfo, DeviceKind, SourceFormat, Timeline,
+                                TimelineMeta, Traced, WarningCode)
+from probes.stages import resolve_stage
+
+_DEVICE_CATS = {"kernel": DeviceKind.KERNEL, "Kernel": DeviceKind.KERNEL,
+                "gpu_memcpy": DeviceKind.MEMCPY, "Memcpy": DeviceKind.MEMCPY,
+                "gpu_memset": DeviceKind.MEMSET, "Memset": DeviceKind.MEMSET}
+_API_CATS = {"cuda_runtime", "cuda_driver", "Runtime"}
+_RANGE_CATS = {"user_annotation": "", "gpu_user_annotation": "gpu"}
+_OP_CATS = {"cpu_op", "Operator"}
+_LEGACY_CATS = {"Kernel", "Runtime", "Operator", "Memcpy", "Memset"}
+KNOWN_SCHEMAS = {1}
+
+
+def _int(v: Any, default: int = -1) -> int:
+    """Ints, numeric strings and ``"stream 7"``-style strings -> int."""
+    if isinstance(v, bool) or v is None:
+        return default
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        return int(v)
+    if isinstance(v, str):
+        digits = v.rsplit(" ", 1)[-1]
+        return int(digits) if digits.lstrip("-").isdigit() else default
+    return default
+
+
+class _Cols:
+    """Column lists of one table, appended per event."""
+
+    def __init__(self, *names: str) -> None:
+        self.cols: dict[str, list] = {n: [] for n in names}
+
+    def add(self, *values: Any) -> None:
+        for col, v in zip(self.cols.values(), values):
+            col.append(v)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.cols.values())))
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    with open(path, "rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+    raw = gzip.open(path, "rb") if gz else open(path, "rb")
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="strict")
+
+
+def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
+    """Read one Kineto trace. ``rank`` is used when the trace has no ``distributedInfo.rank``."""
+    path = Path(path)
+    header: dict[str, Any] = {}
+    dev = _Cols("start", "dur", "kind", "name", "device", "stream", "correlation")
+    api = _Cols("start", "dur", "pid", "tid", "name", "correlation")
+    rng = _Cols("start", "dur", "pid", "tid", "name", "domain")
+    cats: Counter[str] = Counter()
+    thread_names: dict[str, str] = {}
+    n_events = 0
+    stage_ops: dict[str, bool] = {}
+    with _open_text(path) as fh:
+        try:
+            for ev in iter_trace(fh, header.__setitem__):
+                n_events += 1
+                if not isinstance(ev, dict):
+                    continue
+                ph = ev.get("ph")
+                if ph != "X":
+                    if ph == "M" and ev.get("name") == "thread_name":
+                        nm = (ev.get("args") or {}).get("name")
+                        if nm:
+                            thread_names[f"{ev.get('pid')}:{ev.get('tid')}"] = str(nm)
+                    continue
+                cat = ev.get("cat", "")
+                cats[cat] += 1
+                kind = _DEVICE_CATS.get(cat)
+                if kind is not None:
+                    args = ev.get("args") or {}
+                    dev.add(ev["ts"], ev.get("dur", 0), kind.value, str(ev.get("name", "")),
+                            _int(args.get("device", ev.get("pid"))),
+                            _int(args.get("stream", ev.get("tid"))),
+                            _int(args.get("correlation")))
+                elif cat in _API_CATS:
+                    args = ev.get("args") or {}
+                    api.add(ev["ts"], ev.get("dur", 0), _int(ev.get("pid")), _int(ev.get("tid")),
+                            str(ev.get("name", "")), _int(args.get("correlation")))
+                elif cat in _RANGE_CATS:
+                    rng.add(ev["ts"], ev.get("dur", 0), _int(ev.get("pid")), _int(ev.get("tid")),
+                            str(ev.get("name", "")), _RANGE_CATS[cat])
+                elif cat in _OP_CATS:
+                    name = str(ev.get("name", ""))
+                    keep = stage_ops.get(name)
+                    if keep is None:
+                        keep = stage_ops[name] = resolve_stage(name) is not None
+                    if keep:
+                        rng.add(ev["ts"], ev.get("dur", 0), _int(ev.get("pid")),
+                                _int(ev.get("tid")), name, "")
+        except JsonStreamError as exc:
+            raise TraceError(path, f"not a valid Kineto trace: {exc}") from None
+        except KeyError as exc:
+            raise TraceError(path, f"Kineto event without {exc.args[0]!r}") from None
+    if "traceEvents" not in header and n_events == 0 and "schemaVersion" not in header:
+        raise TraceError(path, "JSON is not a trace: no traceEvents array")
+    if len(dev) + len(api) + len(rng) == 0:
+        raise TraceError(path, f"Kineto trace holds no GPU, CUDA API or annotation events "
+                               f"({n_events} events)")
+    return _build(path, header, dev, api, rng, cats, thread_names, n_events, rank)
+
+
+def _times(cols: _Cols, base_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    start = np.fromiter((us_to_ns(v) for v in cols.cols["start"]), np.int64, len(cols)) + base_ns
+    dur = np.fromiter((us_to_ns(v) for v in cols.cols["dur"]), np.int64, len(cols))
+    return start, start + np.maximum(dur, 0)
+
+
+def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Cols,
+           cats: Counter, thread_names: dict[str, str], n_events: int, rank: int) -> Timeline:
+    base = header.get("baseTimeNanoseconds")
+    base_ns = _int(base, 0) if base is not None else 0
+    dist = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
+    file_rank = _int(dist.get("rank"), rank) if "rank" in dist else rank
+    world = _int(dist.get("world_size"), 1) if "world_size" in dist else 1
+
+    host_pids = Counter(api.cols["pid"])
+    host_pid = host_pids.most_common(1)[0][0] if host_pids else -1
+
+    device = api_df = ranges = None
+    if len(dev):
+        s, e = _times(dev, base_ns)
+        c = dev.cols
+        device = pd.DataFrame({"start_ns": s, "end_ns": e, "kind": pd.Categorical(c["kind"]),
+                               "name": pd.Categorical(c["name"]), "device": c["device"],
+                               "stream": c["stream"], "pid": host_pid,
+                               "correlation": c["correlation"], "rank": file_rank})
+    if len(api):
+        s, e = _times(api, base_ns)
+        c = api.cols
+        raw = pd.Categorical(c["name"])
+        mapped = np.asarray([strip_api_suffix(hip_to_cuda(n)) for n in raw.categories], dtype=object)
+        kind_lut = np.asarray([api_kind(n).value for n in mapped], dtype=object)
+        names = pd.Categorical(mapped[raw.codes])
+        kinds = pd.Categorical(kind_lut[raw.codes], categories=[k.value for k in ApiKind])
+        api_df = pd.DataFrame({"start_ns": s, "end_ns": e, "pid": c["pid"], "tid": c["tid"],
+                               "name": names, "kind": kinds, "correlation": c["correlation"],
+                               "rank": file_rank})
+    if len(rng):
+        s, e = _times(rng, base_ns)
+        c = rng.cols
+        names, attrs = split_labels(c["name"])
+        ranges = pd.DataFrame({"start_ns": s, "end_ns": e, "pid": c["pid"], "tid": c["tid"],
+                               "name": names, "domain": pd.Categorical(c["domain"]),
+                               "attrs": attrs, "rank": file_rank})
+
+    schema = header.get("schemaVersion")
+    meta = TimelineMeta(format=SourceFormat.KINETO, sources=[str(path)], ranks=[file_rank],
+                        world_size=max(world, 1))
+    props = header.get("deviceProperties") if isinstance(header.get("deviceProperties"), list) else []
+    by_id = {}
+    for p in props:
+        if isinstance(p, dict) and "id" in p:
+            by_id[_int(p.get("id"))] = DeviceInfo(_int(p.get("id")), str(p.get("name", "")),
+                                                  _int(p.get("numSms"), 0),
+                                                  _int(p.get("totalGlobalMem"), 0))
+    used = sorted(set(device["device"].unique().tolist())) if device is not None else []
+    meta.devices = [by_id.get(i, DeviceInfo(i)) for i in used]
+    runtime_ver = header.get("cuda_runtime_version", header.get("hip_runtime_version"))
+    meta.tool_version = f"kineto schema {schema}" + (f", runtime {runtime_ver}" if runtime_ver else "")
+    spans = [(t["start_ns"].min(), t["end_ns"].max()) for t in (device, api_df, ranges)
+             if t is not None and len(t)]
+    meta.window_start_ns = int(min(a for a, _ in spans))
+    meta.window_end_ns = int(max(b for _, b in spans))
+    legacy = bool(_LEGACY_CATS & set(cats))
+    n_kern = int((device["kind"] == DeviceKind.KERNEL.value).sum()) if device is not None else 0
+    graph_corr = (api_df.loc[api_df["kind"] == ApiKind.GRAPH_LAUNCH.value, "correlation"]
+                  if api_df is not None else pd.Series([], dtype=np.int64))
+    graph_kernels = int((device["correlation"].isin(set(graph_corr.tolist()))
+                         & (device["kind"] == DeviceKind.KERNEL.value)).sum()) \
+        if device is not None and len(graph_corr) else 0
+    meta.extra.update({
+        "kineto.schema_version": schema, "kineto.legacy_2021": legacy,
+        "kineto.events": n_events, "kineto.categories": dict(cats),
+        "kineto.thread_names": thread_names, "kineto.base_time_ns": base_ns,
+        "kineto.distributed": {k: v for k, v in dist.items() if k != "pg_config"},
+        "kineto.graph_launches": int(len(graph_corr)), "kineto.graph_kernels": graph_kernels,
+        "kineto.rocm": "roctracer_version" in header or "hip_runtime_version" in header,
+    })
+    if n_kern:
+        meta.traced.add(Traced.KERNELS)
+    if device is not None and (device["kind"] != DeviceKind.KERNEL.value).any():
+        meta.traced.add(Traced.MEMCPY)
+    if api_df is not None:
+        meta.traced.add(Traced.API)
+    if ranges is not None:
+        meta.traced.add(Traced.NVTX)
+    if graph_kernels:
+        meta.traced.add(Traced.GRAPH_NODES)
+    if not n_kern:
+        meta.warn(WarningCode.NO_KERNELS, "no kernel events (profiler without CUDA activities?)")
+    if api_df is None:
+        meta.warn(WarningCode.NO_API, "no CUDA runtime events")
+    if ranges is None:
+        meta.warn(WarningCode.NO_NVTX, "no user annotations (record_function) or stage ranges")
+    if len(graph_corr) and not graph_kernels:
+        meta.warn(WarningCode.GRAPH_NOT_PER_NODE,
+                  f"{len(graph_corr)} graph launch(es) but no kernel carries their correlation")
+    if len(host_pids) > 1:
+        meta.warn(WarningCode.MULTI_PROCESS, f"CUDA API calls from {len(host_pids)} processes; "
+                  f"device rows attributed to pid {host_pid}")
+    if schema not in KNOWN_SCHEMAS:
+        meta.warn(WarningCode.UNKNOWN_SCHEMA, f"Kineto schemaVersion {schema!r} not seen in testing")
+    return Timeline.build(meta, device=device, api=api_df, ranges=ranges)

@@ -1,0 +1,43 @@
+"""Range labels -> (name, attrs), per distinct label only.
+
+srtscope messages (``"sched.schedule bs=32"``) split through ``probes.stages.parse_message``; any other
+label (``"Step 1 to 10"``, ``"aten::mul, op_id = 3"``) keeps its whole text as the name, since a
+space in it is not our attribute separator.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from probes.stages import parse_message
+
+
+def split_label(label: str) -> tuple[str, dict[str, str] | None]:
+    """One label -> (name, attrs or None)."""
+    if " " not in label:
+        return label, None
+    name, attrs = parse_message(label)
+    tokens = label.split(" ")[1:]
+    if name and all("=" in t and not t.startswith("=") for t in tokens):
+        return name, (attrs or None)
+    return label, None
+
+
+def split_labels(labels: Sequence[Any]) -> tuple[pd.Categorical, np.ndarray]:
+    """Vector form: categorical names and an object array of attrs dicts (None when none).
+
+    NOTE: rows with the same label share one attrs dict; treat attrs as read-only."""
+    codes, uniq = pd.factorize(pd.Series(labels, dtype=object).fillna(""), sort=False)
+    parsed = [split_label(str(u)) for u in uniq]
+    names = [p[0] for p in parsed]
+    cats, name_codes = np.unique(np.asarray(names, dtype=object), return_inverse=True) \
+        if names else (np.array([], dtype=object), np.zeros(0, np.int64))
+    code_map = np.asarray(name_codes, dtype=np.int64).reshape(-1)
+    cat = pd.Categorical.from_codes(code_map[codes] if len(codes) else np.zeros(0, np.int64),
+                                    categories=list(cats))
+    attr_lut = np.empty(len(parsed), dtype=object)
+    attr_lut[:] = [p[1] for p in parsed]
+    attrs = attr_lut[codes] if len(codes) else np.empty(0, dtype=object)
+    return cat, attrs

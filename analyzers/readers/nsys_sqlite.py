@@ -1,0 +1,480 @@
+"""Nsight Systems SQLite export -> Timeline (schemas of nsys 2022.1 to 2026.2).
+
+Opened strictly read-only (``mode=ro&immutable=1``): no journal, no index, nothing written beside
+the user's file. Only the needed columns are selected, filters run in SQL, columns land in numpy
+arrays chunk by chunk, names become categoricals over the few distinct StringIds.
+
+NOTE: ``globalTid`` packs ``hw << 48 | pid << 24 | tid``; GPU tables carry ``globalPid`` only.
+NOTE: correlation ids are unique per process only; the Timeline keeps ``pid`` beside them.
+"""
+from __future__ import annotations
+
+import sqlite3
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pandas.api.types import union_categoricals
+
+from analyzers.names import api_kind, strip_api_suffix
+from analyzers.readers.errors import TraceError
+from analyzers.readers.labels import split_labels
+from analyzers.timeline import (ApiKind, DeviceInfo, DeviceKind, SourceFormat, Timeline,
+                                TimelineMeta, Traced, WarningCode)
+
+KNOWN_SCHEMAS = frozenset({"2.9.1", "3.1.2", "3.1.7", "3.13.2", "3.16.1", "3.17.1", "3.20.2",
+                           "3.24.14", "3.25.0"})
+NVTX_PUSH_RANGE, NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE = 35, 59, 60, 75
+_COPY_KIND = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
+              8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
+_CHUNK = 1 << 20  # rowids per aggregate query
+_MASK24 = 0xFFFFFF
+
+
+def _kind_col(kind: DeviceKind, n: int) -> pd.Categorical:
+    return pd.Categorical.from_codes(np.zeros(n, np.int8), categories=[kind.value])
+
+
+def connect_readonly(path: Path) -> sqlite3.Connection:
+    """Read-only, immutable connection: SQLite neither locks nor writes anything next to the file."""
+    uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
+    con = sqlite3.connect(uri, uri=True, check_same_thread=False)
+    con.execute("PRAGMA query_only=1")
+    return con
+
+
+def _fetch_ints(con: sqlite3.Connection, table: str, exprs: list[str],
+                where: str = "") -> list[np.ndarray]:
+    """Integer columns ``exprs`` of ``table`` rows matching ``where`` -> one int64 array each.
+
+    NOTE: rows are aggregated in SQLite (``group_concat`` over chunks of rows in rowid order)
+    and parsed by numpy: several times faster than a Python tuple per row, and SQLite runs
+    without the GIL. The expressions must not be NULL (group_concat skips NULLs: COALESCE them);
+    a non-integer value makes the parse short, which is reported as a malformed table. All
+    columns of one chunk come from the same aggregate pass, so their rows line up. Chunks are
+    ``rowid > last LIMIT n``, so sparse or huge rowids in a damaged file cannot make it spin.
+    """
+    inner = ", ".join(f"{e} AS c{i}" for i, e in enumerate(exprs))
+    sel = ", ".join(f"group_concat(c{i})" for i in range(len(exprs)))
+    cond = f" AND ({where})" if where else ""
+    q = (f"SELECT {sel}, MAX(rid), COUNT(*) FROM (SELECT rowid AS rid, {inner} FROM {table} "
+         f"WHERE rowid > ?{cond} ORDER BY rowid LIMIT {_CHUNK})")
+    parts: list[list[np.ndarray]] = [[] for _ in exprs]
+    last = -(1 << 63)
+    while True:
+        row = con.execute(q, (last,)).fetchone()
+        if row is None or not row[-1]:
+            break
+        n, last = int(row[-1]), int(row[-2])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cols = [np.fromstring(v, dtype=np.int64, sep=",") if v else np.zeros(0, np.int64)
+                    for v in row[:-2]]
+        if any(len(c) != n for c in cols):
+            raise sqlite3.DatabaseError(f"malformed values in {table}")
+        for acc, c in zip(parts, cols):
+            acc.append(c)
+        if n < _CHUNK:
+            break
+    return [np.concatenate(p) if p else np.zeros(0, np.int64) for p in parts]
+
+
+def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, uniques) by hashing: faster than a sort for millions of rows, few distinct."""
+    codes, uniq = pd.factorize(values, sort=False)
+    return codes, np.asarray(uniq)
+
+
+def _cat_from_codes(codes: np.ndarray, labels: list[str]) -> pd.Categorical:
+    """Categorical from codes into possibly repeated labels (merged)."""
+    cats, remap = np.unique(np.asarray(labels, dtype=object), return_inverse=True)
+    return pd.Categorical.from_codes(remap.reshape(-1)[codes] if len(codes) else codes,
+                                     categories=cats.tolist())
+
+
+class _Reader:
+    def __init__(self, path: Path, con: sqlite3.Connection) -> None:
+        self.path, self.con = path, con
+        self.tables = {r[0] for r in con.execute(
+            "SELECT name FROM sqlite_master WHERE type='table'")}
+        self._strings: dict[int, str] | None = None
+
+    def has(self, table: str) -> bool:
+        return table in self.tables
+
+    def columns(self, table: str) -> set[str]:
+        return {r[1] for r in self.con.execute(f"PRAGMA table_info({table})")}
+
+    def count(self, table: str, where: str = "") -> int:
+        return int(self.con.execute(f"SELECT COUNT(*) FROM {table} {where}").fetchone()[0])
+
+    def strings(self, ids: np.ndarray) -> dict[int, str]:
+        """StringIds values of ``ids`` (distinct ids only are looked up)."""
+        want = np.unique(ids).tolist()
+        out: dict[int, str] = {}
+        for i in range(0, len(want), 900):
+            part = want[i:i + 900]
+            q = f"SELECT id, value FROM StringIds WHERE id IN ({','.join('?' * len(part))})"
+            out.update(self.con.execute(q, part))
+        return out
+
+    def categorical(self, ids: np.ndarray, transform=None) -> pd.Categorical:
+        """ids into StringIds -> categorical of (optionally transformed) strings."""
+        inv, uniq = _factorize(ids)
+        lut = self.strings(uniq)
+        vals = [lut.get(int(u), "") for u in uniq.tolist()]
+        if transform is not None:
+            vals = [transform(v) for v in vals]
+        return _cat_from_codes(inv, vals)
+
+    def meta_kv(self) -> dict[str, str]:
+        for t in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+            if self.has(t):
+                return {str(k): str(v) for k, v in self.con.execute(f"SELECT name, value FROM {t}")}
+        return {}
+
+    def capture_kv(self) -> dict[str, str]:
+        if not self.has("META_DATA_CAPTURE"):
+            return {}
+        return {str(k): str(v) for k, v in self.con.execute(
+            "SELECT name, value FROM META_DATA_CAPTURE WHERE name NOT LIKE '%ENVIRONMENT%'")}
+
+    # -- tables ------------------------------------------------------------------------------
+    def kernels(self) -> dict | None:
+        t = "CUPTI_ACTIVITY_KIND_KERNEL"
+        if not self.has(t):
+            return None
+        cols = self.columns(t)
+        name_col = "demangledName" if "demangledName" in cols else "shortName"
+        gid = "COALESCE(graphId,-1)" if "graphId" in cols else "-1"
+        gnode = "COALESCE(graphNodeId,-1)" if "graphNodeId" in cols else "-1"
+        s, e, dev, strm, corr, gpid, name, g, node = _fetch_ints(
+            self.con, t, ["start", "end", "deviceId", "streamId", "COALESCE(correlationId,-1)",
+                          "COALESCE(globalPid,0)", name_col, gid, gnode])
+        names = self.categorical(name)
+        del name
+        return {"start_ns": s, "end_ns": e, "kind": _kind_col(DeviceKind.KERNEL, len(s)),
+                "name": names, "device": dev, "stream": strm, "pid": (gpid >> 24) & _MASK24,
+                "correlation": corr, "graph_id": g, "graph_node": node}
+
+    def copies(self, table: str, kind: DeviceKind) -> dict | None:
+        if not self.has(table):
+            return None
+        cols = self.columns(table)
+        ck = "copyKind" if "copyKind" in cols and kind is DeviceKind.MEMCPY else "0"
+        gnode = "COALESCE(graphNodeId,-1)" if "graphNodeId" in cols else "-1"
+        s, e, dev, strm, corr, gpid, k, node = _fetch_ints(
+            self.con, table, ["start", "end", "deviceId", "streamId",
+                              "COALESCE(correlationId,-1)", "COALESCE(globalPid,0)",
+                              f"COALESCE({ck},0)", gnode])
+        inv, uniq = _factorize(k)
+        if kind is DeviceKind.MEMCPY:
+            labels = [f"Memcpy {_COPY_KIND.get(int(u), str(u))}" for u in uniq.tolist()]
+        else:
+            labels = ["Memset"] * len(uniq)
+        return {"start_ns": s, "end_ns": e, "kind": _kind_col(kind, len(s)),
+                "name": _cat_from_codes(inv, labels), "device": dev, "stream": strm,
+                "pid": (gpid >> 24) & _MASK24, "correlation": corr,
+                "graph_id": np.full(len(s), -1, np.int64), "graph_node": node}
+
+    def graph_execs(self) -> dict | None:
+        t = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+        if not self.has(t):
+            return None
+        cols = self.columns(t)
+        gid = "COALESCE(graphId,-1)" if "graphId" in cols else "-1"
+        s, e, dev, strm, corr, gpid, g = _fetch_ints(
+            self.con, t, ["start", "end", "deviceId", "streamId", "COALESCE(correlationId,-1)",
+                          "COALESCE(globalPid,0)", gid])
+        inv, uniq = _factorize(g)
+        return {"start_ns": s, "end_ns": e, "kind": _kind_col(DeviceKind.GRAPH, len(s)),
+                "name": _cat_from_codes(inv, [f"cudaGraph {u}" for u in uniq.tolist()]),
+                "device": dev, "stream": strm, "pid": (gpid >> 24) & _MASK24,
+                "correlation": corr, "graph_id": g, "graph_node": np.full(len(s), -1, np.int64)}
+
+    def api(self) -> dict | None:
+        t = "CUPTI_ACTIVITY_KIND_RUNTIME"
+        if not self.has(t):
+            return None
+        # 0 = CUDA runtime, 1 = CUDA driver; 2022.2 adds a duplicate row per call with class 67.
+        where = "eventClass IN (0, 1)" if "eventClass" in self.columns(t) else ""
+        s, e, gtid, corr, name = _fetch_ints(
+            self.con, t, ["start", "end", "COALESCE(globalTid,0)", "COALESCE(correlationId,-1)",
+                          "nameId"], where)
+        names = self.categorical(name, strip_api_suffix)
+        del name
+        kind_lut = np.asarray([api_kind(c).value for c in names.categories], dtype=object)
+        kinds = pd.Categorical(kind_lut[names.codes] if len(kind_lut) else
+                               np.zeros(0, dtype=object), categories=[k.value for k in ApiKind])
+        return {"start_ns": s, "end_ns": e, "pid": (gtid >> 24) & _MASK24, "tid": gtid & _MASK24,
+                "name": names, "kind": kinds, "correlation": corr}
+
+    def nvtx(self) -> tuple[dict | None, int]:
+        """(ranges, number of marks). Marks (end NULL) are excluded from ranges."""
+        t = "NVTX_EVENTS"
+        if not self.has(t):
+            return None, 0
+        cols = self.columns(t)
+        types = f"({NVTX_PUSH_RANGE}, {NVTX_PUSH_POP}, {NVTX_START_END})"
+        where = f"WHERE n.eventType IN {types} AND n.end IS NOT NULL"
+        dom = "COALESCE(domainId,0)" if "domainId" in cols else "0"
+        s, e, etype, gtid, dom = _fetch_ints(
+            self.con, t, ["start", "end", "eventType", "COALESCE(globalTid,0)", dom],
+            where.replace("WHERE ", "").replace("n.", ""))
+        has_tid = "textId" in cols
+        label_sql = ("COALESCE(n.text, s.value, '') FROM NVTX_EVENTS n LEFT JOIN StringIds s "
+                     "ON s.id = n.textId" if has_tid else "COALESCE(n.text, '') FROM NVTX_EVENTS n")
+        labels: list[Any] = []
+        cur = self.con.execute(f"SELECT {label_sql} {where} ORDER BY n.rowid")
+        while True:
+            rows = cur.fetchmany(_CHUNK)
+            if not rows:
+                break
+            labels.extend(r[0] for r in rows)
+        if len(labels) != len(s):
+            raise sqlite3.DatabaseError("NVTX label count mismatch")
+        marks = self.count(t, "WHERE end IS NULL AND eventType = 34")
+        pid, tid = (gtid >> 24) & _MASK24, gtid & _MASK24
+        names, attrs = split_labels(labels)
+        del labels
+        domains = self._domain_names(dom, pid)
+        depth = _nesting_depth(s, e, gtid, np.isin(etype, (NVTX_PUSH_RANGE, NVTX_PUSH_POP)))
+        return {"start_ns": s, "end_ns": e, "pid": pid, "tid": tid, "name": names,
+                "domain": domains, "attrs": attrs, "depth": depth}, marks
+
+    def _domain_names(self, dom: np.ndarray, pid: np.ndarray) -> pd.Categorical:
+        """domainId -> name from domain-create rows (per process, then any process)."""
+        by_pid: dict[tuple[int, int], str] = {}
+        by_id: dict[int, str] = {}
+        if "textId" in self.columns("NVTX_EVENTS"):
+            q = ("SELECT COALESCE(n.globalTid,0), n.domainId, COALESCE(n.text, s.value) FROM "
+                 "NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType = ?")
+        else:
+            q = "SELECT COALESCE(globalTid,0), domainId, text FROM NVTX_EVENTS WHERE eventType = ?"
+        for g, d, name in self.con.execute(q, (NVTX_DOMAIN_CREATE,)):
+            if d is None or name is None:
+                continue
+            by_pid[((int(g) >> 24) & _MASK24, int(d))] = str(name)
+            by_id.setdefault(int(d), str(name))
+        key = np.stack([pid, dom], axis=1) if len(dom) else np.zeros((0, 2), np.int64)
+        uniq, inv = np.unique(key, axis=0, return_inverse=True)
+        vals = []
+        for p, d in uniq.tolist():
+            vals.append("" if d == 0 else by_pid.get((p, d), by_id.get(d, f"domain{d}")))
+        cats, codes = np.unique(np.asarray(vals, dtype=object), return_inverse=True)
+        return pd.Categorical.from_codes(codes[inv.reshape(-1)] if len(dom) else
+                                         np.zeros(0, np.int64), categories=cats.tolist())
+
+    def devices(self, used: set[int]) -> tuple[list[DeviceInfo], int]:
+        if not self.has("TARGET_INFO_GPU"):
+            return [DeviceInfo(i) for i in sorted(used)], 0
+        cols = self.columns("TARGET_INFO_GPU")
+        sm = "smCount" if "smCount" in cols else "0"
+        mem = "totalMemory" if "totalMemory" in cols else "0"
+        rows = {int(i): DeviceInfo(int(i), str(nm or ""), int(s or 0), int(m or 0))
+                for i, nm, s, m in self.con.execute(
+                    f"SELECT id, name, {sm}, {mem} FROM TARGET_INFO_GPU")}
+        picked = [rows.get(i, DeviceInfo(i)) for i in sorted(used)] if used else list(rows.values())
+        return picked, len(rows)
+
+    def thread_names(self, pids: set[int]) -> dict[str, str]:
+        if not self.has("ThreadNames"):
+            return {}
+        rows = self.con.execute("SELECT t.globalTid, s.value FROM ThreadNames t "
+                                "JOIN StringIds s ON s.id = t.nameId").fetchall()
+        return {f"{(int(g) >> 24) & _MASK24}:{int(g) & _MASK24}": str(v)
+                for g, v in rows if g is not None and ((int(g) >> 24) & _MASK24) in pids}
+
+
+def _read_host(path: Path) -> tuple[dict | None, tuple[dict | None, int]]:
+    """API and NVTX tables on their own connection (run in a worker thread)."""
+    con = connect_readonly(path)
+    try:
+        r = _Reader(path, con)
+        api = _sorted(r.api())
+        ranges, marks = r.nvtx()
+        return api, (_sorted(ranges), marks)
+    finally:
+        con.close()
+
+
+def _nesting_depth(start: np.ndarray, end: np.ndarray, thread: np.ndarray,
+                   nested: np.ndarray) -> np.ndarray:
+    """Push/pop depth per thread (0 = outermost), vectorised; -1 where ``nested`` is False.
+
+    depth(i) = ranges on i's thread opened before i (ties: longer first) and not closed by then."""
+    depth = np.full(len(start), -1, dtype=np.int64)
+    idx = np.flatnonzero(nested)
+    if not len(idx):
+        return depth
+    s, e = start[idx], end[idx]
+    _, g = np.unique(thread[idx], return_inverse=True)
+    g = g.reshape(-1).astype(np.int64)
+    t0 = int(min(s.min(), e.min()))
+    span = int(max(s.max(), e.max())) - t0 + 1
+    ks, ke = g * span + (s - t0), g * span + (e - t0)
+    order = np.lexsort((-(e - s), ks))            # by (thread, start), longer first on ties
+    pos = np.empty(len(idx), np.int64)
+    pos[order] = np.arange(len(idx))
+    first = np.searchsorted(ks[order], g * span, side="left")
+    opened = pos - first                           # ranges of the thread opened before i
+    ke_sorted = np.sort(ke)
+    closed = (np.searchsorted(ke_sorted, ks, side="right")
+              - np.searchsorted(ke_sorted, g * span, side="left"))
+    depth[idx] = np.maximum(opened - closed, 0)
+    return depth
+
+
+def read_nsys(path: str | Path, rank: int = 0) -> Timeline:
+    """Read one nsys SQLite export. ``rank`` is the rank of its first process (several processes
+    in one file get consecutive ranks in pid order)."""
+    path = Path(path)
+    con = connect_readonly(path)
+    try:
+        return _read(path, _Reader(path, con), rank)
+    finally:
+        con.close()
+
+
+def _read(path: Path, r: _Reader, rank: int) -> Timeline:
+    if "StringIds" not in r.tables:
+        raise TraceError(path, "SQLite database, but not an Nsight Systems export "
+                               "(no StringIds table)")
+    meta_kv = r.meta_kv()
+    capture = r.capture_kv()
+    # The API and NVTX tables are read on a second connection in a thread: SQLite releases the
+    # GIL while it aggregates, so the two big scans overlap.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        host = pool.submit(_read_host, path)
+        parts = [p for p in (r.kernels(), r.copies("CUPTI_ACTIVITY_KIND_MEMCPY", DeviceKind.MEMCPY),
+                             r.copies("CUPTI_ACTIVITY_KIND_MEMSET", DeviceKind.MEMSET),
+                             r.graph_execs()) if p is not None and len(p["start_ns"])]
+        device = _concat_sorted(parts)
+        del parts
+        api, (ranges, marks) = host.result()
+    n_dev = 0 if device is None else len(device["start_ns"])
+    n_api = 0 if api is None else len(api["start_ns"])
+    n_rng = 0 if ranges is None else len(ranges["start_ns"])
+    if n_dev + n_api + n_rng == 0:
+        raise TraceError(path, "nsys export holds no CUDA or NVTX events (empty trace)")
+
+    pids = sorted(set((pd.unique(device["pid"]).tolist() if n_dev else []) +
+                      (pd.unique(api["pid"]).tolist() if n_api else [])))
+    for cols in (device, api, ranges):
+        if cols is not None and len(cols["start_ns"]):
+            cols["rank"] = _ranks(cols["pid"], pids, rank)
+    rank_of = {p: rank + i for i, p in enumerate(pids)}
+
+    schema = meta_kv.get("EXPORT_SCHEMA_VERSION", "")
+    meta = TimelineMeta(format=SourceFormat.NSYS_SQLITE, sources=[str(path)],
+                        tool_version=meta_kv.get("EXPORT_PRODUCT_VERSION", ""),
+                        ranks=sorted(set(rank_of.values())) or [rank],
+                        world_size=max(len(pids), 1))
+    used = set(pd.unique(device["device"]).tolist()) if n_dev else set()
+    meta.devices, gpus_on_host = r.devices(used)
+    if r.has("ANALYSIS_DETAILS"):
+        row = r.con.execute("SELECT startTime, stopTime FROM ANALYSIS_DETAILS").fetchone()
+        if row:
+            meta.window_start_ns, meta.window_end_ns = int(row[0]), int(row[1])
+    derived = meta_kv.get("DERIVED_WINDOW_NS")
+    if derived:
+        try:
+            lo, hi = (int(x) for x in derived.split("-", 1))
+            meta.window_start_ns, meta.window_end_ns = lo, hi
+        except ValueError:
+            pass
+        meta.warn(WarningCode.WINDOW_CUT, f"the export was trimmed to the window {derived} ns: "
+                  "work started before it (e.g. launches of its first kernels) is missing")
+    kind_codes = (np.asarray(device["kind"].codes), list(device["kind"].categories)) \
+        if n_dev else (np.zeros(0, np.int8), [])
+    n_kern = _count_kind(kind_codes, DeviceKind.KERNEL)
+    n_graph_exec = _count_kind(kind_codes, DeviceKind.GRAPH)
+    graph_mode = capture.get("CUDA_GRAPH_TRACE_OPTIONS:MODE", "")
+    n_graph_launch = int((api["kind"] == ApiKind.GRAPH_LAUNCH.value).sum()) if n_api else 0
+    n_node_kernels = int((device["graph_node"] >= 0).sum()) if n_dev else 0
+    meta.extra.update({
+        "nsys.schema_version": schema, "nsys.meta_table": next(
+            (t for t in ("META_DATA_EXPORT", "EXPORT_META_DATA") if r.has(t)), ""),
+        "nsys.graph_trace_mode": graph_mode, "nsys.gpus_on_host": gpus_on_host,
+        "nsys.nvtx_marks": marks, "nsys.thread_names": r.thread_names(set(pids)),
+        "nsys.process_names": ({int(p): str(nm) for p, nm in r.con.execute(
+            "SELECT pid, name FROM PROCESSES") if p in rank_of} if r.has("PROCESSES") else {}),
+        "nsys.sync_rows": r.count("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+        if r.has("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION") else 0,
+    })
+    if n_kern:
+        meta.traced.add(Traced.KERNELS)
+    if _count_kind(kind_codes, DeviceKind.MEMCPY) + _count_kind(kind_codes, DeviceKind.MEMSET):
+        meta.traced.add(Traced.MEMCPY)
+    if n_api:
+        meta.traced.add(Traced.API)
+    if n_rng:
+        meta.traced.add(Traced.NVTX)
+    if n_node_kernels:
+        meta.traced.add(Traced.GRAPH_NODES)
+    if not n_kern:
+        meta.warn(WarningCode.NO_KERNELS, "no kernel rows: was CUDA tracing on (nsys -t cuda)?")
+    if not n_api:
+        meta.warn(WarningCode.NO_API, "no CUDA API rows: launches and syncs cannot be attributed")
+    if not n_rng:
+        meta.warn(WarningCode.NO_NVTX, "no NVTX ranges: stages cannot be named (nsys -t nvtx and "
+                  "an instrumented engine are needed)")
+    if (n_graph_launch or n_graph_exec) and not n_node_kernels:
+        meta.warn(WarningCode.GRAPH_NOT_PER_NODE,
+                  f"{max(n_graph_launch, n_graph_exec)} CUDA graph launch(es) without per-node "
+                  "kernels: capture with --cuda-graph-trace=node to see the kernels inside graphs")
+    if len(pids) > 1:
+        meta.warn(WarningCode.MULTI_PROCESS, f"{len(pids)} processes with CUDA activity "
+                  f"(pids {pids[:8]}); ranks assigned in pid order from {rank}")
+    if schema not in KNOWN_SCHEMAS:
+        meta.warn(WarningCode.UNKNOWN_SCHEMA, f"export schema version {schema or '(none)'} "
+                  "was not seen in testing; columns are read by name and may be incomplete")
+    frames = [None if c is None else pd.DataFrame(c, copy=False) for c in (device, api, ranges)]
+    del device, api, ranges
+    return Timeline.build(meta, device=frames[0], api=frames[1], ranges=frames[2])
+
+
+def _count_kind(kind_codes: tuple[np.ndarray, list], kind: DeviceKind) -> int:
+    codes, cats = kind_codes
+    return int((codes == cats.index(kind.value)).sum()) if kind.value in cats else 0
+
+
+def _ranks(pid: np.ndarray, pids: list[int], rank: int) -> np.ndarray:
+    """rank + index of each row's pid among ``pids`` (sorted); ``rank`` for other pids."""
+    if len(pids) <= 1:
+        return np.full(len(pid), rank, np.int64)
+    arr = np.asarray(pids, np.int64)
+    pos = np.clip(np.searchsorted(arr, pid), 0, len(arr) - 1)
+    return np.where(arr[pos] == pid, rank + pos, rank).astype(np.int64)
+
+
+def _sorted(cols: dict | None) -> dict | None:
+    """Sort the columns by start time in place (one column at a time: low peak memory)."""
+    if cols is None or not len(cols["start_ns"]):
+        return cols
+    s = cols["start_ns"]
+    if len(s) > 1 and (s[1:] < s[:-1]).any():
+        order = np.argsort(s, kind="stable")
+        for k in list(cols):
+            cols[k] = cols[k][order]
+    return cols
+
+
+def _concat_sorted(parts: list[dict]) -> dict | None:
+    """Concatenate device tables column by column (categoricals unioned), sorted by start."""
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return _sorted(parts[0])
+    out: dict = {}
+    for k in list(parts[0]):
+        vals = [p.pop(k) for p in parts]
+        if isinstance(vals[0], pd.Categorical):
+            out[k] = union_categoricals(vals)
+        else:
+            out[k] = np.concatenate(vals)
+        del vals
+    return _sorted(out)

@@ -1,0 +1,298 @@
+"""Typed results of the analyses and the ``Diagnosis`` that holds them all.
+
+``Diagnosis.to_json()`` is the ``srtscope diagnose --json`` contract (docs/json_contract.md):
+stable keys, every time an integer number of nanoseconds, fractions as floats in 0..1.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pandas as pd
+
+Bottleneck = Literal["scheduler", "prep", "kernel"]
+BOTTLENECKS: tuple[str, ...] = ("scheduler", "prep", "kernel")
+
+#: The classes a bubble's time is split into; they add up to the bubble exactly.
+BUBBLE_CLASSES: tuple[str, ...] = ("scheduler", "prep", "kernel", "sync", "launch", "unattributed")
+
+JSON_VERSION = 1
+
+
+def _ns(x: Any) -> int:
+    return int(x)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One piece of evidence: a figure with its meaning (``unit``: ns, pct, count or '')."""
+
+    kind: str
+    text: str
+    value: float | int | None = None
+    unit: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        v = self.value
+        if v is not None:
+            v = int(v) if self.unit in ("ns", "count") else round(float(v), 4)
+        return {"kind": self.kind, "text": self.text, "value": v, "unit": self.unit}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    bottleneck: Bottleneck
+    confidence: float                 # 0..1
+    summary: str
+    evidence: tuple[Finding, ...] = ()
+    caveats: tuple[str, ...] = ()
+    healthy: bool = False
+    scores_ns: dict[str, int] = field(default_factory=dict)   # lost time blamed on each bottleneck
+
+    def __post_init__(self) -> None:
+        if self.bottleneck not in BOTTLENECKS:
+            raise ValueError(f"bottleneck must be one of {BOTTLENECKS}, got {self.bottleneck!r}")
+        if not 0.0 <= self.confidence <= 1.0:
+            raise ValueError(f"confidence must be in 0..1, got {self.confidence}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bottleneck": self.bottleneck, "confidence": round(float(self.confidence), 3),
+                "summary": self.summary, "healthy": self.healthy,
+                "scores_ns": {k: _ns(v) for k, v in self.scores_ns.items()},
+                "evidence": [f.to_json() for f in self.evidence], "caveats": list(self.caveats)}
+
+
+@dataclass(frozen=True)
+class HistogramBin:
+    lo_ns: int
+    hi_ns: int | None   # None: open-ended last bin
+    count: int
+    total_ns: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"lo_ns": _ns(self.lo_ns), "hi_ns": None if self.hi_ns is None else _ns(self.hi_ns),
+                "count": int(self.count), "total_ns": _ns(self.total_ns)}
+
+
+@dataclass(frozen=True)
+class BubbleResult:
+    """Device idle time inside the active window, attributed to the host's activity.
+
+    ``table``: one row per bubble (rank, device, start_ns, end_ns, dur_ns, pid, tid, one ``<class>_ns``
+    column per class of ``BUBBLE_CLASSES``, top_stage). ``by_stream``: per (rank, device, stream).
+    """
+
+    count: int
+    total_ns: int
+    window_ns: int                       # summed active windows over devices
+    busy_ns: int                         # summed device busy time (union of streams)
+    by_class: dict[str, int]
+    by_stage: dict[str, int]
+    histogram: tuple[HistogramBin, ...]
+    threshold_ns: int
+    nvtx_coverage: float | None          # share of bubble time with any range open on the host thread
+    table: pd.DataFrame
+    by_device: pd.DataFrame
+    by_stream: pd.DataFrame
+
+    def to_json(self, top: int = 20) -> dict[str, Any]:
+        largest = self.table.nlargest(top, "dur_ns") if len(self.table) else self.table
+        return {
+            "count": int(self.count), "total_ns": _ns(self.total_ns),
+            "window_ns": _ns(self.window_ns), "busy_ns": _ns(self.busy_ns),
+            "idle_share": round(self.total_ns / self.window_ns, 4) if self.window_ns else 0.0,
+            "threshold_ns": _ns(self.threshold_ns),
+            "by_class": {c: _ns(self.by_class.get(c, 0)) for c in BUBBLE_CLASSES},
+            "by_stage": {k: _ns(v) for k, v in self.by_stage.items()},
+            "histogram": [b.to_json() for b in self.histogram],
+            "nvtx_coverage": None if self.nvtx_coverage is None else round(self.nvtx_coverage, 4),
+            "by_device": _records(self.by_device),
+            "by_stream": _records(self.by_stream),
+            "largest": _records(largest[["rank", "device", "start_ns", "dur_ns", "tid", "top_stage"]
+                                        + [f"{c}_ns" for c in BUBBLE_CLASSES]]) if len(largest) else [],
+        }
+
+
+@dataclass(frozen=True)
+class StepsResult:
+    """Engine steps: ``table`` one row per step (see ``analyses.steps.STEP_COLUMNS``)."""
+
+    source: str                          # loop.step | sglang | sync | bursts | none
+    table: pd.DataFrame
+    eager_reasons: dict[str, int]
+
+    @property
+    def count(self) -> int:
+        return len(self.table)
+
+    def n_exec(self, kind: str) -> int:
+        return int((self.table["exec"] == kind).sum()) if len(self.table) else 0
+
+    def to_json(self, cap: int = 200) -> dict[str, Any]:
+        cols = ["step", "rank", "start_ns", "wall_ns", "mode", "bs", "exec", "reason", "busy_ns",
+                "launches", "graph_launches", "graph_kernels"]
+        return {"count": self.count, "source": self.source, "graph": self.n_exec("graph"),
+                "eager": self.n_exec("eager"), "idle": self.n_exec("idle"),
+                "eager_reasons": {k: int(v) for k, v in self.eager_reasons.items()},
+                "per_step_cap": cap, "per_step": _records(self.table[cols].head(cap))
+                if len(self.table) else []}
+
+
+@dataclass(frozen=True)
+class EagerResult:
+    """Decode steps that ran eagerly while graphs were used elsewhere, and what that cost."""
+
+    graph_steps: int
+    eager_decode_steps: int
+    reasons: dict[str, int]
+    max_captured_bs: int | None
+    eager_mean_wall_ns: int | None
+    graph_mean_wall_ns: int | None
+    eager_mean_launches: float | None
+    graph_mean_launches: float | None
+    extra_ns: int                        # summed wall time above the graph steps of similar size
+    example_steps: tuple[int, ...]
+    batch_sizes: tuple[int, ...] = ()    # distinct known batch sizes of the fallback steps
+
+    def to_json(self) -> dict[str, Any]:
+        opt = lambda v: None if v is None else int(v)  # noqa: E731
+        optf = lambda v: None if v is None else round(float(v), 2)  # noqa: E731
+        return {"graph_steps": self.graph_steps, "eager_decode_steps": self.eager_decode_steps,
+                "reasons": dict(self.reasons), "max_captured_bs": opt(self.max_captured_bs),
+                "eager_mean_wall_ns": opt(self.eager_mean_wall_ns),
+                "graph_mean_wall_ns": opt(self.graph_mean_wall_ns),
+                "eager_mean_launches": optf(self.eager_mean_launches),
+                "graph_mean_launches": optf(self.graph_mean_launches),
+                "extra_ns": _ns(self.extra_ns), "example_steps": list(self.example_steps),
+                "batch_sizes": list(self.batch_sizes)}
+
+
+@dataclass(frozen=True)
+class CommResult:
+    """Collective communication: total, exposed (not overlapped by compute), cross-rank skew."""
+
+    total_ns: int
+    exposed_ns: int
+    skew_ns: int                          # summed arrival skew over matched collectives
+    transfer_ns: int                      # summed shortest duration over matched collectives
+    n_kernels: int
+    participants: int
+    straggler_rank: int | None
+    straggler_device: int | None
+    straggler_share: float | None         # share of collectives where the straggler arrived last
+    straggler_host_stage: str | None      # what the straggler's host was doing just before
+    straggler_device_busy: float | None   # share of that time its device was busy computing
+    source: str                           # kernels | stand_in | ranges | none
+    collectives: pd.DataFrame             # one row per matched collective
+
+    def to_json(self, cap: int = 50) -> dict[str, Any]:
+        top = self.collectives.nlargest(cap, "skew_ns") if len(self.collectives) else self.collectives
+        return {"total_ns": _ns(self.total_ns), "exposed_ns": _ns(self.exposed_ns),
+                "skew_ns": _ns(self.skew_ns), "transfer_ns": _ns(self.transfer_ns),
+                "kernels": self.n_kernels, "participants": self.participants,
+                "straggler_rank": self.straggler_rank, "straggler_device": self.straggler_device,
+                "straggler_share": None if self.straggler_share is None
+                else round(self.straggler_share, 4),
+                "straggler_host_stage": self.straggler_host_stage,
+                "straggler_device_busy": None if self.straggler_device_busy is None
+                else round(self.straggler_device_busy, 4), "source": self.source,
+                "collectives_cap": cap, "collectives": _records(top)}
+
+
+@dataclass(frozen=True)
+class BudgetResult:
+    """Step wall time = compute + exposed comm + bubbles by class + other (short gaps, idle edges)."""
+
+    steps: int
+    wall_ns: int
+    compute_ns: int
+    exposed_comm_ns: int
+    bubbles_ns: dict[str, int]
+    other_ns: int
+    table: pd.DataFrame
+
+    def to_json(self, cap: int = 200) -> dict[str, Any]:
+        mean = (lambda v: int(v // self.steps)) if self.steps else (lambda v: 0)
+        return {"steps": self.steps, "wall_ns": _ns(self.wall_ns), "compute_ns": _ns(self.compute_ns),
+                "exposed_comm_ns": _ns(self.exposed_comm_ns),
+                "bubbles_ns": {c: _ns(self.bubbles_ns.get(c, 0)) for c in BUBBLE_CLASSES},
+                "other_ns": _ns(self.other_ns),
+                "parts_ns": {"compute": _ns(self.compute_ns), "comm": _ns(self.exposed_comm_ns),
+                             **{f"bubble.{c}": _ns(self.bubbles_ns.get(c, 0)) for c in BUBBLE_CLASSES},
+                             "other": _ns(self.other_ns)},
+                "mean_step": {"wall_ns": mean(self.wall_ns), "compute_ns": mean(self.compute_ns),
+                              "exposed_comm_ns": mean(self.exposed_comm_ns),
+                              "bubbles_ns": mean(sum(self.bubbles_ns.values())),
+                              "other_ns": mean(self.other_ns)},
+                "per_step_cap": cap, "per_step": _records(self.table.head(cap))}
+
+
+@dataclass(frozen=True)
+class CaptureInfo:
+    format: str
+    tool_version: str
+    sources: tuple[str, ...]
+    devices: tuple[dict[str, Any], ...]      # {"id", "name", "rank"} per device seen
+    ranks: tuple[int, ...]
+    window_ns: int
+    traced: tuple[str, ...]
+    warnings: tuple[dict[str, str], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": self.format, "tool_version": self.tool_version, "sources": list(self.sources),
+                "devices": [dict(d) for d in self.devices],
+                "ranks": list(self.ranks), "window_ns": _ns(self.window_ns),
+                "traced": list(self.traced), "warnings": [dict(w) for w in self.warnings]}
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    verdict: Verdict
+    bubbles: BubbleResult
+    steps: StepsResult
+    eager: EagerResult
+    comm: CommResult
+    budget: BudgetResult
+    top_kernels: pd.DataFrame            # name, count, total_ns, mean_ns, share
+    capture: CaptureInfo
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        steps = self.steps.to_json()
+        bt = self.budget.table
+        for rec, parts in zip(steps["per_step"], _step_parts(bt.head(len(steps["per_step"])))):
+            rec["parts_ns"] = parts
+        e = self.eager
+        steps["fallback"] = {"steps": e.eager_decode_steps, "batch_sizes": list(e.batch_sizes),
+                             "launches_per_step_eager": e.eager_mean_launches,
+                             "launches_per_step_graph": e.graph_mean_launches}
+        return {"version": JSON_VERSION, "verdict": self.verdict.to_json(),
+                "bubbles": self.bubbles.to_json(), "steps": steps,
+                "eager": self.eager.to_json(), "comm": self.comm.to_json(),
+                "budget": self.budget.to_json(), "top_kernels": _records(self.top_kernels),
+                "capture": self.capture.to_json(), "params": dict(self.params)}
+
+
+def _step_parts(bt: pd.DataFrame) -> list[dict[str, int]]:
+    """Per budget row: busy (compute), comm, each bubble class and other — adding up to wall_ns."""
+    cols = ["compute_ns", "exposed_comm_ns", *(f"{c}_ns" for c in BUBBLE_CLASSES), "other_ns"]
+    keys = ["busy", "comm", *BUBBLE_CLASSES, "other"]
+    return [dict(zip(keys, (int(v) for v in row))) for row in bt[cols].itertuples(index=False, name=None)]
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """DataFrame -> JSON-safe records (numpy scalars to Python, NaN to None)."""
+    out = []
+    cols = list(df.columns)
+    for row in df.itertuples(index=False, name=None):
+        rec = {}
+        for c, v in zip(cols, row):
+            if hasattr(v, "item"):
+                v = v.item()
+            if isinstance(v, float) and v != v:
+                v = None
+            if isinstance(v, float) and (c.endswith("_ns")):
+                v = int(v)
+            rec[c] = v
+        out.append(rec)
+    return out

@@ -1,0 +1,131 @@
+"""Generate a realistic nsys-schema SQLite export of about N MB for the reader benchmark.
+
+    python benchmarks/gen_nsys.py --size-mb 100 /tmp/srtscope_100mb.sqlite
+
+Shape of an LLM decode loop on one GPU: engine steps of ~200 kernels (a few hundred distinct,
+long template names), each launched by a correlated runtime/driver call from the scheduler
+thread, NVTX stage ranges per step (``loop.step``, ``sched.schedule``, ``prep.batch``,
+``run.eager``, ``sched.result``) in the ``srtscope`` domain, H2D/D2H copies and a stream sync.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sample_traces.nsys_schema import NsysWriter  # noqa: E402
+
+PID, TID = 4242, 4243
+KERNELS_PER_STEP = 200
+STEPS_PER_BATCH = 500
+
+
+def kernel_names(rng: np.random.Generator, n: int = 320) -> np.ndarray:
+    bases = ["void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>,"
+             " std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)",
+             "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off",
+             "void flashinfer::BatchDecodeWithPagedKVCacheKernel<(flashinfer::PosEncodingMode)0, 2u, 4u, 8u>",
+             "void vllm::rms_norm_kernel<c10::BFloat16, 8, 4>(c10::BFloat16*, c10::BFloat16 const*, float, int, int)",
+             "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+             "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>>>"]
+    return np.array([f"{bases[i % len(bases)]}_{i}" for i in range(n)], dtype=object)
+
+
+def write_batch(w: NsysWriter, rng: np.random.Generator, names: np.ndarray, t0: int,
+                corr0: int) -> tuple[int, int]:
+    """One batch of steps starting at ``t0``; returns (next t0, next correlation id)."""
+    steps, kps = STEPS_PER_BATCH, KERNELS_PER_STEP
+    n = steps * kps
+    launch_dur = rng.integers(3_000, 8_000, n)
+    gap = rng.integers(500, 2_000, n)
+    step_host_ns = 300_000                                   # scheduling + prep before launches
+    step_idx = np.repeat(np.arange(steps), kps)
+    in_step = np.tile(np.arange(kps), steps)
+    per_step_launch = (launch_dur + gap).reshape(steps, kps)
+    step_len = per_step_launch.sum(axis=1) + step_host_ns + 200_000
+    step_start = t0 + np.concatenate([[0], np.cumsum(step_len)[:-1]])
+    within = np.cumsum(per_step_launch, axis=1) - per_step_launch
+    l_start = step_start[step_idx] + step_host_ns + within.reshape(-1)
+    l_end = l_start + launch_dur
+    corr = corr0 + np.arange(n)
+    k_dur = rng.integers(4_000, 60_000, n)
+    # one FIFO stream: end_i = max(ready_i, end_{i-1}) + dur_i, solved in closed form (max-plus)
+    ready = l_end + 2_500
+    cum = np.cumsum(k_dur)
+    k_end = np.maximum.accumulate(ready - (cum - k_dur)) + cum
+    k_start = k_end - k_dur
+    kn = names[rng.integers(0, len(names), n)]
+    api_names = np.where(in_step % 9 == 0, "cuLaunchKernel", "cudaLaunchKernel_v7000")
+    w.add_runtime(l_start, l_end, api_names, pid=PID, tid=TID, correlation=corr)
+    w.add_kernels(k_start, k_end, kn, device=0, stream=7, pid=PID, correlation=corr)
+    # per step: H2D input copy, D2H result copy, a stream sync
+    c_corr = corr0 + n + np.arange(steps * 3).reshape(steps, 3)
+    h2d_s = step_start + 250_000
+    w.add_runtime(h2d_s, h2d_s + 6_000, ["cudaMemcpyAsync_v3020"] * steps, pid=PID, tid=TID,
+                  correlation=c_corr[:, 0])
+    w.add_memcpy(h2d_s + 7_000, h2d_s + 9_000, bytes=65_536, copy_kind=1, pid=PID,
+                 correlation=c_corr[:, 0])
+    last_k = k_end.reshape(steps, kps)[:, -1]
+    d2h_s = np.maximum(last_k, l_end.reshape(steps, kps)[:, -1]) + 1_000
+    w.add_runtime(d2h_s - 500, d2h_s + 5_000, ["cudaMemcpyAsync_v3020"] * steps, pid=PID, tid=TID,
+                  correlation=c_corr[:, 1])
+    w.add_memcpy(d2h_s, d2h_s + 3_000, bytes=1_024, copy_kind=2, pid=PID, correlation=c_corr[:, 1])
+    w.add_runtime(d2h_s + 5_100, d2h_s + 9_000, ["cudaStreamSynchronize_v3020"] * steps, pid=PID,
+                  tid=TID, correlation=c_corr[:, 2])
+    step_end = d2h_s + 20_000
+    bs = rng.integers(1, 256, steps)
+    w.add_nvtx(step_start, step_end, [f"loop.step step={i} mode=decode bs={b}"
+                                      for i, b in zip(range(steps), bs.tolist())],
+               pid=PID, tid=TID, domain="srtscope")
+    w.add_nvtx(step_start + 1_000, step_start + 150_000, [f"sched.schedule bs={b}" for b in bs.tolist()],
+               pid=PID, tid=TID, domain="srtscope")
+    w.add_nvtx(step_start + 151_000, step_start + 290_000, ["prep.batch"] * steps, pid=PID, tid=TID,
+               domain="srtscope")
+    first_l = l_start.reshape(steps, kps)[:, 0]
+    w.add_nvtx(first_l - 100, d2h_s - 600, ["run.eager reason=bs_over_max"] * steps, pid=PID,
+               tid=TID, domain="srtscope")
+    w.add_nvtx(d2h_s + 9_500, step_end - 100, ["sched.result"] * steps, pid=PID, tid=TID,
+               domain="srtscope")
+    return int(max(step_end.max(), k_end.max())) + 100_000, int(c_corr.max()) + 1
+
+
+def generate(out: Path, size_mb: float, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    names = kernel_names(rng)
+    t0, corr = 1_000_000_000, 1
+    target = size_mb * 1e6
+    t_begin = time.perf_counter()
+    batches = 0
+    with NsysWriter(out, version="2025.3.1") as w:
+        w.add_gpu(0, "NVIDIA H100 80GB HBM3", sm_count=132)
+        w.add_process(PID, "python")
+        w.add_thread(PID, TID, "scheduler")
+        while True:
+            t0, corr = write_batch(w, rng, names, t0, corr)
+            batches += 1
+            w.flush()
+            if out.stat().st_size >= target:
+                break
+    return {"path": str(out), "bytes": out.stat().st_size,
+            "kernels": batches * STEPS_PER_BATCH * KERNELS_PER_STEP,
+            "seconds": round(time.perf_counter() - t_begin, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size-mb", type=float, required=True, help="approximate output size (MB)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("out", type=Path)
+    a = ap.parse_args(argv)
+    if a.size_mb <= 0:
+        ap.error("--size-mb must be > 0")
+    print(generate(a.out, a.size_mb, a.seed))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

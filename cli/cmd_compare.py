@@ -1,0 +1,100 @@
+"""``srtscope compare BEFORE AFTER [--fail-on-regression PCT] [--figure NAME ...] [--json]``
+
+BEFORE / AFTER: a trace (or several, comma-separated, one per rank) or a saved ``--json`` diagnosis.
+Exit 3 when a chosen figure got worse by more than PCT percent.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from rich.console import Console
+
+from cli.errors import Exit, fail
+
+
+class SavedDiagnosis:
+    """A diagnosis read back from ``srtscope diagnose --json`` output."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self._doc = doc
+
+    def to_json(self) -> dict[str, Any]:
+        return self._doc
+
+
+def _saved(path: Path) -> SavedDiagnosis | None:
+    """The saved diagnosis in ``path``, or None when it is not one (e.g. a trace)."""
+    if path.suffix != ".json" or path.stat().st_size > 64 * 2**20:
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if isinstance(doc, dict) and "verdict" in doc and "bubbles" in doc and "capture" in doc:
+        return SavedDiagnosis(doc)
+    return None
+
+
+def _diagnosis(arg: str, threshold_us: float, console: Console) -> Any:
+    from cli.cmd_diagnose import run_diagnosis
+
+    paths = [Path(p) for p in arg.split(",") if p]
+    if not paths:
+        fail(f"{arg!r}: no trace given")
+    for p in paths:
+        if not p.exists():
+            fail(f"{p}: no such file")
+    if len(paths) == 1 and paths[0].is_file():
+        saved = _saved(paths[0])
+        if saved is not None:
+            return saved
+    return run_diagnosis(paths, threshold_us, None, console, True)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("compare")
+    def compare_cmd(
+        before: str = typer.Argument(..., help="Baseline trace(s) (comma-separated ranks) or saved "
+                                               "diagnosis JSON."),
+        after: str = typer.Argument(..., help="New trace(s) or saved diagnosis JSON."),
+        fail_on_regression: Optional[float] = typer.Option(
+            None, "--fail-on-regression", min=0.0,
+            help="Exit 3 when a figure got worse by more than PCT percent."),
+        figure: List[str] = typer.Option([], "--figure",
+                                         help="Gate only these figures (repeatable); default all."),
+        as_json: bool = typer.Option(False, "--json", help="Print the diff as JSON only."),
+        threshold_us: float = typer.Option(5.0, "--threshold-us", min=0.0,
+                                           help="Smallest gap counted as a bubble, in us."),
+    ) -> None:
+        """Diagnose two captures and show the figures side by side with their change."""
+        from analyzers.analyses.diff import compare
+
+        console = Console(stderr=as_json)
+        b = _diagnosis(before, threshold_us, console)
+        a = _diagnosis(after, threshold_us, console)
+        diff = compare(b, a)
+        known = {f.name for f in diff.figures}
+        unknown = [f for f in figure if f not in known]
+        if unknown:
+            fail(f"--figure {unknown[0]!r}: unknown figure; known: {', '.join(sorted(known))}")
+        regressions = []
+        if fail_on_regression is not None:
+            regressions = [f for f in diff.regressions(fail_on_regression)
+                           if not figure or f.name in figure]
+        if as_json:
+            doc = diff.to_json()
+            doc["regressions"] = [f.name for f in regressions]
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        else:
+            from cli.render import render_compare
+
+            rows = [f.to_json() for f in diff.figures
+                    if not (f.before == 0 and f.after == 0)]
+            msgs = [f"{f.name}: {f.before} -> {f.after} ({f.pct:+.1f}%)" for f in regressions]
+            render_compare(b.to_json(), a.to_json(), rows, console, msgs)
+        if regressions:
+            raise typer.Exit(int(Exit.REGRESSION))

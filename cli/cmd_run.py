@@ -1,0 +1,138 @@
+"""``srtscope run``: the reference engine on the embedded default model, probes on, then a diagnosis."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cli.errors import fail
+
+
+class WorkloadName(str, Enum):
+    SHARED_PREFIX = "shared-prefix"
+    MULTI_TURN = "multi-turn"
+    AGENT_TREE = "agent-tree"
+    RANDOM = "random"
+
+
+class DeviceOpt(str, Enum):
+    AUTO = "auto"
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
+_INJECT_KEYS = {"sched": "sched_us", "sched.schedule": "sched_us", "prep": "prep_us",
+                "prep.batch": "prep_us", "result": "result_us", "sched.result": "result_us",
+                "straggler": "straggler_us", "comm": "straggler_us", "comm.all_reduce": "straggler_us"}
+
+
+def parse_inject(items: list[str]) -> dict[str, int]:
+    """``stage=us`` items -> FaultInjection fields; ``straggler=US@RANK`` picks the slow rank."""
+    out: dict[str, int] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in _INJECT_KEYS:
+            fail(f"--inject {item!r}: expected STAGE=US with STAGE one of sched, prep, result, "
+                 f"straggler (straggler=US@RANK)")
+        rank = None
+        if "@" in value:
+            value, _, rank_s = value.partition("@")
+            try:
+                rank = int(rank_s)
+            except ValueError:
+                fail(f"--inject {item!r}: rank after '@' must be an integer")
+        try:
+            us = int(float(value))
+        except ValueError:
+            fail(f"--inject {item!r}: microseconds must be a number")
+        if us < 0:
+            fail(f"--inject {item!r}: microseconds must be >= 0")
+        out[_INJECT_KEYS[key]] = us
+        if _INJECT_KEYS[key] == "straggler_us":
+            out["straggler_rank"] = 1 if rank is None else rank
+    return out
+
+
+def _report_table(report: dict, title: str) -> Table:
+    t = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    rows = [("requests", f"{report['num_requests']}"),
+            ("output tokens/s", f"{report['output_tok_per_s']:.1f}"),
+            ("total tokens/s", f"{report['total_tok_per_s']:.1f}"),
+            ("prefix cache hit rate", f"{report['cache_hit_rate'] * 100:.1f}%"),
+            ("TTFT p50 / p99", f"{report['ttft_ms_p50']:.1f} / {report['ttft_ms_p99']:.1f} ms"),
+            ("ITL p50 / p99", f"{report['itl_ms_p50']:.2f} / {report['itl_ms_p99']:.2f} ms"),
+            ("retractions", f"{report['retractions']}"),
+            ("wall", f"{report['wall_s']:.2f} s")]
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("run")
+    def run_cmd(
+        workload: WorkloadName = typer.Option(WorkloadName.SHARED_PREFIX, "--workload", "-w",
+                                              help="Request pattern to serve."),
+        requests: int = typer.Option(32, "--requests", "-n", min=1, help="Number of requests."),
+        max_new_tokens: int = typer.Option(16, "--max-new-tokens", min=1,
+                                           help="Output tokens per request."),
+        tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel ranks (processes)."),
+        overlap: bool = typer.Option(False, "--overlap/--no-overlap",
+                                     help="Overlap scheduling of step t+1 with the forward of t."),
+        inject: List[str] = typer.Option([], "--inject",
+                                         help="Fault injection STAGE=US per step (sched, prep, "
+                                              "result, straggler=US@RANK). Repeatable."),
+        device: DeviceOpt = typer.Option(DeviceOpt.AUTO, "--device", help="auto, cpu or cuda."),
+        cuda_graph_max_bs: int = typer.Option(64, "--cuda-graph-max-bs", min=1,
+                                              help="Largest batch size captured as a CUDA graph."),
+        out: Path = typer.Option(Path("runs/latest"), "--out", "-o",
+                                 help="Folder for the probe trace(s), Chrome trace and report."),
+        as_json: bool = typer.Option(False, "--json", help="Print the diagnosis JSON only."),
+        seed: int = typer.Option(0, "--seed", help="Model and workload seed."),
+    ) -> None:
+        """Run the reference engine with probes on, write its traces, and diagnose them."""
+        from cli.cmd_diagnose import run_diagnosis
+        from cli.engine_run import EngineRunSpec, run_engine
+
+        try:
+            spec = EngineRunSpec(workload=workload.value, requests=requests,
+                                 max_new_tokens=max_new_tokens, tp=tp, overlap=overlap,
+                                 inject=parse_inject(list(inject)), device=device.value,
+                                 cuda_graph_max_bs=cuda_graph_max_bs, seed=seed)
+        except ValueError as exc:
+            fail(str(exc))
+        console = Console(stderr=as_json)
+        if device is DeviceOpt.CUDA:
+            import torch
+
+            if not torch.cuda.is_available():
+                fail("--device cuda: no CUDA device is available (use --device cpu)")
+        with console.status(f"running {spec.workload} x{spec.requests} on the engine "
+                            f"(tp={spec.tp}, overlap={'on' if overlap else 'off'})"):
+            try:
+                result = run_engine(spec, out)
+            except ValueError as exc:
+                fail(str(exc))
+        (out / "workload_report.json").write_text(json.dumps(result.report, indent=2))
+        diag = run_diagnosis(result.probe_traces, 5.0, None, console, True)
+        doc = diag.to_json()
+        (out / "diagnosis.json").write_text(json.dumps(doc, indent=2))
+        if as_json:
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            return
+        from cli.render import render_diagnosis
+
+        console.print(_report_table(result.report, f"engine run: {spec.workload}, "
+                                                   f"{spec.requests} requests"))
+        render_diagnosis(doc, console)
+        console.print(f"traces in {out}/ (probe.rank*.json for srtscope diagnose, "
+                      f"chrome.rank*.json for ui.perfetto.dev)", style="dim")

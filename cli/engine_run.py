@@ -1,0 +1,92 @@
+"""Drive the reference engine for ``srtscope run`` (and ``capture`` of it): config, workload,
+traces. One rank in-process; several ranks through the engine's TP launcher.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class EngineRunSpec:
+    workload: str = "shared-prefix"
+    requests: int = 32
+    max_new_tokens: int = 16
+    tp: int = 1
+    overlap: bool = False
+    inject: dict[str, int] = field(default_factory=dict)
+    device: str = "auto"
+    cuda_graph_max_bs: int = 64
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.requests < 1:
+            raise ValueError(f"requests: must be >= 1, got {self.requests}")
+        if self.tp < 1:
+            raise ValueError(f"tp: must be >= 1, got {self.tp}")
+
+    def engine_config(self) -> Any:
+        from engine.config import EngineConfig, FaultInjection, ModelConfig
+
+        return EngineConfig(model=ModelConfig(seed=self.seed), device=self.device,
+                            enable_overlap=self.overlap, cuda_graph_max_bs=self.cuda_graph_max_bs,
+                            tp_size=self.tp, seed=self.seed, inject=FaultInjection(**self.inject))
+
+    def workload_obj(self) -> Any:
+        from engine.workloads import make_workload
+
+        n, m = self.requests, self.max_new_tokens
+        kwargs: dict[str, Any] = {
+            "shared-prefix": dict(num_requests=n, max_new_tokens=m),
+            "multi-turn": dict(num_sessions=max(1, n // 4), turns=4, max_new_tokens=m),
+            # depth 3, branching 2: 15 requests per root
+            "agent-tree": dict(num_roots=max(1, round(n / 15)), max_new_tokens=m),
+            "random": dict(num_requests=n, output_len=(1, m)),
+        }[self.workload]
+        return make_workload(self.workload, seed=self.seed, **kwargs)
+
+
+@dataclass
+class EngineRunResult:
+    report: dict[str, Any]
+    probe_traces: list[Path]
+    chrome_traces: list[Path]
+
+
+def _torch_profiling():
+    """torch.profiler around the run when ``srtscope capture --backend torch`` asked for it."""
+    from cli.capture import TORCH_PROFILE_ENV
+
+    path = os.environ.get(TORCH_PROFILE_ENV)
+    if not path:
+        return nullcontext()
+    from cli.torch_profile import torch_profiling
+
+    return torch_profiling(Path(path))
+
+
+def run_engine(spec: EngineRunSpec, out: Path) -> EngineRunResult:
+    """Run the workload with probes on and write probe + Chrome traces into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("probe.rank*.json"):
+        old.unlink()
+    if spec.tp > 1:
+        from engine.tp_launch import run_tp_workload
+
+        with _torch_profiling():
+            report, paths = run_tp_workload(spec.engine_config(), spec.workload_obj(), out)
+        return EngineRunResult(report, sorted(out.glob("probe.rank*.json")),
+                               sorted(out.glob("chrome.rank*.json")))
+    from engine.engine import Engine
+    from engine.workloads import run_workload
+    from probes.recorder import Recorder, set_recorder
+
+    set_recorder(Recorder())
+    with Engine(spec.engine_config()) as engine, _torch_profiling():
+        report = run_workload(engine, spec.workload_obj())
+        engine.check_invariants()
+        paths = engine.write_traces(out)
+    return EngineRunResult(report.as_dict(), [paths["probe"]], [paths["chrome"]])

@@ -1,0 +1,131 @@
+"""Attribution: each bubble split by what the launching host thread was doing; parts add up exactly."""
+import numpy as np
+import pytest
+
+from analyzers.analyses.attribution import (BurstRule, attribute, innermost_segments,
+                                            launching_threads)
+from analyzers.analyses.bubbles import find_bubbles
+from analyzers.timeline import DeviceKind, SourceFormat
+from tests.analyzers._tl import api, kernel, rng, timeline
+
+US = 1000
+CLASSES = ["scheduler_ns", "prep_ns", "kernel_ns", "sync_ns", "launch_ns", "unattributed_ns"]
+
+
+def run(tl, rule=BurstRule()):
+    b, _, _ = find_bubbles(tl, 5 * US)
+    pid, tid = launching_threads(tl, b["next_row"].to_numpy())
+    q = b.assign(pid=pid, tid=tid)
+    cls, stages = attribute(tl, q, rule)
+    return q, cls, stages
+
+
+def test_innermost_segments_nested():
+    s, e, lab = innermost_segments(np.array([0, 10, 12, 30]), np.array([100, 20, 15, 40]),
+                                   np.array([0, 1, 2, 3]))
+    assert list(zip(s.tolist(), e.tolist(), lab.tolist())) == [
+        (0, 10, 0), (10, 12, 1), (12, 15, 2), (15, 20, 1), (20, 30, 0), (30, 40, 3), (40, 100, 0)]
+
+
+def test_innermost_stage_wins_and_aliases_resolve():
+    tl = timeline(
+        [kernel(0, 100, corr=1), kernel(400, 500, corr=2)],            # one 300 µs bubble
+        [api(0, 1, corr=1), api(395, 398, corr=2)],                      # tid 1 launches the next work
+        [rng(100, 400, "loop.step"),                                     # container: never a class
+         rng(100, 200, "scheduler.get_next_batch_to_run"),               # SGLang alias -> scheduler
+         rng(120, 150, "prepare_for_decode"),                            # nested inside it -> prep
+         rng(200, 300, "sched.result"),
+         rng(250, 270, "sync.wait"),                                     # innermost -> sync
+         rng(300, 390, "run.sample"),                                    # kernel class
+         rng(100, 400, "aten::mul")])                                    # not a stage: ignored
+    _, cls, stages = run(tl)
+    row = cls.iloc[0]
+    assert row["scheduler_ns"] == (70 + 80) * US
+    assert row["prep_ns"] == 30 * US
+    assert row["sync_ns"] == 20 * US
+    assert row["kernel_ns"] == 90 * US
+    assert row["unattributed_ns"] == 10 * US                             # 390..400: no stage open
+    assert row["covered_ns"] == 300 * US                                 # aten::mul covers all of it
+    assert row["top_stage"] == "run.sample"                              # 90 µs > sched.result's 80
+    assert stages.iloc[0]["prepare_for_decode"] == 30 * US
+
+
+def test_only_the_launching_thread_counts():
+    tl = timeline(
+        [kernel(0, 100, corr=1), kernel(300, 400, corr=2)],
+        [api(0, 1, corr=1, tid=2), api(290, 295, corr=2, tid=2)],        # tid 2 launches
+        [rng(100, 300, "sched.schedule", tid=1),                        # another thread: irrelevant
+         rng(100, 300, "prep.batch", tid=2)])                           # the launching thread
+    q, cls, _ = run(tl)
+    assert q["tid"].tolist() == [2]
+    assert cls.iloc[0]["prep_ns"] == 200 * US and cls.iloc[0]["scheduler_ns"] == 0
+
+
+def test_no_nvtx_sync_launch_burst_and_unannotated():
+    # scenario: trace without NVTX. Bubble 100..600 on the device.
+    tl = timeline(
+        [kernel(0, 100, corr=1), kernel(600, 700, corr=9)],
+        [api(0, 1, corr=1),
+         api(100, 200, "cudaStreamSynchronize"),                          # blocked -> sync
+         api(200, 250, "cudaMemcpy"),                                     # blocking copy -> sync
+         api(250, 260, "cudaMemcpyAsync"),                                # async copy: not blocking
+         *[api(300 + 20 * i, 304 + 20 * i, corr=2 + i) for i in range(4)],  # burst 300..364 -> launch
+         api(590, 594, corr=9)])                                          # a lone launch: no burst
+    _, cls, _ = run(tl)
+    row = cls.iloc[0]
+    assert row["sync_ns"] == 150 * US
+    assert row["launch_ns"] == 64 * US
+    assert row["unattributed_ns"] == 500 * US - 150 * US - 64 * US
+    assert row["covered_ns"] == 0
+
+
+def test_kernel_stage_inside_a_burst_is_launch_bound():
+    # scenario: eager forward launching slowly; device idle between tiny kernels
+    dev = [kernel(20 * i, 20 * i + 3, corr=i + 1) for i in range(10)]
+    apis = [api(20 * i - 10, 20 * i - 6, corr=i + 1) for i in range(10)]
+    tl = timeline(dev, apis, [rng(-12, 200, "run.eager")])
+    _, cls, _ = run(tl)
+    total = cls[CLASSES].sum().sum()
+    # all but the 6 µs between the burst's last launch (ends 174) and its kernel (180) is launch-bound
+    assert cls["launch_ns"].sum() == total - 6 * US and cls["kernel_ns"].sum() == 6 * US
+    _, cls2, _ = run(tl, BurstRule(gap_ns=30 * US, min_launches=50))  # no burst: stays kernel
+    assert cls2["kernel_ns"].sum() == total
+
+
+def test_probe_trace_thread_of_the_next_forward():
+    # scenario: probe trace on the CPU: run.eager spans are the device rows; no correlation at all
+    fwd = lambda s, e: kernel(s, e, "run.eager", kind=DeviceKind.CPU_FORWARD.value, pid=-1)  # noqa: E731
+    tl = timeline([fwd(0, 100), fwd(500, 600)], [],
+                  [rng(0, 100, "run.eager", tid=7, pid=-1), rng(500, 600, "run.eager", tid=7, pid=-1),
+                   rng(100, 300, "sched.result", tid=7, pid=-1), rng(300, 450, "prep.batch", tid=7, pid=-1),
+                   rng(100, 500, "sched.schedule", tid=8, pid=-1)],       # other thread: ignored
+                  fmt=SourceFormat.PROBE)
+    q, cls, _ = run(tl)
+    assert q["tid"].tolist() == [7]
+    assert cls.iloc[0]["scheduler_ns"] == 200 * US and cls.iloc[0]["prep_ns"] == 150 * US
+    assert cls.iloc[0]["unattributed_ns"] == 50 * US
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_parts_add_up_exactly(seed):
+    r = np.random.default_rng(seed)
+    n = 60
+    ks = np.sort(r.choice(100_000, n, replace=False))
+    dev = [kernel(int(s), int(s) + int(r.integers(1, 30)), corr=i + 1) for i, s in enumerate(ks)]
+    apis = [api(int(s) - 8, int(s) - 4, corr=i + 1, tid=int(r.integers(1, 3))) for i, s in enumerate(ks)]
+    apis += [api(int(s), int(s) + int(r.integers(1, 200)), "cudaDeviceSynchronize") for s in r.integers(0, 100_000, 20)]
+    names = ["sched.schedule", "prep.batch", "run.sample", "sync.wait", "loop.step", "foo"]
+    rs = r.integers(0, 100_000, 80)
+    rgs = [rng(int(s), int(s) + int(r.integers(1, 3000)), names[int(r.integers(0, 6))],
+               tid=int(r.integers(1, 3))) for s in rs]
+    q, cls, _ = run(timeline(dev, apis, rgs))
+    assert len(q) > 10
+    assert (cls[CLASSES].sum(axis=1).to_numpy() == (q["end_ns"] - q["start_ns"]).to_numpy()).all()
+    assert (cls[CLASSES].to_numpy() >= 0).all()
+
+
+def test_burst_rule_validation():
+    with pytest.raises(ValueError, match="launch-burst"):
+        BurstRule(gap_ns=-1)
+    with pytest.raises(ValueError, match="launch-burst"):
+        BurstRule(min_launches=0)

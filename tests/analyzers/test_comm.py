@@ -1,0 +1,80 @@
+"""Communication: exposed time, cross-rank skew matched by order, the straggler and its host."""
+from analyzers.analyses.comm import comm_mask, communication
+from analyzers.timeline import DeviceKind, SourceFormat
+from tests.analyzers._tl import kernel, rng, timeline
+
+US = 1000
+NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
+
+
+def test_exposed_is_comm_not_overlapped_by_compute():
+    tl = timeline([kernel(0, 100, "gemm", stream=7),
+                   kernel(50, 150, NCCL, stream=13),          # 50 µs hidden under the gemm, 50 exposed
+                   kernel(200, 230, "cross_device_reduce_1stage", stream=13)])   # custom all-reduce
+    assert comm_mask(tl.device).tolist() == [False, True, True]
+    c = communication(tl)
+    assert c.total_ns == 130 * US and c.exposed_ns == 80 * US
+    assert c.participants == 1 and c.straggler_rank is None and c.skew_ns == 0
+
+
+def test_skew_straggler_and_its_host_across_ranks():
+    # scenario: comm stall, rank 1 arrives 300 µs late at each of 3 all-reduces; its host was scheduling
+    dev, rgs = [], []
+    for i in range(3):
+        t = 1000 * i
+        dev += [kernel(t, t + 400, NCCL, rank=0, device=0),            # rank 0 waits inside NCCL
+                kernel(t + 300, t + 400, NCCL, rank=1, device=0)]      # rank 1: the straggler
+        rgs += [rng(t - 100, t + 300, "sched.schedule", rank=1),
+                rng(t + 100, t + 300, "sync.wait", rank=1)]            # innermost for half of it
+    c = communication(timeline(dev, [], rgs, ranks=(0, 1)))
+    assert c.participants == 2 and len(c.collectives) == 3
+    assert c.collectives["skew_ns"].tolist() == [300 * US] * 3
+    assert c.collectives["transfer_ns"].tolist() == [100 * US] * 3
+    assert c.skew_ns == 900 * US and c.straggler_rank == 1 and c.straggler_share == 1.0
+    assert c.straggler_host_stage == "sync.wait"                        # 200 µs vs 100 µs per window
+    assert c.straggler_device_busy == 0.0
+    assert c.exposed_ns == 3 * 500 * US                                 # nothing else ran
+
+
+def test_small_skew_names_no_straggler():
+    dev = [kernel(0, 100, NCCL, rank=0), kernel(2, 100, NCCL, rank=1)]
+    c = communication(timeline(dev, [], [], ranks=(0, 1)), min_skew_ns=10 * US)
+    assert c.skew_ns == 2 * US and c.straggler_rank is None
+
+
+def test_probe_trace_comm_ranges_stand_in():
+    # scenario: CPU probe trace without comm device rows: comm.all_reduce ranges are the collectives
+    fwd = lambda s, e, r: kernel(s, e, "run.eager", kind=DeviceKind.CPU_FORWARD.value, rank=r, device=r)  # noqa: E731
+    tl = timeline([fwd(0, 500, 0), fwd(0, 500, 1)], [],
+                  [rng(100, 400, "comm.all_reduce", rank=0), rng(350, 400, "comm.all_reduce", rank=1),
+                   rng(0, 500, "run.eager", rank=0), rng(0, 500, "run.eager", rank=1)],
+                  fmt=SourceFormat.PROBE, ranks=(0, 1))
+    c = communication(tl)
+    assert c.source == "ranges" and c.skew_ns == 250 * US and c.straggler_rank == 1
+    assert c.exposed_ns == 0                                             # inside the forward spans
+
+
+def test_no_comm():
+    c = communication(timeline([kernel(0, 10)]))
+    assert c.source == "none" and c.total_ns == 0 and len(c.collectives) == 0
+
+
+def test_probe_reader_shape_comm_rows_are_stand_ins_and_skew_counts_as_lost():
+    # scenario: TP=2 probe traces as the probe reader builds them: forward AND comm.all_reduce spans
+    # are cpu_forward device rows; rank 1 sleeps before each all-reduce (the injected straggler)
+    from analyzers.diagnose import diagnose
+    cpu = DeviceKind.CPU_FORWARD.value
+    dev, rgs = [], []
+    for i in range(4):
+        t = 10_000 * i
+        for r, arrive in ((0, t + 1000), (1, t + 6000)):
+            dev += [kernel(t, t + 7000, "run.eager", kind=cpu, rank=r, device=r),
+                    kernel(arrive, t + 7000, "comm.all_reduce", kind=cpu, rank=r, device=r)]
+            rgs += [rng(t, t + 7000, "run.eager", rank=r), rng(arrive, t + 7000, "comm.all_reduce", rank=r)]
+    tl = timeline(dev, [], rgs, fmt=SourceFormat.PROBE, ranks=(0, 1))
+    c = communication(tl)
+    assert c.source == "stand_in" and c.straggler_rank == 1 and c.skew_ns == 4 * 5000 * US
+    assert c.straggler_host_stage == "run.eager" and c.straggler_device_busy is None
+    v = diagnose(tl).verdict
+    assert v.bottleneck == "kernel" and v.summary.startswith("communication-bound")
+    assert "straggler rank 1" in v.summary

@@ -1,0 +1,69 @@
+"""Interval primitives: normal form, measures, set operations — checked against a brute-force grid."""
+import numpy as np
+import pytest
+
+from analyzers import intervals as iv
+
+
+def grid(starts, ends, size=128):
+    g = np.zeros(size, bool)
+    for s, e in zip(starts, ends):
+        g[s:e] = True
+    return g
+
+
+def as_grid(ivs, size=128):
+    return grid(ivs[0], ivs[1], size)
+
+
+@pytest.mark.parametrize("starts, ends, want", [
+    ([], [], ([], [])),                                        # empty input
+    ([5, 0, 3, 20], [8, 4, 6, 25], ([0, 20], [8, 25])),        # unsorted + overlapping + chained
+    ([0, 4], [4, 8], ([0], [8])),                              # touching intervals merge
+    ([3, 3], [3, 9], ([3], [9])),                              # zero-length input vanishes
+    ([0, 1], [10, 2], ([0], [10])),                            # nested
+])
+def test_union_normal_form(starts, ends, want):
+    s, e = iv.union(starts, ends)
+    assert s.tolist() == want[0] and e.tolist() == want[1]
+
+
+def test_gaps_only_inside_span_and_above_threshold():
+    u = iv.union([0, 10, 13, 40], [5, 12, 30, 50])
+    assert [x.tolist() for x in iv.gaps(u)] == [[5, 12, 30], [10, 13, 40]]
+    assert [x.tolist() for x in iv.gaps(u, min_len_ns=2)] == [[5, 30], [10, 40]]
+    assert [x.tolist() for x in iv.gaps(iv.union([0], [5]))] == [[], []]
+
+
+def test_random_against_brute_force():
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        a_s = rng.integers(0, 60, 6); a_e = a_s + rng.integers(0, 8, 6)
+        b_s = rng.integers(0, 60, 5); b_e = b_s + rng.integers(0, 8, 5)
+        a, b = iv.union(a_s, a_e), iv.union(b_s, b_e)
+        ga, gb = grid(a_s, a_e), grid(b_s, b_e)
+        assert (as_grid(a) == ga).all()
+        assert iv.total(a) == ga.sum()
+        assert (as_grid(iv.intersect(a, b)) == (ga & gb)).all()
+        assert (as_grid(iv.subtract(a, b)) == (ga & ~gb)).all()
+        q0 = rng.integers(0, 60, 4); q1 = q0 + rng.integers(0, 20, 4)
+        want = [ga[x:y].sum() for x, y in zip(q0, q1)]
+        assert iv.overlap(a, q0, q1).tolist() == want
+        # normal form: sorted, disjoint, not touching
+        s, e = iv.intersect(a, b)
+        assert (s[1:] > e[:-1]).all() and (e > s).all()
+
+
+def test_split_at_pieces_add_up():
+    ps, pe, src = iv.split_at([0, 10, 30], [10, 25, 40], [5, 12, 20, 35, 100])
+    assert ps.tolist() == [0, 5, 10, 12, 20, 30, 35]
+    assert pe.tolist() == [5, 10, 12, 20, 25, 35, 40]
+    assert src.tolist() == [0, 0, 1, 1, 1, 2, 2]
+    ps, pe, src = iv.split_at([0, 50], [10, 60], [])              # no cuts: pieces = inputs
+    assert ps.tolist() == [0, 50] and pe.tolist() == [10, 60] and src.tolist() == [0, 1]
+
+
+def test_clip_and_covered_upto():
+    u = iv.union([0, 20], [10, 30])
+    assert [x.tolist() for x in iv.clip(u, 5, 25)] == [[5, 20], [10, 25]]
+    assert iv.covered_upto(u, [0, 5, 15, 25, 99]).tolist() == [0, 5, 10, 15, 20]

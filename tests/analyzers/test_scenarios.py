@@ -1,0 +1,126 @@
+"""Labelled sample traces: regenerated into tmp_path, read back through the nsys reader, diagnosed.
+
+Each scenario asserts its verdict, its summary, the attributed time of the injected class (within
+10% of what the scenario injects), and its own checks; the committed files must match the generator.
+"""
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+generate = pytest.importorskip("sample_traces.generate", reason="needs sample_traces.nsys_schema")
+readers = pytest.importorskip("analyzers.readers", reason="trace readers not importable yet")
+
+from analyzers.diagnose import diagnose  # noqa: E402
+
+COMMITTED = Path(generate.__file__).resolve().parent
+NAMES = [s.name for s in generate.SCENARIOS]
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sample_traces")
+    generate.generate(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def expected(generated):
+    return json.loads((generated / "expected.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def diagnoses(generated, expected):
+    return {n: diagnose(readers.load_timeline([generated / f for f in e["files"]]))
+            for n, e in expected.items()}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_verdict_and_attribution(name, expected, diagnoses):
+    e, d = expected[name], diagnoses[name]
+    v = d.verdict
+    assert v.bottleneck == e["bottleneck"], v.summary
+    assert v.summary.startswith(e["summary_prefix"]), v.summary
+    assert d.steps.count == e["steps"]
+    for cls, ns in e["injected_ns"].items():
+        got = d.bubbles.by_class[cls]
+        assert abs(got - ns) <= 0.10 * ns, f"{cls}: attributed {got} ns vs injected {ns} ns"
+    checks = e["checks"]
+    if "straggler_rank" in checks:
+        assert d.comm.straggler_rank == checks["straggler_rank"]
+        assert d.comm.exposed_ns > 0.5 * d.comm.total_ns
+    if "eager_reason" in checks:
+        assert d.eager.eager_decode_steps == checks["eager_decode_steps"]
+        assert set(d.eager.reasons) == {checks["eager_reason"]}
+        assert d.eager.extra_ns > 0 and d.eager.eager_mean_launches > d.eager.graph_mean_launches
+    if "healthy" in checks:
+        assert v.healthy is checks["healthy"]
+    else:
+        assert not v.healthy
+
+
+def test_no_nvtx_scenario_states_the_caveat(diagnoses):
+    v = diagnoses["host_sync_bound"].verdict
+    assert any(c.startswith("no_nvtx") for c in v.caveats)
+
+
+def test_each_file_is_small(generated):
+    for p in generated.glob("*.sqlite"):
+        assert p.stat().st_size < 300_000, p.name
+
+
+def _fingerprint(path: Path) -> dict[str, tuple]:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        out = {}
+        for t in tables:
+            cols = {r[1] for r in con.execute(f"PRAGMA table_info({t})")}
+            agg = "COUNT(*)" + (", SUM(start), SUM(end)" if {"start", "end"} <= cols else "")
+            out[t] = tuple(con.execute(f"SELECT {agg} FROM {t}").fetchone())
+        return out
+    finally:
+        con.close()
+
+
+def test_committed_files_match_the_generator(generated, expected):
+    committed = json.loads((COMMITTED / "expected.json").read_text())
+    assert committed == expected, "sample_traces/expected.json is stale: run python -m sample_traces.generate"
+    for e in expected.values():
+        for f in e["files"]:
+            assert (COMMITTED / f).is_file(), f"{f} not committed"
+            assert _fingerprint(COMMITTED / f) == _fingerprint(generated / f), f"{f} differs from the generator"
+
+
+def test_unknown_scenario_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="unknown scenario"):
+        generate.generate(tmp_path, ("nope",))
+
+
+# -- the reference engine's own probe traces (CPU): injected host delays come out as their class ----
+
+@pytest.mark.parametrize("field, stage, bottleneck", [
+    ("sched_us", "sched.schedule", "scheduler"),
+    ("prep_us", "prep.batch", "prep"),
+    ("result_us", "sched.result", "scheduler"),
+])
+def test_engine_probe_trace_injected_delay(tmp_path, recorder, field, stage, bottleneck):
+    eng_mod = pytest.importorskip("engine.engine", reason="reference engine not importable")
+    from engine.config import EngineConfig, FaultInjection
+
+    delay_us = 40_000                    # large against a tiny CPU forward: the verdict must name it
+    cfg = EngineConfig(device="cpu", enable_probes=True, inject=FaultInjection(**{field: delay_us}))
+    with eng_mod.Engine(cfg) as eng:
+        eng.generate(["ab"], {"max_new_tokens": 5})
+        paths = eng.write_traces(tmp_path)
+    tl = readers.load_timeline([paths["probe"]])
+    d = diagnose(tl)
+    assert d.verdict.bottleneck == bottleneck, d.verdict.summary
+    assert next(iter(d.bubbles.by_stage)) == stage
+    # every bubble between two forwards holds one injected delay (sleep never returns early) ...
+    n = d.bubbles.count
+    assert n >= 3 and d.bubbles.by_stage[stage] >= 0.9 * n * delay_us * 1000
+    # ... and attribution never exceeds what the trace's own ranges of that stage last
+    own = tl.ranges[tl.ranges["name"].astype(str) == stage]
+    assert d.bubbles.by_stage[stage] <= int((own["end_ns"] - own["start_ns"]).sum())
