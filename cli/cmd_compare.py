@@ -94,7 +94,9 @@ def register(app: typer.Typer) -> None:
 
             rows = [f.to_json() for f in diff.figures
                     if not (f.before == 0 and f.after == 0)]
-            msgs = [f"{f.name}: {f.before} -> {f.after} ({f.pct:+.1f}%)" for f in regressions]
+            msgs = [f"{f.name}: {f.before} -> {f.after} "
+                    f"({'new' if f.pct is None else format(f.pct, '+.1f') + '%'})"
+                    for f in regressions]
             render_compare(b.to_json(), a.to_json(), rows, console, msgs)
         if regressions:
             raise typer.Exit(int(Exit.REGRESSION))

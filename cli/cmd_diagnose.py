@@ -14,7 +14,8 @@ from cli.loading import load
 
 
 def parse_steps(text: str | None) -> tuple[int, int] | None:
-    """``A:B`` (either side may be empty) -> (A, B) with B exclusive; None for no selection."""
+    """``A:B`` (either side may be empty; B exclusive, like a Python slice) -> (first, last)
+    inclusive as ``DiagnoseParams.step_range`` takes it; None for no selection."""
     if not text:
         return None
     a, sep, b = text.partition(":")
@@ -27,7 +28,7 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
         fail(f"--steps {text!r}: A and B must be integers")
     if lo < 0 or hi <= lo:
         fail(f"--steps {text!r}: need 0 <= A < B")
-    return lo, hi
+    return lo, hi - 1
 
 
 def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int] | None,
@@ -38,9 +39,9 @@ def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int]
     tl = load(paths, console, quiet)
     try:
         params = DiagnoseParams(threshold_us=threshold_us, step_range=steps)
+        return diagnose(tl, params)
     except ValueError as exc:
         fail(str(exc))
-    return diagnose(tl, params)
 
 
 def register(app: typer.Typer) -> None:

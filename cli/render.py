@@ -20,8 +20,10 @@ _STRIP_CHARS = {"scheduler": "S", "prep": "P", "kernel": "K", "sync": "Y", "laun
 
 
 def _table(title: str, *cols: str, justify_right: tuple[int, ...] = ()) -> Table:
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-              title_style="bold")
+    # NOTE: the title is printed as a heading line by ``render_diagnosis`` (a table title would
+    # wrap to the table's width); it is kept on the table as ``title_text``.
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    t.title_text = title  # type: ignore[attr-defined]
     for i, c in enumerate(cols):
         t.add_column(c, justify="right" if i in justify_right else "left", overflow="fold")
     return t
@@ -31,9 +33,8 @@ def capture_panel(d: dict[str, Any]) -> Panel:
     cap = d.get("capture", {})
     lines = Text()
     srcs = cap.get("sources") or []
-    lines.append(f"format {cap.get('format', '?')}")
-    if cap.get("tool_version"):
-        lines.append(f" {cap['tool_version']}")
+    fmt, tool = str(cap.get("format", "?")), str(cap.get("tool_version") or "")
+    lines.append(f"format {tool if tool.startswith(fmt) else (fmt + ' ' + tool).strip()}")
     lines.append(f"  ·  {len(srcs)} file(s)  ·  ranks {cap.get('ranks', [0])}")
     devs = cap.get("devices") or []
     if devs:
@@ -70,8 +71,11 @@ def budget_table(d: dict[str, Any]) -> Table | None:
     total = b.get("wall_ns") or sum(int(x) for x in parts.values())
     if not parts:
         return None
-    t = _table("step budget (all steps)", "part", "time", "share", justify_right=(1, 2))
+    t = _table("step budget: where the wall time of all steps went", "part", "time", "share",
+               justify_right=(1, 2))
     for name, ns in sorted(parts.items(), key=lambda kv: -int(kv[1])):
+        if int(ns) == 0:
+            continue
         t.add_row(Text(name, style=CLASS_STYLE.get(name.split(".")[-1], "")), fmt_ns(ns),
                   fmt_pct(int(ns), total))
     t.add_row(Text("wall", style="bold"), fmt_ns(total), "100%")
@@ -105,8 +109,11 @@ def steps_table(d: dict[str, Any]) -> Table | None:
         return None
     t = _table(f"steps: {s.get('count')} ({s.get('graph', 0)} graph replay, "
                f"{s.get('eager', 0)} eager)", "eager reason", "steps", justify_right=(1,))
-    for reason, n in sorted((s.get("eager_reasons") or {}).items(), key=lambda kv: -int(kv[1])):
+    reasons = s.get("eager_reasons") or {}
+    for reason, n in sorted(reasons.items(), key=lambda kv: -int(kv[1])):
         t.add_row(reason, str(n))
+    if not reasons:
+        t.add_row(Text("no eager steps", style="dim"), "0")
     fb = s.get("fallback") or d.get("eager_fallback") or {}
     if fb.get("steps"):
         t.add_section()
@@ -148,15 +155,20 @@ def step_strip(d: dict[str, Any], width: int = 60) -> Text | None:
     per = (d.get("steps") or {}).get("per_step") or []
     if not per:
         return None
-    out = Text("per-step strip (# busy  S sched  P prep  Y sync  L launch  . unannotated)\n",
-               style="bold")
+    out = Text("per-step strip: what most of each step's time went to\n", style="bold")
+    out.append("(# device busy  C comm  S scheduler  P prep  K kernel-side host  Y sync  L launch  "
+               ". unannotated)\n", style="dim")
     for st in per[:width]:
-        parts = st.get("parts_ns") or {}
+        parts = {k: int(v) for k, v in (st.get("parts_ns") or {}).items()}
         if not parts:
             out.append("?")
             continue
-        top = max(parts.items(), key=lambda kv: int(kv[1]))[0]
-        key = top.split(".")[-1]
+        busy = parts.get("busy", 0) + parts.get("comm", 0)
+        lost = {k: v for k, v in parts.items() if k not in ("busy", "comm") and v > 0}
+        if lost and sum(lost.values()) > busy:
+            key = max(lost.items(), key=lambda kv: kv[1])[0]
+        else:
+            key = "comm" if parts.get("comm", 0) > parts.get("busy", 0) else "busy"
         out.append(_STRIP_CHARS.get(key, "?"), style=CLASS_STYLE.get(key, ""))
     if len(per) > width:
         out.append(f" … {len(per) - width} more")
@@ -168,8 +180,12 @@ def render_diagnosis(d: dict[str, Any], console: Console) -> None:
     console.print(verdict_panel(d))
     for part in (budget_table(d), bubbles_table(d), steps_table(d), comm_table(d),
                  kernels_table(d), step_strip(d)):
-        if part is not None:
-            console.print(part)
+        if part is None:
+            continue
+        title = getattr(part, "title_text", None)
+        if title:
+            console.print(Text(title, style="bold"))
+        console.print(part)
 
 
 def render_compare(before: dict[str, Any], after: dict[str, Any], rows: list[dict[str, Any]],
@@ -181,6 +197,7 @@ def render_compare(before: dict[str, Any], after: dict[str, Any], rows: list[dic
     head.append(f"after: {va.get('bottleneck', '?')} ({float(va.get('confidence', 0)):.0%})")
     console.print(Panel(head, title="compare", title_align="left", box=box.ROUNDED))
     t = _table("figures", "figure", "before", "after", "change", justify_right=(1, 2, 3))
+    console.print(Text("figures", style="bold"))
     for r in rows:
         unit_ns = str(r.get("figure", "")).endswith("_ns")
         f = (lambda v: fmt_ns(v)) if unit_ns else (lambda v: "-" if v is None else f"{v:g}")

@@ -1,0 +1,243 @@
+"""The srtscope CLI through typer's test runner: commands, JSON contract, exit codes, errors."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.app import app
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = REPO / "sample_traces"
+runner = CliRunner()
+
+
+def invoke(*args: str, env: dict | None = None):
+    return runner.invoke(app, [str(a) for a in args], env=env or {"COLUMNS": "100"})
+
+
+def test_version_and_help():
+    r = invoke("--version")
+    assert r.exit_code == 0 and r.stdout.startswith("srtscope ")
+    r = invoke("--help")
+    assert r.exit_code == 0
+    for cmd in ("run", "capture", "diagnose", "compare"):
+        assert cmd in r.stdout
+
+
+def _expected() -> dict:
+    return json.loads((SAMPLES / "expected.json").read_text())
+
+
+@pytest.mark.parametrize("scenario", ["scheduler_bound", "prep_bound", "kernel_bound", "healthy"])
+def test_diagnose_json_contract_on_samples(scenario):
+    exp = _expected()[scenario]
+    files = [SAMPLES / f for f in exp["files"]] if "files" in exp else [SAMPLES / f"{scenario}.sqlite"]
+    r = invoke("diagnose", *files, "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)  # --json prints the contract and nothing else
+    assert doc["verdict"]["bottleneck"] == exp["bottleneck"]
+    assert 0.0 <= doc["verdict"]["confidence"] <= 1.0
+    for key in ("count", "total_ns", "by_class"):
+        assert key in doc["bubbles"]
+    assert set(doc["bubbles"]["by_class"]) >= {"scheduler", "prep", "kernel", "sync", "unattributed"}
+    for key in ("count", "graph", "eager", "eager_reasons"):
+        assert key in doc["steps"]
+    for key in ("total_ns", "exposed_ns", "skew_ns", "straggler_rank"):
+        assert key in doc["comm"]
+    assert doc["capture"]["format"] == "nsys-sqlite" and isinstance(doc["capture"]["warnings"], list)
+    assert all(isinstance(v, int) for v in doc["bubbles"]["by_class"].values())
+
+
+def test_diagnose_report_renders_in_80_columns():
+    r = invoke("diagnose", SAMPLES / "scheduler_bound.sqlite", env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    text = r.stdout
+    assert "Bottleneck: SCHEDULER" in text and "bubbles:" in text and "steps:" in text
+    # no wrapping damage: each table heading stays on one line
+    assert any(line.startswith("bubbles: ") and "idle" in line for line in lines)
+
+
+def test_diagnose_straggler_pair_names_rank():
+    exp = _expected()
+    key = next(k for k in exp if "straggler" in k)
+    files = [SAMPLES / f for f in exp[key]["files"]]
+    r = invoke("diagnose", *files, "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["comm"]["straggler_rank"] == exp[key]["checks"]["straggler_rank"]
+    assert doc["capture"]["ranks"] == [0, 1]
+
+
+def test_diagnose_writes_markdown_and_perfetto(tmp_path):
+    md, pf = tmp_path / "r.md", tmp_path / "b.json"
+    r = invoke("diagnose", SAMPLES / "prep_bound.sqlite", "--markdown", md, "--perfetto", pf)
+    assert r.exit_code == 0, r.stderr
+    assert "**Bottleneck: PREP**" in md.read_text()
+    events = json.loads(pf.read_text())["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X" and e["cat"] == "bubble"]
+    assert slices and all(e["name"].startswith("bubble: ") for e in slices)
+    assert {"bubble: prep"} <= {e["name"] for e in slices}
+    assert all(e["dur"] > 0 for e in slices)
+
+
+def test_diagnose_step_range_and_threshold():
+    f = SAMPLES / "scheduler_bound.sqlite"
+    full = json.loads(invoke("diagnose", f, "--json").stdout)
+    part = json.loads(invoke("diagnose", f, "--json", "--steps", "0:10").stdout)
+    assert part["steps"]["count"] == 10 < full["steps"]["count"]
+    high = json.loads(invoke("diagnose", f, "--json", "--threshold-us", "100000").stdout)
+    assert high["bubbles"]["count"] < full["bubbles"]["count"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["diagnose", "/nonexistent/trace.sqlite"], "no such file"),
+    (["diagnose", "{tmp}"], "is a directory"),
+    (["diagnose", "{junk}"], "{junk}"),
+    (["diagnose", "{empty_json}"], "{empty_json}"),
+    (["diagnose", str(SAMPLES / "healthy.sqlite"), "--steps", "x:y"], "--steps"),
+    (["diagnose", str(SAMPLES / "healthy.sqlite"), "--steps", "5:2"], "--steps"),
+    (["compare", "/nonexistent/a.sqlite", str(SAMPLES / "healthy.sqlite")], "no such file"),
+    (["run", "--inject", "bogus=5"], "--inject"),
+    (["run", "--inject", "sched=-5"], "--inject"),
+    (["capture", "--backend", "torch"], "needs a command"),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, args, message):
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"this is not a database at all" * 10)
+    empty_json = tmp_path / "empty.json"
+    empty_json.write_text("{}")
+    subst = {"{tmp}": str(tmp_path), "{junk}": str(junk), "{empty_json}": str(empty_json)}
+    args = [subst.get(a, a) for a in args]
+    message = subst.get(message, message)
+    r = invoke(*args)
+    assert r.exit_code == 2, (r.stdout, r.stderr)
+    err = r.stderr.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("srtscope: error: ") and message in err
+    assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_capture_without_nsys_names_torch_backend(monkeypatch, tmp_path):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    r = invoke("capture", "--out", tmp_path / "x", "--", "python", "-c", "pass")
+    assert r.exit_code == 2
+    assert "--backend torch" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_capture_torch_passes_exit_code_and_writes_kineto(tmp_path):
+    script = tmp_path / "work.py"
+    script.write_text("import sys, torch\n"
+                      "x = torch.ones(64, 64)\n"
+                      "for _ in range(3):\n    x = x @ x / 64\n"
+                      "sys.exit(7)\n")
+    out = tmp_path / "trace.json.gz"
+    r = invoke("capture", "--backend", "torch", "--out", out, "--", "python", script)
+    assert r.exit_code == 7, r.stderr
+    assert out.exists()
+    d = invoke("diagnose", out, "--json")
+    # a CPU-only Kineto trace has no kernels: a clear one-line error, or a diagnosis
+    assert d.exit_code in (0, 2)
+    if d.exit_code == 2:
+        assert len(d.stderr.strip().splitlines()) == 1
+
+
+def test_nsys_plan_flags(tmp_path):
+    from cli.capture import nsys_plan
+
+    plan = nsys_plan("/usr/bin/nsys", tmp_path / "cap", ["python", "serve.py", "--x", "a b"],
+                     capture_range=True)
+    assert plan.profile[:2] == ["/usr/bin/nsys", "profile"]
+    assert "--trace=cuda,nvtx,osrt" in plan.profile and "--cuda-graph-trace=node" in plan.profile
+    assert "--capture-range=cudaProfilerApi" in plan.profile
+    assert plan.profile[-4:] == ["python", "serve.py", "--x", "a b"]  # a list, never a shell string
+    assert plan.export[:3] == ["/usr/bin/nsys", "export", "--type=sqlite"]
+    assert plan.sqlite == tmp_path / "cap.sqlite" and str(plan.report) == plan.export[-1]
+
+
+@pytest.fixture
+def fastvideo_pair(real_traces):
+    d = real_traces / "nsys"
+    before = d / "fastvideo_train_2xH100_nccl_before_nsys2026.2_300ms-window.sqlite"
+    after = d / "fastvideo_train_2xH100_nccl_after_nsys2026.2_300ms-window.sqlite"
+    return before, after
+
+
+def test_compare_real_nccl_pair(fastvideo_pair, tmp_path):
+    before, after = fastvideo_pair
+    r = invoke("compare", before, after, "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    figs = {f["figure"]: f for f in doc["figures"]}
+    exposed = figs["comm.exposed_ns"]
+    assert exposed["before"] != exposed["after"]
+    # the gate: exit 3 when the chosen figure got worse than allowed, 0 when it did not
+    worse = [f for f in doc["figures"] if f["worse"] and f["delta_pct"] and f["delta_pct"] > 1]
+    assert worse, "the pair differs in at least one figure"
+    gated = invoke("compare", before, after, "--fail-on-regression", "1", "--figure", worse[0]["figure"])
+    assert gated.exit_code == 3 and "regression" in gated.stdout
+    better = [f for f in doc["figures"] if f["better"]]
+    if better:
+        ok = invoke("compare", before, after, "--fail-on-regression", "1", "--figure", better[0]["figure"])
+        assert ok.exit_code == 0
+
+
+def test_compare_saved_diagnosis_json(tmp_path):
+    saved = tmp_path / "baseline.json"
+    r = invoke("diagnose", SAMPLES / "healthy.sqlite", "--json")
+    saved.write_text(r.stdout)
+    r = invoke("compare", saved, SAMPLES / "scheduler_bound.sqlite", "--fail-on-regression", "5")
+    assert r.exit_code == 3
+    assert "before: kernel" in r.stdout and "after: scheduler" in r.stdout
+
+
+def test_compare_unknown_figure_is_bad_input():
+    r = invoke("compare", SAMPLES / "healthy.sqlite", SAMPLES / "healthy.sqlite", "--figure", "nope")
+    assert r.exit_code == 2 and "unknown figure" in r.stderr
+
+
+def test_diagnose_real_traces_text_and_json(real_traces):
+    for f in [real_traces / "kineto" / "hta_triton_single_kernel_a100.json.gz",
+              real_traces / "nsys" / "pytorch_tiny_sum_rtx3080_nsys2026.1.sqlite"]:
+        r = invoke("diagnose", f)
+        assert r.exit_code == 0, r.stderr
+        assert "Bottleneck:" in r.stdout
+        j = json.loads(invoke("diagnose", f, "--json").stdout)
+        assert j["verdict"]["bottleneck"] in ("scheduler", "prep", "kernel")
+
+
+def test_run_small_workload_writes_traces_and_diagnoses(tmp_path):
+    out = tmp_path / "run"
+    r = invoke("run", "--requests", "4", "--max-new-tokens", "4", "--device", "cpu",
+               "--out", out, "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["capture"]["format"] == "srtscope-probe"
+    assert doc["steps"]["count"] >= 4 and doc["steps"]["eager_reasons"].get("no_cuda", 0) >= 1
+    assert (out / "probe.rank0.json").exists() and (out / "chrome.rank0.json").exists()
+    report = json.loads((out / "workload_report.json").read_text())
+    assert report["num_requests"] == 4 and report["output_tokens"] == 16
+
+
+def test_run_with_injected_prep_delay_names_prep(tmp_path):
+    r = invoke("run", "--requests", "2", "--max-new-tokens", "6", "--device", "cpu",
+               "--inject", "prep=20000", "--out", tmp_path / "run", "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["verdict"]["bottleneck"] == "prep"
+    # every step paid >= 20 ms of prep: attributed prep bubble time covers most of it
+    steps = doc["steps"]["count"]
+    assert doc["bubbles"]["by_class"]["prep"] >= 0.9 * 20_000_000 * (steps - 1)
+
+
+def test_capture_torch_of_an_engine_run(tmp_path):
+    trace = tmp_path / "engine.json.gz"
+    r = invoke("capture", "--backend", "torch", "--out", trace, "--",
+               "python", "-m", "cli.app", "run", "--requests", "2", "--max-new-tokens", "3",
+               "--device", "cpu", "--out", tmp_path / "run", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert trace.exists() and (tmp_path / "run" / "probe.rank0.json").exists()
