@@ -1,0 +1,1 @@
+"""engine.scheduler: batch selection, prefill admission, policies, event loops, worker client."""

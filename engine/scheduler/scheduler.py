@@ -1,0 +1,351 @@
+"""Scheduler: the waiting queue, the running batch, the chunked request, and the choice of the next
+batch (``get_next_batch_to_run``) in the seed's order:
+
+1. merge the last step's finished prefill into the running batch;
+2. a new prefill batch (the chunked request's next chunk first, then admissions) if any;
+3. otherwise decode the running batch (retracting requests when KV runs short);
+4. otherwise idle (None).
+
+Result processing (``process_batch_result``) appends tokens, runs stop checks, caches finished
+requests' KV and frees their rows. The event loops live in ``engine/scheduler/loops.py``.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from engine.config import EngineConfig
+from engine.forward_batch import ForwardMode
+from engine.mem.allocator import TokenSlotAllocator
+from engine.mem.chunk_cache import ChunkCache
+from engine.mem.radix_cache import RadixCache
+from engine.mem.req_to_token import ReqToTokenPool
+from engine.request import Req, SamplingParams, validate_prompt
+from engine.schedule_batch import LaunchedStep, ScheduleBatch
+from engine.scheduler.policy import InBatchPrefixFilter, sort_waiting
+from engine.scheduler.prefill_adder import CLIP_MAX_NEW_TOKENS, AddResult, PrefillAdder
+from engine.scheduler.worker_client import Pending, WorkerClient
+from probes.ranges import stage
+from probes.stages import Stage
+
+_PREP = Stage.PREP_BATCH.value
+_RESULT = Stage.SCHED_RESULT.value
+
+RETRACT_DECODE_STEPS = 4   # after a retraction, keep room for this many decode steps
+
+
+def spin_us(us: int) -> None:
+    """Busy-wait ``us`` microseconds (sleeping first for long waits) — fault injection."""
+    if us <= 0:
+        return
+    end = time.perf_counter_ns() + us * 1000
+    if us > 2000:
+        time.sleep((us - 1000) / 1e6)
+    while time.perf_counter_ns() < end:
+        pass
+
+
+@dataclass
+class SchedulerStats:
+    prompt_tokens: int = 0        # prompt (fill) tokens at each admission
+    cached_tokens: int = 0        # of which served from the prefix cache
+    prefill_tokens: int = 0       # tokens actually prefilled (extend tokens)
+    decode_tokens: int = 0        # tokens fed by decode steps
+    generated_tokens: int = 0     # tokens appended to requests
+    retractions: int = 0
+    steps: int = 0
+
+    @property
+    def cache_hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, worker: Any, req_pool_size: int | None = None) -> None:
+        self.config = config
+        self.worker = worker
+        self.device = worker.device
+        self.tokenizer = getattr(worker, "tokenizer", None)
+        self.eos_token_id = getattr(self.tokenizer, "eos_token_id", None)
+        rows = req_pool_size if req_pool_size is not None else config.max_running_requests + 1
+        self.req_to_token = ReqToTokenPool(rows, config.context_length, self.device)
+        self.allocator = TokenSlotAllocator(config.max_total_tokens)
+        cache_cls = ChunkCache if config.disable_radix_cache else RadixCache
+        self.tree_cache = cache_cls(self.allocator, self.req_to_token)
+        self.client = WorkerClient(worker, self.req_to_token, config.enable_overlap,
+                                   future_size=8 * (rows + 1))
+        self.waiting_queue: list[Req] = []
+        self.running_batch = ScheduleBatch([], ForwardMode.DECODE)
+        self.last_batch: ScheduleBatch | None = None
+        self.chunked_req: Req | None = None
+        self.inflight: LaunchedStep | None = None     # overlap: launched, result not processed
+        self.new_token_ratio = config.init_new_token_ratio
+        self.step = 0
+        self.stats = SchedulerStats()
+        self.finished: list[Req] = []                 # drained by the engine
+        self.on_finish: Callable[[Req], None] | None = None
+        self._order = itertools.count()
+        self._aborts: list[Req] = []
+        self._live: dict[str, Req] = {}
+        self._inbox: list[Req] = []
+
+    # -- intake --------------------------------------------------------------------------------
+    def make_req(self, input_ids: list[int], params: SamplingParams | dict | None = None,
+                 rid: str = "") -> Req:
+        """Validate and build a request (``ValueError`` naming the field; nothing is queued)."""
+        sp = SamplingParams.from_any(params)
+        cfg = self.config
+        ids = validate_prompt(input_ids, cfg.context_length, cfg.max_total_tokens,
+                              cfg.model.vocab_size)
+        room = min(cfg.context_length, cfg.max_total_tokens) - len(ids)
+        if rid and rid in self._live:
+            raise ValueError(f"rid: duplicate request id {rid!r}")
+        return Req(ids, sp, rid=rid, eos_token_id=self.eos_token_id,
+                   max_new_tokens=min(sp.max_new_tokens, room))
+
+    def submit(self, req: Req) -> Req:
+        """Hand a request to the scheduler; it joins the waiting queue at the next ``sched.recv``."""
+        req.arrival_ns = req.arrival_ns or time.perf_counter_ns()
+        self._inbox.append(req)
+        return req
+
+    def recv_requests(self) -> int:
+        """Move submitted requests into the waiting queue; returns how many."""
+        if not self._inbox:
+            return 0
+        inbox, self._inbox = self._inbox, []
+        for req in inbox:
+            self.add_request(req)
+        return len(inbox)
+
+    def add_request(self, req: Req) -> Req:
+        req.order = next(self._order)
+        req.arrival_ns = req.arrival_ns or time.perf_counter_ns()
+        self._live[req.rid] = req
+        self.waiting_queue.append(req)
+        return req
+
+    def abort(self, rid: str) -> bool:
+        """Abort a live request (takes effect at the next scheduling); False if unknown."""
+        req = self._live.get(rid) or next((r for r in self._inbox if r.rid == rid), None)
+        if req is None or req.finished:
+            return False
+        req.to_abort = True
+        self._aborts.append(req)
+        return True
+
+    # -- state queries ---------------------------------------------------------------------------
+    def is_idle(self) -> bool:
+        last = self.last_batch
+        return (not self.waiting_queue and not self._inbox and self.running_batch.is_empty()
+                and self.chunked_req is None and self.inflight is None
+                and (last is None or all(r.finished for r in last.reqs)))
+
+    def num_live(self) -> int:
+        return len(self._live)
+
+    # -- the batch choice ------------------------------------------------------------------------
+    def get_next_batch_to_run(self) -> ScheduleBatch | None:
+        spin_us(self.config.inject.sched_us)
+        self._process_aborts()
+        last = self.last_batch
+        if last is not None and last.forward_mode == ForwardMode.EXTEND:
+            last.filter(lambda r: not r.finished and r is not last.chunked_req)
+            last.chunked_req = None
+            if not last.is_empty():
+                self.running_batch.merge(last)
+        self.last_batch = None
+        batch = self.get_new_batch_prefill()
+        if batch is None:
+            self.running_batch.filter(lambda r: not r.finished)
+            if not self.running_batch.is_empty():
+                batch = self.update_running_batch(self.running_batch)
+        self.last_batch = batch
+        return batch
+
+    def get_new_batch_prefill(self) -> ScheduleBatch | None:
+        cfg = self.config
+        chunked = self.chunked_req
+        if not self.waiting_queue and chunked is None:
+            return None
+        running = [r for r in self.running_batch.reqs if not r.finished]
+        if chunked is None and (len(running) >= cfg.max_running_requests
+                                or self.req_to_token.available_size() == 0):
+            return None        # running batch full / no free request rows
+        adder = PrefillAdder(self.tree_cache, self.allocator, running, self.new_token_ratio,
+                             cfg.max_prefill_tokens, cfg.chunked_prefill_size)
+        if chunked is not None:
+            self.tree_cache.cache_unfinished_req(chunked)
+            if self.allocator.available_size() + self.tree_cache.evictable_size() > 0:
+                adder.add_chunked_req(chunked, self.allocator.available_size()
+                                      + self.tree_cache.evictable_size())
+        self.chunked_req = None
+        if self.waiting_queue and adder.new_chunked_req is None:
+            applied = sort_waiting(cfg.schedule_policy, self.waiting_queue, self.tree_cache)
+            in_batch = InBatchPrefixFilter(self.tree_cache) if applied == "lpm" else None
+            rows = self.req_to_token.available_size()
+            for req in self.waiting_queue:
+                if len(running) + len(adder.can_run) >= cfg.max_running_requests:
+                    break
+                if rows <= 0:
+                    break
+                if in_batch is not None and in_batch.should_defer(req):
+                    continue
+                res = adder.add_one_req(req)
+                if res is AddResult.NO_TOKEN:
+                    break
+                if req in adder.can_run:
+                    rows -= 1
+                    self.stats.prompt_tokens += req.seq_len
+                if res is AddResult.OTHER:
+                    break
+            admitted = {id(r) for r in adder.can_run}
+            self.waiting_queue = [r for r in self.waiting_queue if id(r) not in admitted]
+        self.stats.cached_tokens += adder.cached_tokens
+        if not adder.can_run:
+            self.chunked_req = chunked if (chunked is not None and not chunked.finished) else None
+            return None
+        self.chunked_req = adder.new_chunked_req
+        batch = ScheduleBatch(adder.can_run, ForwardMode.EXTEND, chunked_req=adder.new_chunked_req)
+        batch.prepare_for_extend(self.allocator, self.req_to_token, self.tree_cache)
+        self.stats.prefill_tokens += sum(batch.extend_lens)
+        for r in batch.reqs:
+            r.is_chunked = int(r is batch.chunked_req)
+        return batch
+
+    def update_running_batch(self, batch: ScheduleBatch) -> ScheduleBatch | None:
+        """Make room for one decode step (retracting if needed), then allocate its slots."""
+        if not self._decode_fits(batch.batch_size()):
+            if self.inflight is not None and self._drain_hook is not None:
+                self._drain_hook()                 # overlap: settle outputs before retracting
+                batch.filter(lambda r: not r.finished)
+                if batch.is_empty():
+                    return None
+            if not self._decode_fits(batch.batch_size()):
+                self.retract_decode(batch)
+            if not self._decode_fits(batch.batch_size()) and self.chunked_req is not None:
+                self._retract_chunked()          # the half-prefilled request yields its slots
+        else:
+            self.new_token_ratio = max(self.new_token_ratio - self.config.new_token_ratio_decay,
+                                       self.config.min_new_token_ratio)
+        batch.prepare_for_decode(self.allocator, self.req_to_token, self.tree_cache)
+        self.stats.decode_tokens += batch.batch_size()
+        return batch
+
+    _drain_hook: Callable[[], None] | None = None
+
+    def _decode_fits(self, bs: int, steps: int = 1) -> bool:
+        return self.allocator.available_size() + self.tree_cache.evictable_size() >= bs * steps
+
+    def retract_decode(self, batch: ScheduleBatch) -> list[Req]:
+        """Requeue requests, fewest outputs first (ties: longest prompt), until the rest fit."""
+        order = sorted(batch.reqs, key=lambda r: (len(r.output_ids), -len(r.origin_input_ids)),
+                       reverse=True)
+        retracted: list[Req] = []
+        while len(order) > 1 and not self._decode_fits(
+                len(order), min(RETRACT_DECODE_STEPS, max(r.remaining_new_tokens() for r in order))):
+            req = order.pop()
+            self.tree_cache.cache_finished_req(req)
+            req.reset_for_retract()
+            retracted.append(req)
+        if retracted:
+            gone = {id(r) for r in retracted}
+            batch.filter(lambda r: id(r) not in gone)
+            self.waiting_queue.extend(retracted)
+            self.stats.retractions += len(retracted)
+            total_decoded = sum(len(r.output_ids) for r in batch.reqs)
+            total_max = sum(min(r.max_new_tokens, CLIP_MAX_NEW_TOKENS) for r in batch.reqs)
+            ratio = (total_decoded + RETRACT_DECODE_STEPS * len(batch.reqs)) / max(total_max, 1)
+            self.new_token_ratio = min(1.0, max(ratio, self.new_token_ratio))
+        return retracted
+
+    def _retract_chunked(self) -> None:
+        req, self.chunked_req = self.chunked_req, None
+        self.tree_cache.cache_finished_req(req)
+        req.reset_for_retract()
+        self.waiting_queue.insert(0, req)
+        self.stats.retractions += 1
+
+    def _process_aborts(self) -> None:
+        if not self._aborts:
+            return
+        aborts, self._aborts = self._aborts, []
+        for req in aborts:
+            if req.finished:
+                continue
+            req.abort()
+            if req in self.waiting_queue:
+                self.waiting_queue.remove(req)
+            if req is self.chunked_req:
+                self.chunked_req = None
+            self.tree_cache.cache_finished_req(req)
+            self._finish(req)
+
+    # -- prep, launch, results -------------------------------------------------------------------
+    def launch_batch(self, batch: ScheduleBatch) -> LaunchedStep:
+        """Lower the batch to a ForwardBatch (``prep.batch``) and hand it to the worker."""
+        with stage(_PREP, mode=batch.forward_mode.label, bs=batch.batch_size(), step=self.step):
+            spin_us(self.config.inject.prep_us)
+            fb, writes, placeholders = batch.to_forward_batch(self.req_to_token, self.client.device,
+                                                              self.step)
+            rows = fb.sample_rows or []
+            base = self.client.reserve_future(len(rows)) if self.client.overlap else 0
+            if self.client.overlap:
+                for j, i in enumerate(rows):
+                    batch.reqs[i].future_idx = base + j
+        launched = LaunchedStep(self.step, batch.forward_mode, tuple(batch.reqs), tuple(rows),
+                                base, num_tokens=fb.num_tokens)
+        launched.handle = self.client.launch(Pending(fb, writes, placeholders, base, len(rows)))
+        return launched
+
+    def process_batch_result(self, launched: LaunchedStep) -> None:
+        """Tokens -> requests; stop checks; finished requests' KV cached and rows freed."""
+        tokens = self.client.wait_tokens(launched.handle)
+        with stage(_RESULT, mode=launched.mode.label, bs=len(launched.reqs), step=launched.step) as r:
+            spin_us(self.config.inject.result_us)
+            now = time.perf_counter_ns()
+            by_row = len(tokens) == len(launched.reqs) and len(tokens) != len(launched.sample_rows)
+            detok = self.tokenizer
+            n_finished = 0
+            for j, i in enumerate(launched.sample_rows):
+                req = launched.reqs[i]
+                if req.future_idx == launched.future_base + j:
+                    req.future_idx = -1
+                if req.finished:
+                    continue       # one step late (overlap) or aborted: the token is dropped
+                req.is_chunked = 0
+                self.stats.generated_tokens += 1
+                if req.append_token(tokens[i] if by_row else tokens[j], detok, now):
+                    self.tree_cache.cache_finished_req(req)
+                    self._finish(req)
+                    n_finished += 1
+                elif launched.mode == ForwardMode.EXTEND and self.tree_cache.enabled:
+                    self.tree_cache.cache_unfinished_req(req)   # share the prompt right away
+            r.set(finished=n_finished)
+
+    def _finish(self, req: Req) -> None:
+        req.finish_ns = time.perf_counter_ns()
+        self._live.pop(req.rid, None)
+        self.finished.append(req)
+        if self.on_finish is not None:
+            self.on_finish(req)
+
+    # -- invariants ------------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        """At idle: free + evictable == total slots (as sets), nothing locked, all rows free."""
+        if not self.is_idle():
+            raise AssertionError("check_invariants: the scheduler is not idle")
+        locked = self.tree_cache.locked_nodes()
+        if locked or self.tree_cache.protected_size():
+            raise AssertionError(f"locked cache nodes at idle: {locked[:5]}")
+        self.req_to_token.check_all_free()
+        free, evictable = self.allocator.available_size(), self.tree_cache.evictable_size()
+        if free + evictable != self.allocator.size:
+            raise AssertionError(f"free {free} + evictable {evictable} != total "
+                                 f"{self.allocator.size}")
+        self.allocator.check(in_use=self.tree_cache.all_values())
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,68 @@
+"""Workload generators and the runner's report (FakeWorker: fast, checks every KV slot)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.workloads import make_workload, run_workload
+from tests.engine.sched_helpers import FakeWorker
+
+CFG = EngineConfig(device="cpu", max_total_tokens=3000, max_running_requests=16,
+                   context_length=1024, chunked_prefill_size=64, enable_probes=False)
+
+SMALL = {
+    "shared-prefix": dict(num_requests=12, system_len=64, user_len=(4, 12), max_new_tokens=5),
+    "multi-turn": dict(num_sessions=3, turns=3, system_len=16, user_len=(2, 6), max_new_tokens=4),
+    "agent-tree": dict(num_roots=2, depth=2, branching=2, root_len=24, max_new_tokens=3),
+    "random": dict(num_requests=20, prompt_len=(1, 80), output_len=(1, 9)),
+}
+EXPECTED_REQUESTS = {"shared-prefix": 12, "multi-turn": 9, "agent-tree": 2 * (1 + 2 + 4),
+                     "random": 20}
+
+
+def engine(**kw) -> Engine:
+    cfg = dataclasses.replace(CFG, **kw)
+    return Engine(cfg, worker=FakeWorker(cfg))
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_workload_runs_to_completion_with_a_report(name):
+    with engine() as eng:
+        rep = run_workload(eng, make_workload(name, **SMALL[name]))
+        eng.check_invariants()
+    assert rep.num_requests == EXPECTED_REQUESTS[name]
+    assert rep.output_tokens == sum(len(o) for o in rep.outputs.values()) > 0
+    assert rep.output_tok_per_s > 0 and rep.ttft_ms_p50 > 0 and rep.itl_ms_p50 >= 0
+    assert rep.ttft_ms_p50 <= rep.ttft_ms_p99
+    assert 0.0 <= rep.cache_hit_rate <= 1.0
+
+
+@pytest.mark.parametrize("name, floor", [("shared-prefix", 0.5), ("multi-turn", 0.3),
+                                         ("agent-tree", 0.5)])
+def test_prefix_heavy_workloads_hit_the_cache(name, floor):
+    with engine() as eng:
+        hit = run_workload(eng, make_workload(name, **SMALL[name]))
+    with engine(disable_radix_cache=True) as eng:
+        miss = run_workload(eng, make_workload(name, **SMALL[name]))
+    assert hit.cache_hit_rate > floor and miss.cache_hit_rate == 0
+    assert hit.prefill_tokens < miss.prefill_tokens
+    assert hit.outputs == miss.outputs
+
+
+def test_overlap_runner_gives_the_same_outputs():
+    spec = make_workload("multi-turn", **SMALL["multi-turn"])
+    with engine() as eng:
+        normal = run_workload(eng, spec)
+    spec = make_workload("multi-turn", **SMALL["multi-turn"])
+    with engine(enable_overlap=True) as eng:
+        overlap = run_workload(eng, spec)
+        eng.check_invariants()
+    assert overlap.outputs == normal.outputs
+
+
+def test_unknown_workload_is_named():
+    with pytest.raises(ValueError, match="^workload: unknown workload 'zipf'"):
+        make_workload("zipf")
