@@ -15,8 +15,7 @@ from typing import Callable, Sequence
 
 from analyzers.readers.detect import detect_format
 from analyzers.readers.errors import TraceError
-from analyzers.timeline import (DeviceKind, SourceFormat, Timeline, TimelineError, WarningCode,
-                                merge_timelines)
+from analyzers.timeline import SourceFormat, Timeline, TimelineError, merge_timelines
 
 __all__ = ["load_timeline", "read_one", "detect_format", "TraceError"]
 

@@ -11,6 +11,7 @@ import json
 from typing import IO, Any, Callable, Iterator
 
 _WS = " \t\r\n"
+_MAX_CUT = 64 << 20  # longest element text (chars) that may straddle a chunk boundary
 
 
 def _parse_float(s: str) -> float | str:
@@ -83,7 +84,9 @@ class _Buf:
             try:
                 obj, end = self.dec.raw_decode(self.buf, self.pos)
             except json.JSONDecodeError as exc:
-                if self.fill():
+                # An error far before the end of the buffer is not an element cut by the chunk
+                # boundary: report it now instead of reading the rest of the file into memory.
+                if len(self.buf) - exc.pos < _MAX_CUT and self.fill():
                     continue
                 raise JsonStreamError(f"invalid JSON ({exc.msg} near byte {exc.pos})") from None
             if end == len(self.buf) and not self.eof and self.fill():

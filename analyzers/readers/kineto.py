@@ -9,7 +9,8 @@ Mapping (``ph: "X"`` events):
 - ``cpu_op`` (2021: ``Operator``) -> ranges only when the op name is a known stage alias
   (``probes.stages.resolve_stage``); the rest are dropped (tens of thousands of aten ops).
 Correlation is ``args.correlation`` on both sides (kernels of a ``cudaGraphLaunch`` carry the
-launch's correlation). Device rows take the host pid of the API calls so (pid, correlation) joins.
+launch's correlation); where it is missing, the ``ac2g`` (2021: ``async``) flow whose start/finish
+sits on the event (same pid, tid, ts) supplies it. ``External id`` is not used: it can be stale. Device rows take the host pid of the API calls so (pid, correlation) joins.
 Times: µs -> integer ns, plus ``baseTimeNanoseconds`` when present.
 """
 from __future__ import annotations
@@ -38,6 +39,7 @@ _API_CATS = {"cuda_runtime", "cuda_driver", "Runtime"}
 _RANGE_CATS = {"user_annotation": "", "gpu_user_annotation": "gpu"}
 _OP_CATS = {"cpu_op", "Operator"}
 _LEGACY_CATS = {"Kernel", "Runtime", "Operator", "Memcpy", "Memset"}
+_FLOW_CATS = {"ac2g", "async"}
 KNOWN_SCHEMAS = {1}
 
 
@@ -87,6 +89,8 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
     thread_names: dict[str, str] = {}
     n_events = 0
     stage_ops: dict[str, bool] = {}
+    flows: dict[tuple[str, Any, Any, int], int] = {}     # (ph, pid, tid, ts_ns) -> flow id
+    unlinked: list[tuple[_Cols, int, tuple]] = []        # rows without args.correlation
     with _open_text(path) as fh:
         try:
             for ev in iter_trace(fh, header.__setitem__):
@@ -95,7 +99,10 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
                     continue
                 ph = ev.get("ph")
                 if ph != "X":
-                    if ph == "M" and ev.get("name") == "thread_name":
+                    if ph in ("s", "f") and ev.get("cat") in _FLOW_CATS and "id" in ev:
+                        flows[(ph, ev.get("pid"), ev.get("tid"), us_to_ns(ev["ts"]))] = \
+                            _int(ev["id"])
+                    elif ph == "M" and ev.get("name") == "thread_name":
                         nm = (ev.get("args") or {}).get("name")
                         if nm:
                             thread_names[f"{ev.get('pid')}:{ev.get('tid')}"] = str(nm)
@@ -105,12 +112,18 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
                 kind = _DEVICE_CATS.get(cat)
                 if kind is not None:
                     args = ev.get("args") or {}
+                    if "correlation" not in args:
+                        unlinked.append((dev, len(dev), ("f", ev.get("pid"), ev.get("tid"),
+                                                         us_to_ns(ev["ts"]))))
                     dev.add(ev["ts"], ev.get("dur", 0), kind.value, str(ev.get("name", "")),
                             _int(args.get("device", ev.get("pid"))),
                             _int(args.get("stream", ev.get("tid"))),
                             _int(args.get("correlation")))
                 elif cat in _API_CATS:
                     args = ev.get("args") or {}
+                    if "correlation" not in args:
+                        unlinked.append((api, len(api), ("s", ev.get("pid"), ev.get("tid"),
+                                                         us_to_ns(ev["ts"]))))
                     api.add(ev["ts"], ev.get("dur", 0), _int(ev.get("pid")), _int(ev.get("tid")),
                             str(ev.get("name", "")), _int(args.get("correlation")))
                 elif cat in _RANGE_CATS:
@@ -128,6 +141,8 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
             raise TraceError(path, f"not a valid Kineto trace: {exc}") from None
         except KeyError as exc:
             raise TraceError(path, f"Kineto event without {exc.args[0]!r}") from None
+    for cols, row, key in unlinked:
+        cols.cols["correlation"][row] = flows.get(key, -1)
     if "traceEvents" not in header and n_events == 0 and "schemaVersion" not in header:
         raise TraceError(path, "JSON is not a trace: no traceEvents array")
     if len(dev) + len(api) + len(rng) == 0:

@@ -10,27 +10,26 @@ NOTE: correlation ids are unique per process only; the Timeline keeps ``pid`` be
 from __future__ import annotations
 
 import sqlite3
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from pandas.api.types import union_categoricals
 
 from analyzers.names import api_kind, strip_api_suffix
+from analyzers.readers.columnar import (CHUNK, cat_from_codes, concat_sorted, factorize,
+                                        fetch_ints, nesting_depth, sort_columns)
 from analyzers.readers.errors import TraceError
 from analyzers.readers.labels import split_labels
 from analyzers.timeline import (ApiKind, DeviceInfo, DeviceKind, SourceFormat, Timeline,
-                                TimelineMeta, Traced, WarningCode)
+                                TimelineMeta, Traced, WarningCode, validate_table)
 
 KNOWN_SCHEMAS = frozenset({"2.9.1", "3.1.2", "3.1.7", "3.13.2", "3.16.1", "3.17.1", "3.20.2",
                            "3.24.14", "3.25.0"})
 NVTX_PUSH_RANGE, NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE = 35, 59, 60, 75
 _COPY_KIND = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
               8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
-_CHUNK = 1 << 20  # rowids per aggregate query
 _MASK24 = 0xFFFFFF
 
 
@@ -46,53 +45,7 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
     return con
 
 
-def _fetch_ints(con: sqlite3.Connection, table: str, exprs: list[str],
-                where: str = "") -> list[np.ndarray]:
-    """Integer columns ``exprs`` of ``table`` rows matching ``where`` -> one int64 array each.
 
-    NOTE: rows are aggregated in SQLite (``group_concat`` over chunks of rows in rowid order)
-    and parsed by numpy: several times faster than a Python tuple per row, and SQLite runs
-    without the GIL. The expressions must not be NULL (group_concat skips NULLs: COALESCE them);
-    a non-integer value makes the parse short, which is reported as a malformed table. All
-    columns of one chunk come from the same aggregate pass, so their rows line up. Chunks are
-    ``rowid > last LIMIT n``, so sparse or huge rowids in a damaged file cannot make it spin.
-    """
-    inner = ", ".join(f"{e} AS c{i}" for i, e in enumerate(exprs))
-    sel = ", ".join(f"group_concat(c{i})" for i in range(len(exprs)))
-    cond = f" AND ({where})" if where else ""
-    q = (f"SELECT {sel}, MAX(rid), COUNT(*) FROM (SELECT rowid AS rid, {inner} FROM {table} "
-         f"WHERE rowid > ?{cond} ORDER BY rowid LIMIT {_CHUNK})")
-    parts: list[list[np.ndarray]] = [[] for _ in exprs]
-    last = -(1 << 63)
-    while True:
-        row = con.execute(q, (last,)).fetchone()
-        if row is None or not row[-1]:
-            break
-        n, last = int(row[-1]), int(row[-2])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            cols = [np.fromstring(v, dtype=np.int64, sep=",") if v else np.zeros(0, np.int64)
-                    for v in row[:-2]]
-        if any(len(c) != n for c in cols):
-            raise sqlite3.DatabaseError(f"malformed values in {table}")
-        for acc, c in zip(parts, cols):
-            acc.append(c)
-        if n < _CHUNK:
-            break
-    return [np.concatenate(p) if p else np.zeros(0, np.int64) for p in parts]
-
-
-def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, uniques) by hashing: faster than a sort for millions of rows, few distinct."""
-    codes, uniq = pd.factorize(values, sort=False)
-    return codes, np.asarray(uniq)
-
-
-def _cat_from_codes(codes: np.ndarray, labels: list[str]) -> pd.Categorical:
-    """Categorical from codes into possibly repeated labels (merged)."""
-    cats, remap = np.unique(np.asarray(labels, dtype=object), return_inverse=True)
-    return pd.Categorical.from_codes(remap.reshape(-1)[codes] if len(codes) else codes,
-                                     categories=cats.tolist())
 
 
 class _Reader:
@@ -123,12 +76,12 @@ class _Reader:
 
     def categorical(self, ids: np.ndarray, transform=None) -> pd.Categorical:
         """ids into StringIds -> categorical of (optionally transformed) strings."""
-        inv, uniq = _factorize(ids)
+        inv, uniq = factorize(ids)
         lut = self.strings(uniq)
         vals = [lut.get(int(u), "") for u in uniq.tolist()]
         if transform is not None:
             vals = [transform(v) for v in vals]
-        return _cat_from_codes(inv, vals)
+        return cat_from_codes(inv, vals)
 
     def meta_kv(self) -> dict[str, str]:
         for t in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
@@ -151,7 +104,7 @@ class _Reader:
         name_col = "demangledName" if "demangledName" in cols else "shortName"
         gid = "COALESCE(graphId,-1)" if "graphId" in cols else "-1"
         gnode = "COALESCE(graphNodeId,-1)" if "graphNodeId" in cols else "-1"
-        s, e, dev, strm, corr, gpid, name, g, node = _fetch_ints(
+        s, e, dev, strm, corr, gpid, name, g, node = fetch_ints(
             self.con, t, ["start", "end", "deviceId", "streamId", "COALESCE(correlationId,-1)",
                           "COALESCE(globalPid,0)", name_col, gid, gnode])
         names = self.categorical(name)
@@ -166,17 +119,17 @@ class _Reader:
         cols = self.columns(table)
         ck = "copyKind" if "copyKind" in cols and kind is DeviceKind.MEMCPY else "0"
         gnode = "COALESCE(graphNodeId,-1)" if "graphNodeId" in cols else "-1"
-        s, e, dev, strm, corr, gpid, k, node = _fetch_ints(
+        s, e, dev, strm, corr, gpid, k, node = fetch_ints(
             self.con, table, ["start", "end", "deviceId", "streamId",
                               "COALESCE(correlationId,-1)", "COALESCE(globalPid,0)",
                               f"COALESCE({ck},0)", gnode])
-        inv, uniq = _factorize(k)
+        inv, uniq = factorize(k)
         if kind is DeviceKind.MEMCPY:
             labels = [f"Memcpy {_COPY_KIND.get(int(u), str(u))}" for u in uniq.tolist()]
         else:
             labels = ["Memset"] * len(uniq)
         return {"start_ns": s, "end_ns": e, "kind": _kind_col(kind, len(s)),
-                "name": _cat_from_codes(inv, labels), "device": dev, "stream": strm,
+                "name": cat_from_codes(inv, labels), "device": dev, "stream": strm,
                 "pid": (gpid >> 24) & _MASK24, "correlation": corr,
                 "graph_id": np.full(len(s), -1, np.int64), "graph_node": node}
 
@@ -186,12 +139,12 @@ class _Reader:
             return None
         cols = self.columns(t)
         gid = "COALESCE(graphId,-1)" if "graphId" in cols else "-1"
-        s, e, dev, strm, corr, gpid, g = _fetch_ints(
+        s, e, dev, strm, corr, gpid, g = fetch_ints(
             self.con, t, ["start", "end", "deviceId", "streamId", "COALESCE(correlationId,-1)",
                           "COALESCE(globalPid,0)", gid])
-        inv, uniq = _factorize(g)
+        inv, uniq = factorize(g)
         return {"start_ns": s, "end_ns": e, "kind": _kind_col(DeviceKind.GRAPH, len(s)),
-                "name": _cat_from_codes(inv, [f"cudaGraph {u}" for u in uniq.tolist()]),
+                "name": cat_from_codes(inv, [f"cudaGraph {u}" for u in uniq.tolist()]),
                 "device": dev, "stream": strm, "pid": (gpid >> 24) & _MASK24,
                 "correlation": corr, "graph_id": g, "graph_node": np.full(len(s), -1, np.int64)}
 
@@ -201,7 +154,7 @@ class _Reader:
             return None
         # 0 = CUDA runtime, 1 = CUDA driver; 2022.2 adds a duplicate row per call with class 67.
         where = "eventClass IN (0, 1)" if "eventClass" in self.columns(t) else ""
-        s, e, gtid, corr, name = _fetch_ints(
+        s, e, gtid, corr, name = fetch_ints(
             self.con, t, ["start", "end", "COALESCE(globalTid,0)", "COALESCE(correlationId,-1)",
                           "nameId"], where)
         names = self.categorical(name, strip_api_suffix)
@@ -221,7 +174,7 @@ class _Reader:
         types = f"({NVTX_PUSH_RANGE}, {NVTX_PUSH_POP}, {NVTX_START_END})"
         where = f"WHERE n.eventType IN {types} AND n.end IS NOT NULL"
         dom = "COALESCE(domainId,0)" if "domainId" in cols else "0"
-        s, e, etype, gtid, dom = _fetch_ints(
+        s, e, etype, gtid, dom = fetch_ints(
             self.con, t, ["start", "end", "eventType", "COALESCE(globalTid,0)", dom],
             where.replace("WHERE ", "").replace("n.", ""))
         has_tid = "textId" in cols
@@ -230,7 +183,7 @@ class _Reader:
         labels: list[Any] = []
         cur = self.con.execute(f"SELECT {label_sql} {where} ORDER BY n.rowid")
         while True:
-            rows = cur.fetchmany(_CHUNK)
+            rows = cur.fetchmany(CHUNK)
             if not rows:
                 break
             labels.extend(r[0] for r in rows)
@@ -241,7 +194,7 @@ class _Reader:
         names, attrs = split_labels(labels)
         del labels
         domains = self._domain_names(dom, pid)
-        depth = _nesting_depth(s, e, gtid, np.isin(etype, (NVTX_PUSH_RANGE, NVTX_PUSH_POP)))
+        depth = nesting_depth(s, e, gtid, np.isin(etype, (NVTX_PUSH_RANGE, NVTX_PUSH_POP)))
         return {"start_ns": s, "end_ns": e, "pid": pid, "tid": tid, "name": names,
                 "domain": domains, "attrs": attrs, "depth": depth}, marks
 
@@ -294,38 +247,12 @@ def _read_host(path: Path) -> tuple[dict | None, tuple[dict | None, int]]:
     con = connect_readonly(path)
     try:
         r = _Reader(path, con)
-        api = _sorted(r.api())
+        api = sort_columns(r.api())
         ranges, marks = r.nvtx()
-        return api, (_sorted(ranges), marks)
+        return api, (sort_columns(ranges), marks)
     finally:
         con.close()
 
-
-def _nesting_depth(start: np.ndarray, end: np.ndarray, thread: np.ndarray,
-                   nested: np.ndarray) -> np.ndarray:
-    """Push/pop depth per thread (0 = outermost), vectorised; -1 where ``nested`` is False.
-
-    depth(i) = ranges on i's thread opened before i (ties: longer first) and not closed by then."""
-    depth = np.full(len(start), -1, dtype=np.int64)
-    idx = np.flatnonzero(nested)
-    if not len(idx):
-        return depth
-    s, e = start[idx], end[idx]
-    _, g = np.unique(thread[idx], return_inverse=True)
-    g = g.reshape(-1).astype(np.int64)
-    t0 = int(min(s.min(), e.min()))
-    span = int(max(s.max(), e.max())) - t0 + 1
-    ks, ke = g * span + (s - t0), g * span + (e - t0)
-    order = np.lexsort((-(e - s), ks))            # by (thread, start), longer first on ties
-    pos = np.empty(len(idx), np.int64)
-    pos[order] = np.arange(len(idx))
-    first = np.searchsorted(ks[order], g * span, side="left")
-    opened = pos - first                           # ranges of the thread opened before i
-    ke_sorted = np.sort(ke)
-    closed = (np.searchsorted(ke_sorted, ks, side="right")
-              - np.searchsorted(ke_sorted, g * span, side="left"))
-    depth[idx] = np.maximum(opened - closed, 0)
-    return depth
 
 
 def read_nsys(path: str | Path, rank: int = 0) -> Timeline:
@@ -345,6 +272,9 @@ def _read(path: Path, r: _Reader, rank: int) -> Timeline:
                                "(no StringIds table)")
     meta_kv = r.meta_kv()
     capture = r.capture_kv()
+    captured = ([str(v) for (v,) in r.con.execute(
+        "SELECT value FROM META_DATA_CAPTURE WHERE name = 'CAPTURE_EVENT_TYPE'")]
+        if r.has("META_DATA_CAPTURE") else [])
     # The API and NVTX tables are read on a second connection in a thread: SQLite releases the
     # GIL while it aggregates, so the two big scans overlap.
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -352,7 +282,7 @@ def _read(path: Path, r: _Reader, rank: int) -> Timeline:
         parts = [p for p in (r.kernels(), r.copies("CUPTI_ACTIVITY_KIND_MEMCPY", DeviceKind.MEMCPY),
                              r.copies("CUPTI_ACTIVITY_KIND_MEMSET", DeviceKind.MEMSET),
                              r.graph_execs()) if p is not None and len(p["start_ns"])]
-        device = _concat_sorted(parts)
+        device = concat_sorted(parts)
         del parts
         api, (ranges, marks) = host.result()
     n_dev = 0 if device is None else len(device["start_ns"])
@@ -361,8 +291,10 @@ def _read(path: Path, r: _Reader, rank: int) -> Timeline:
     if n_dev + n_api + n_rng == 0:
         raise TraceError(path, "nsys export holds no CUDA or NVTX events (empty trace)")
 
-    pids = sorted(set((pd.unique(device["pid"]).tolist() if n_dev else []) +
-                      (pd.unique(api["pid"]).tolist() if n_api else [])))
+    # ranks go to processes with GPU activity (helper processes that only call the API, e.g. a
+    # subprocess probing the driver, share the first rank)
+    host_pids = sorted(set(pd.unique(api["pid"]).tolist())) if n_api else []
+    pids = sorted(set(pd.unique(device["pid"]).tolist())) if n_dev else host_pids
     for cols in (device, api, ranges):
         if cols is not None and len(cols["start_ns"]):
             cols["rank"] = _ranks(cols["pid"], pids, rank)
@@ -379,6 +311,11 @@ def _read(path: Path, r: _Reader, rank: int) -> Timeline:
         row = r.con.execute("SELECT startTime, stopTime FROM ANALYSIS_DETAILS").fetchone()
         if row:
             meta.window_start_ns, meta.window_end_ns = int(row[0]), int(row[1])
+    if meta.window_end_ns <= meta.window_start_ns:      # no session bounds: span of the events
+        spans = [(c["start_ns"].min(), c["end_ns"].max()) for c in (device, api, ranges)
+                 if c is not None and len(c["start_ns"])]
+        meta.window_start_ns = int(min(a for a, _ in spans))
+        meta.window_end_ns = int(max(b for _, b in spans))
     derived = meta_kv.get("DERIVED_WINDOW_NS")
     if derived:
         try:
@@ -398,10 +335,11 @@ def _read(path: Path, r: _Reader, rank: int) -> Timeline:
     meta.extra.update({
         "nsys.schema_version": schema, "nsys.meta_table": next(
             (t for t in ("META_DATA_EXPORT", "EXPORT_META_DATA") if r.has(t)), ""),
-        "nsys.graph_trace_mode": graph_mode, "nsys.gpus_on_host": gpus_on_host,
-        "nsys.nvtx_marks": marks, "nsys.thread_names": r.thread_names(set(pids)),
+        "nsys.graph_trace_mode": graph_mode, "nsys.capture_event_types": captured, "nsys.gpus_on_host": gpus_on_host,
+        "nsys.nvtx_marks": marks, "nsys.thread_names": r.thread_names(set(pids) | set(host_pids)),
         "nsys.process_names": ({int(p): str(nm) for p, nm in r.con.execute(
-            "SELECT pid, name FROM PROCESSES") if p in rank_of} if r.has("PROCESSES") else {}),
+            "SELECT pid, name FROM PROCESSES") if p in rank_of or p in host_pids}
+            if r.has("PROCESSES") else {}),
         "nsys.sync_rows": r.count("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
         if r.has("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION") else 0,
     })
@@ -420,21 +358,35 @@ def _read(path: Path, r: _Reader, rank: int) -> Timeline:
     if not n_api:
         meta.warn(WarningCode.NO_API, "no CUDA API rows: launches and syncs cannot be attributed")
     if not n_rng:
-        meta.warn(WarningCode.NO_NVTX, "no NVTX ranges: stages cannot be named (nsys -t nvtx and "
-                  "an instrumented engine are needed)")
+        if "NvtxEvents" in captured:
+            meta.warn(WarningCode.NO_NVTX, "NVTX was traced but holds no ranges: the program "
+                      "emitted none (enable the engine's NVTX ranges)")
+        else:
+            meta.warn(WarningCode.NO_NVTX, "no NVTX ranges: stages cannot be named (nsys -t nvtx "
+                      "and an instrumented engine are needed)")
     if (n_graph_launch or n_graph_exec) and not n_node_kernels:
         meta.warn(WarningCode.GRAPH_NOT_PER_NODE,
                   f"{max(n_graph_launch, n_graph_exec)} CUDA graph launch(es) without per-node "
                   "kernels: capture with --cuda-graph-trace=node to see the kernels inside graphs")
     if len(pids) > 1:
-        meta.warn(WarningCode.MULTI_PROCESS, f"{len(pids)} processes with CUDA activity "
+        meta.warn(WarningCode.MULTI_PROCESS, f"{len(pids)} processes with GPU activity "
                   f"(pids {pids[:8]}); ranks assigned in pid order from {rank}")
     if schema not in KNOWN_SCHEMAS:
         meta.warn(WarningCode.UNKNOWN_SCHEMA, f"export schema version {schema or '(none)'} "
                   "was not seen in testing; columns are read by name and may be incomplete")
-    frames = [None if c is None else pd.DataFrame(c, copy=False) for c in (device, api, ranges)]
-    del device, api, ranges
-    return Timeline.build(meta, device=frames[0], api=frames[1], ranges=frames[2])
+    # NOTE: the same validation as Timeline.build, one table at a time, dropping each table's
+    # source columns before the next copy: ~0.5 GB less peak memory on a 1 GB export.
+    device = _validated(device, "device")
+    api = _validated(api, "api")
+    ranges = _validated(ranges, "ranges")
+    return Timeline(device, api, ranges, validate_table(None, "counters"), meta)
+
+
+def _validated(cols: dict | None, table: str) -> pd.DataFrame:
+    df = validate_table(None if cols is None else pd.DataFrame(cols, copy=False), table)
+    if cols is not None:
+        cols.clear()
+    return df
 
 
 def _count_kind(kind_codes: tuple[np.ndarray, list], kind: DeviceKind) -> int:
@@ -449,32 +401,3 @@ def _ranks(pid: np.ndarray, pids: list[int], rank: int) -> np.ndarray:
     arr = np.asarray(pids, np.int64)
     pos = np.clip(np.searchsorted(arr, pid), 0, len(arr) - 1)
     return np.where(arr[pos] == pid, rank + pos, rank).astype(np.int64)
-
-
-def _sorted(cols: dict | None) -> dict | None:
-    """Sort the columns by start time in place (one column at a time: low peak memory)."""
-    if cols is None or not len(cols["start_ns"]):
-        return cols
-    s = cols["start_ns"]
-    if len(s) > 1 and (s[1:] < s[:-1]).any():
-        order = np.argsort(s, kind="stable")
-        for k in list(cols):
-            cols[k] = cols[k][order]
-    return cols
-
-
-def _concat_sorted(parts: list[dict]) -> dict | None:
-    """Concatenate device tables column by column (categoricals unioned), sorted by start."""
-    if not parts:
-        return None
-    if len(parts) == 1:
-        return _sorted(parts[0])
-    out: dict = {}
-    for k in list(parts[0]):
-        vals = [p.pop(k) for p in parts]
-        if isinstance(vals[0], pd.Categorical):
-            out[k] = union_categoricals(vals)
-        else:
-            out[k] = np.concatenate(vals)
-        del vals
-    return _sorted(out)

@@ -3,7 +3,6 @@ exception, never a hang. Corrupts and truncates copies of the real files (in tmp
 from __future__ import annotations
 
 import gzip
-import json
 import shutil
 import signal
 import sqlite3

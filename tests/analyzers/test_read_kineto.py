@@ -160,3 +160,36 @@ def test_bad_kineto_documents(tmp_path, doc, msg):
     with pytest.raises(TraceError, match=msg) as ei:
         load_timeline([p])
     assert str(ei.value).startswith(f"{p}: ") and "\n" not in str(ei.value)
+
+
+def test_flows_link_events_without_args_correlation(tmp_path):
+    ev = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2,
+           "ts": 12, "dur": 2},
+          {"ph": "s", "cat": "ac2g", "id": 77, "pid": 1, "tid": 2, "ts": 12, "name": "ac2g"},
+          {"ph": "f", "cat": "ac2g", "id": 77, "pid": 0, "tid": 7, "ts": 15, "name": "ac2g",
+           "bp": "e"},
+          {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 15, "dur": 4,
+           "args": {"device": 0, "stream": 7}},
+          {"ph": "X", "cat": "kernel", "name": "orphan", "pid": 0, "tid": 7, "ts": 30, "dur": 1}]
+    tl = read_kineto(_trace(tmp_path, ev))
+    assert list(tl.api["correlation"]) == [77]
+    assert list(tl.device["correlation"]) == [77, -1]
+
+
+@pytest.mark.parametrize("chunk", [7, 64, 1 << 20])
+def test_stream_parser_across_chunk_boundaries(chunk):
+    import io
+    from analyzers.readers.jsonstream import iter_trace
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "x" * 50}],
+           "traceEvents": [{"ph": "X", "ts": f"@{i}", "dur": 1234567,
+                            "name": f"k{i}", "args": {"s": "a,b]}" * 5}} for i in range(40)],
+           "distributedInfo": {"rank": 3}}
+    header = {}
+    text = json.dumps(doc)
+    for i in range(40):          # exact decimal µs literals, as newer Kineto writes them
+        text = text.replace(f'"@{i}"', f"16958355430084{i:02d}.123")
+    events = list(iter_trace(io.StringIO(text), header.__setitem__, chunk=chunk))
+    assert [e["name"] for e in events] == [f"k{i}" for i in range(40)]
+    assert header["distributedInfo"] == {"rank": 3} and header["schemaVersion"] == 1
+    assert events[0]["dur"] == 1234567
+    assert [us_to_ns(e["ts"]) for e in events[:2]] == [1695835543008400123, 1695835543008401123]

@@ -271,3 +271,54 @@ def test_progress_reports_fractions(tmp_path):
     seen = []
     load_timeline([a, b], progress=lambda frac, what: seen.append((frac, what)))
     assert seen == [(0.0, "reading r0.sqlite"), (0.5, "reading r1.sqlite"), (1.0, "done")]
+
+
+@needs_real
+def test_api_only_helper_process_gets_no_rank_of_its_own():
+    tl = read_nsys(NSYS / "nvfuser_crossentropy_bench_h200_nvtx_nsys2025.1.sqlite")
+    assert set(tl.api["pid"]) == {50556, 50922}        # pytest + a python3 helper (2 API calls)
+    assert set(tl.device["pid"]) == {50556}
+    assert tl.meta.ranks == [0] and set(tl.api["rank"]) == {0}
+    assert not tl.meta.has_warning(WarningCode.MULTI_PROCESS)
+    assert tl.meta.extra["nsys.process_names"] == {50556: "pytest", 50922: "python3"}
+
+
+@pytest.mark.parametrize("intervals,expected", [
+    ([(0, 100), (10, 20), (30, 90), (40, 50)], [0, 1, 1, 2]),
+    ([(0, 10), (0, 5), (5, 10)], [0, 1, 1]),                 # same start: the longer is outer
+    ([(0, 10), (10, 20)], [0, 0]),                           # touching siblings
+    ([(0, 10), (2, 4), (20, 30)], [0, 1, 0]),
+])
+def test_nesting_depth(intervals, expected):
+    from analyzers.readers.columnar import nesting_depth
+    s = np.array([a for a, _ in intervals], np.int64)
+    e = np.array([b for _, b in intervals], np.int64)
+    # the same pattern on two threads, interleaved in time, gives the same depths
+    thread = np.r_[np.zeros(len(s), np.int64), np.ones(len(s), np.int64)]
+    depth = nesting_depth(np.r_[s, s + 3], np.r_[e, e + 3], thread, np.ones(2 * len(s), bool))
+    assert list(depth) == expected * 2
+
+
+def test_sparse_rowids_read_without_spinning(tmp_path):
+    path = _scenario(tmp_path / "sparse.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                "LIMIT 1")
+    con.execute(f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET rowid = {2**62} "
+                "WHERE rowid = (SELECT MAX(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)")
+    con.commit()
+    con.close()
+    tl = read_nsys(path)
+    assert (tl.device["kind"] == "kernel").sum() == 101
+
+
+def test_window_from_session_bounds_or_events(tmp_path):
+    tl = read_nsys(_scenario(tmp_path / "w.sqlite"))
+    assert (tl.meta.window_start_ns, tl.meta.window_end_ns) == tl.span_ns   # writer's bounds
+    path = _scenario(tmp_path / "nobounds.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("DROP TABLE ANALYSIS_DETAILS")
+    con.commit()
+    con.close()
+    tl = read_nsys(path)
+    assert (tl.meta.window_start_ns, tl.meta.window_end_ns) == tl.span_ns
