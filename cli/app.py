@@ -4,6 +4,7 @@ Exit codes: 0 success; 2 bad input (one line on stderr); 3 regression (compare);
 """
 from __future__ import annotations
 
+import os
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -55,11 +56,23 @@ _register()
 
 
 def main() -> None:
+    """Console entry point: user errors exit 2 (one line), internal errors exit 1.
+
+    An internal error prints one line naming the exception; ``SRTSCOPE_DEBUG=1`` shows the traceback.
+    """
     try:
-        app()
+        app(standalone_mode=True)
     except KeyboardInterrupt:
         print("srtscope: interrupted", file=sys.stderr)
         sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the last line of defence
+        if os.environ.get("SRTSCOPE_DEBUG"):
+            raise
+        print(f"srtscope: internal error: {type(exc).__name__}: {exc} "
+              f"(set SRTSCOPE_DEBUG=1 for the traceback)", file=sys.stderr)
+        sys.exit(int(Exit.INTERNAL))
 
 
 if __name__ == "__main__":

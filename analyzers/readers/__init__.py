@@ -53,6 +53,8 @@ def read_one(path: str | Path, rank: int = 0, allow_no_kernels: bool = False) ->
         raise TraceError(path, f"inconsistent trace data: {exc}") from None
     except MemoryError:
         raise TraceError(path, "out of memory while reading") from None
+    except (ImportError, NameError, AssertionError):
+        raise  # our bugs, not the user's file: surface as internal errors
     except Exception as exc:  # noqa: BLE001 - corrupt data surfaces as many exception types
         raise TraceError(path, f"cannot read trace ({type(exc).__name__}: {exc})") from None
     if not allow_no_kernels and not len(tl.device):
