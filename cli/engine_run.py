@@ -82,11 +82,15 @@ def run_engine(spec: EngineRunSpec, out: Path) -> EngineRunResult:
                                sorted(out.glob("chrome.rank*.json")))
     from engine.engine import Engine
     from engine.workloads import run_workload
+    from probes.nvml import NvmlSampler
     from probes.recorder import Recorder, set_recorder
 
-    set_recorder(Recorder())
-    with Engine(spec.engine_config()) as engine, _torch_profiling():
+    rec = Recorder()
+    set_recorder(rec)
+    with Engine(spec.engine_config()) as engine, _torch_profiling(), \
+            NvmlSampler(rec, interval_s=0.05) as nvml:
         report = run_workload(engine, spec.workload_obj())
+        rec.meta["nvml"] = "sampled" if nvml.available else nvml.reason
         engine.check_invariants()
         paths = engine.write_traces(out)
     return EngineRunResult(report.as_dict(), [paths["probe"]], [paths["chrome"]])
