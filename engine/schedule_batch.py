@@ -8,6 +8,7 @@ merged); what the result processing needs is frozen in a ``LaunchedStep``.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -148,8 +149,10 @@ class ScheduleBatch:
                 is_all_greedy=all(p.temperature == 0.0 for p in sp))
             self._sampling_key = key
         # index of the token sampled this step within each request's output
-        self._sampling.output_lens = [r.kv_len - len(r.origin_input_ids) for r in reqs]
-        return self._sampling
+        # NOTE: a fresh object per step: in the overlap loop the previous step's forward may still
+        # be sampling with its own output_lens on the worker thread (shared tensors are read-only).
+        return dataclasses.replace(self._sampling,
+                                   output_lens=[r.kv_len - len(r.origin_input_ids) for r in reqs])
 
     def to_forward_batch(self, pool: ReqToTokenPool, device: torch.device,
                          step: int) -> tuple[ForwardBatch, tuple | None, bool]:

@@ -28,6 +28,8 @@ def _schedule(s: Scheduler, ls) -> ScheduleBatch | None:
         r.set(received=s.recv_requests())
     with stage(_SCHED) as sc:
         batch = s.get_next_batch_to_run()
+        if s.tp_sync is not None:
+            s.tp_sync.check_consensus(s.step, batch)   # divergence: an error, not a hang
         if batch is None:
             sc.set(mode="idle", bs=0)
         else:

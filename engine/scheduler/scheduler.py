@@ -90,6 +90,7 @@ class Scheduler:
         self._aborts: list[Req] = []
         self._live: dict[str, Req] = {}
         self._inbox: list[Req] = []
+        self.tp_sync: Any = None    # engine.distributed.sync.TpSync on a TP rank (tp_size > 1)
 
     # -- intake --------------------------------------------------------------------------------
     def make_req(self, input_ids: list[int], params: SamplingParams | dict | None = None,
@@ -112,13 +113,27 @@ class Scheduler:
         return req
 
     def recv_requests(self) -> int:
-        """Move submitted requests into the waiting queue; returns how many."""
+        """Move submitted requests into the waiting queue; returns how many. Under TP, rank 0's
+        new requests and aborts are broadcast to every rank here (followers submit nothing)."""
+        if self.tp_sync is not None:
+            return self._recv_tp()
         if not self._inbox:
             return 0
         inbox, self._inbox = self._inbox, []
         for req in inbox:
             self.add_request(req)
         return len(inbox)
+
+    def _recv_tp(self) -> int:
+        inbox, self._inbox = self._inbox, []
+        aborts = [r.rid for r in self._aborts]
+        reqs, abort_rids = self.tp_sync.exchange(inbox, aborts)
+        for req in reqs:
+            self.add_request(req)
+        if not self.tp_sync.is_leader:
+            for rid in abort_rids:
+                self.abort(rid)
+        return len(reqs)
 
     def add_request(self, req: Req) -> Req:
         req.order = next(self._order)
