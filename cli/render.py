@@ -157,11 +157,11 @@ def step_strip(d: dict[str, Any], width: int = 60) -> Text | None:
         return None
     out = Text("per-step strip: what most of each step's time went to\n", style="bold")
     out.append("(# device busy  C comm  S scheduler  P prep  K kernel-side host  Y sync  L launch  "
-               ". unannotated)\n", style="dim")
+               ". unannotated  - idle)\n", style="dim")
     for st in per[:width]:
         parts = {k: int(v) for k, v in (st.get("parts_ns") or {}).items()}
-        if not parts:
-            out.append("?")
+        if not any(parts.values()):
+            out.append("-", style="dim")  # idle step: nothing ran
             continue
         busy = parts.get("busy", 0) + parts.get("comm", 0)
         lost = {k: v for k, v in parts.items() if k not in ("busy", "comm") and v > 0}
