@@ -160,7 +160,7 @@ def step_strip(d: dict[str, Any], width: int = 60) -> Text | None:
                ". unannotated  - idle)\n", style="dim")
     for st in per[:width]:
         parts = {k: int(v) for k, v in (st.get("parts_ns") or {}).items()}
-        if not any(parts.values()):
+        if st.get("exec") == "idle" or not any(v for k, v in parts.items() if k != "other"):
             out.append("-", style="dim")  # idle step: nothing ran
             continue
         busy = parts.get("busy", 0) + parts.get("comm", 0)
