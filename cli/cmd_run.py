@@ -88,6 +88,8 @@ def register(app: typer.Typer) -> None:
         tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel ranks (processes)."),
         overlap: bool = typer.Option(False, "--overlap/--no-overlap",
                                      help="Overlap scheduling of step t+1 with the forward of t."),
+        mixed_chunk: bool = typer.Option(False, "--mixed-chunk/--no-mixed-chunk",
+                                         help="Run decode requests inside prefill chunks."),
         inject: List[str] = typer.Option([], "--inject",
                                          help="Fault injection STAGE=US per step (sched, prep, "
                                               "result, straggler=US@RANK). Repeatable."),
@@ -106,6 +108,7 @@ def register(app: typer.Typer) -> None:
         try:
             spec = EngineRunSpec(workload=workload.value, requests=requests,
                                  max_new_tokens=max_new_tokens, tp=tp, overlap=overlap,
+                                 mixed_chunk=mixed_chunk,
                                  inject=parse_inject(list(inject)), device=device.value,
                                  cuda_graph_max_bs=cuda_graph_max_bs, seed=seed)
         except ValueError as exc:

@@ -17,6 +17,7 @@ class EngineRunSpec:
     max_new_tokens: int = 16
     tp: int = 1
     overlap: bool = False
+    mixed_chunk: bool = False
     inject: dict[str, int] = field(default_factory=dict)
     device: str = "auto"
     cuda_graph_max_bs: int = 64
@@ -32,7 +33,8 @@ class EngineRunSpec:
         from engine.config import EngineConfig, FaultInjection, ModelConfig
 
         return EngineConfig(model=ModelConfig(seed=self.seed), device=self.device,
-                            enable_overlap=self.overlap, cuda_graph_max_bs=self.cuda_graph_max_bs,
+                            enable_overlap=self.overlap, enable_mixed_chunk=self.mixed_chunk,
+                            cuda_graph_max_bs=self.cuda_graph_max_bs,
                             tp_size=self.tp, seed=self.seed, inject=FaultInjection(**self.inject))
 
     def workload_obj(self) -> Any:

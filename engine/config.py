@@ -87,6 +87,7 @@ class EngineConfig:
     schedule_policy: SchedulePolicy = "lpm"
     disable_radix_cache: bool = False    # True: chunk cache, no prefix reuse
     enable_overlap: bool = False
+    enable_mixed_chunk: bool = False     # decode rows ride along with prefill chunks (MIXED)
     disable_cuda_graph: bool = False
     cuda_graph_max_bs: int = 64
     attention_backend: AttentionBackendName = "auto"
@@ -111,6 +112,10 @@ class EngineConfig:
                "init_new_token_ratio", "need 0 <= min_new_token_ratio <= init_new_token_ratio <= 1")
         _check(self.context_length <= self.model.max_position, "context_length",
                f"{self.context_length} exceeds model.max_position={self.model.max_position}")
+        _check(isinstance(self.enable_mixed_chunk, bool), "enable_mixed_chunk",
+               f"must be a bool, got {self.enable_mixed_chunk!r}")
+        _check(not self.enable_mixed_chunk or self.chunked_prefill_size > 0, "enable_mixed_chunk",
+               "needs chunked prefill (chunked_prefill_size > 0)")
         _check(self.model.vocab_size % self.tp_size == 0, "tp_size",
                f"vocab_size={self.model.vocab_size} is not divisible by tp_size={self.tp_size}")
         _check(self.model.num_kv_heads % self.tp_size == 0, "tp_size",

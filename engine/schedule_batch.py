@@ -1,7 +1,8 @@
 """ScheduleBatch: one scheduling decision on the CPU — which requests run this step, in which mode,
 with which KV slots — and its lowering to a ForwardBatch (one step's device tensors).
 
-Slot bookkeeping happens here (``prepare_for_extend`` / ``prepare_for_decode``, inside
+Slot bookkeeping happens here (``prepare_for_extend`` / ``prepare_for_decode`` /
+``mix_with_running``, inside
 ``sched.schedule``); ``to_forward_batch`` (inside ``prep.batch``) only builds tensors and copies
 them to the device. A ScheduleBatch may be mutated after launch (the running batch is filtered and
 merged); what the result processing needs is frozen in a ``LaunchedStep``.
@@ -46,6 +47,7 @@ class LaunchedStep:
     future_base: int                   # overlap: future slot of sample row j is future_base + j
     handle: object = None              # the worker client's pending result
     num_tokens: int = 0
+    num_decode_rows: int = 0           # mixed: the last rows are decode requests riding along
 
 
 @dataclass
@@ -56,6 +58,7 @@ class ScheduleBatch:
     out_cache_loc: np.ndarray | None = None
     prefix_lens: list[int] = field(default_factory=list)
     extend_lens: list[int] = field(default_factory=list)
+    num_decode_rows: int = 0           # mixed: the last rows are decode requests (extend by 1)
     _sampling: SamplingBatchInfo | None = None
     _sampling_key: tuple = ()
 
@@ -96,6 +99,7 @@ class ScheduleBatch:
         matched slots in ``prefix_indices`` (new admissions) — written into its row here.
         """
         self.forward_mode = ForwardMode.EXTEND
+        self.num_decode_rows = 0
         total = sum(r.extend_input_len for r in self.reqs)
         slots = alloc_slots(allocator, tree_cache, total)
         self.out_cache_loc = slots
@@ -124,6 +128,7 @@ class ScheduleBatch:
                            tree_cache) -> None:
         """One new slot per request for the token it feeds this step."""
         self.forward_mode = ForwardMode.DECODE
+        self.num_decode_rows = 0
         bs = len(self.reqs)
         slots = alloc_slots(allocator, tree_cache, bs)
         self.out_cache_loc = slots
@@ -132,6 +137,28 @@ class ScheduleBatch:
         pool.write_many(rows, cols, slots)
         for r in self.reqs:
             r.kv_len += 1
+
+    def mix_with_running(self, running: list[Req], allocator: TokenSlotAllocator,
+                         pool: ReqToTokenPool, tree_cache) -> None:
+        """Append decode requests to this (prepared) extend batch: each feeds its last token
+        (one new slot, extend length 1) and samples one; the batch becomes MIXED."""
+        if not running:
+            return
+        bs = len(running)
+        slots = alloc_slots(allocator, tree_cache, bs)
+        rows = np.fromiter((r.req_pool_idx for r in running), dtype=np.int64, count=bs)
+        cols = np.fromiter((r.kv_len for r in running), dtype=np.int64, count=bs)
+        pool.write_many(rows, cols, slots)
+        for r in running:
+            r.extend_input_len = 1
+            self.prefix_lens.append(r.kv_len)
+            self.extend_lens.append(1)
+            r.kv_len += 1
+        self.out_cache_loc = np.concatenate([self.out_cache_loc, slots])
+        self.reqs = self.reqs + list(running)
+        self.num_decode_rows = bs
+        self.forward_mode = ForwardMode.MIXED
+        self._sampling = None
 
     # -- lowering (prep.batch) -----------------------------------------------------------------
     def sampling_info(self, device: torch.device) -> SamplingBatchInfo:
@@ -184,8 +211,13 @@ class ScheduleBatch:
         else:
             ids: list[int] = []
             pos: list[np.ndarray] = []
-            for r, p, n in zip(reqs, self.prefix_lens, self.extend_lens):
-                ids.extend(r.fill_ids[p:p + n])
+            first_decode = bs - self.num_decode_rows
+            for i, (r, p, n) in enumerate(zip(reqs, self.prefix_lens, self.extend_lens)):
+                if i >= first_decode and r.future_idx >= 0:
+                    ids.append(-(r.future_idx + 1))     # mixed decode row, token still in flight
+                    placeholders = True
+                else:
+                    ids.extend(r.fill_ids[p:p + n])
                 pos.append(np.arange(p, p + n, dtype=np.int64))
             ntok = len(ids)
             seq_cpu = [p + n for p, n in zip(self.prefix_lens, self.extend_lens)]

@@ -17,7 +17,7 @@ from typing import Any
 
 from engine.config import EngineConfig, FaultInjection, ModelConfig
 from engine.distributed.launch import launch_ranks
-from engine.workloads import Workload, make_workload
+from engine.workloads import GENERATORS, Workload, make_workload
 
 
 def run_tp_workload(config: EngineConfig, workload: Workload, out: Path, timeout_s: float = 120.0,
@@ -57,12 +57,21 @@ def _parse_inject(items: list[str]) -> FaultInjection:
     return FaultInjection(**kw)
 
 
+def _workload_kwargs(a: argparse.Namespace) -> dict[str, Any]:
+    """Generator arguments for about ``--requests`` requests of the chosen workload."""
+    n, m = a.requests, a.max_new_tokens
+    return {"shared-prefix": {"num_requests": n, "max_new_tokens": m},
+            "multi-turn": {"num_sessions": max(1, n // 4), "turns": 4, "max_new_tokens": m},
+            "agent-tree": {"num_roots": max(1, round(n / 15)), "max_new_tokens": m},
+            "random": {"num_requests": n, "output_len": (1, m)}}[a.workload]
+
+
 def main(argv: list[str] | None = None) -> int:
     """One rank under torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK)."""
     from engine.distributed.rank import run_rank, spec_from_env
 
     ap = argparse.ArgumentParser(prog="python -m engine.tp_launch", description=main.__doc__)
-    ap.add_argument("--workload", default="shared-prefix", choices=["shared-prefix", "random"])
+    ap.add_argument("--workload", default="shared-prefix", choices=list(GENERATORS))
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
@@ -75,10 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = spec_from_env(a.timeout_s)
     config = EngineConfig(model=ModelConfig(seed=a.seed), device=a.device, tp_size=spec.world_size,
                           enable_overlap=a.overlap, seed=a.seed, inject=_parse_inject(a.inject))
-    kw: dict[str, Any] = ({"num_requests": a.requests, "max_new_tokens": a.max_new_tokens}
-                          if a.workload == "shared-prefix"
-                          else {"num_requests": a.requests, "output_len": (1, a.max_new_tokens)})
-    workload = make_workload(a.workload, seed=a.seed, **kw) if spec.rank == 0 else None
+    workload = (make_workload(a.workload, seed=a.seed, **_workload_kwargs(a))
+                if spec.rank == 0 else None)
     a.out.mkdir(parents=True, exist_ok=True)
     summary = run_rank(config, workload, a.out, spec)
     if spec.rank == 0:

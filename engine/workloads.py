@@ -4,10 +4,13 @@ prefix-cache hit rate.
 
 Prompts are token-id lists over byte ids (0..255), valid for the byte tokenizer and any vocab of
 at least 256. Multi-turn and agent-tree requests depend on earlier outputs: a finished request's
-``followups`` build the next prompts from its prompt + output, as a real client would.
+``followups`` build the next prompts from its prompt + output, as a real client would. Follow-ups
+are small frozen dataclasses (module-level, picklable), so these workloads also reach the ranks
+that ``run_tp_workload`` spawns.
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from dataclasses import dataclass, field
@@ -59,20 +62,29 @@ def multi_turn(num_sessions: int = 8, turns: int = 4, system_len: int = 64,
     """Chat sessions: turn k+1's prompt is turn k's prompt + reply + a new user message."""
     rng = random.Random(seed)
     system = _tokens(rng, system_len)
-
-    def next_turn(turn: int) -> Followups:
-        def make(item: WorkItem, output: list[int]) -> list[WorkItem]:
-            if turn >= turns:
-                return []
-            tag = f"{item.tag.split('/')[0]}/turn{turn}"
-            r = random.Random(f"{seed}/{tag}")     # independent of completion order
-            prompt = item.prompt_ids + output + _tokens(r, r.randint(*user_len))
-            return [WorkItem(prompt, item.params, followups=next_turn(turn + 1), tag=tag)]
-        return make
-
+    first = NextTurn(turn=1, turns=turns, user_len=tuple(user_len), seed=seed)
     items = [WorkItem(system + _tokens(rng, rng.randint(*user_len)), _params(max_new_tokens),
-                      followups=next_turn(1), tag=f"s{i}/turn0") for i in range(num_sessions)]
+                      followups=first, tag=f"s{i}/turn0") for i in range(num_sessions)]
     return Workload("multi-turn", items)
+
+
+@dataclass(frozen=True)
+class NextTurn:
+    """Multi-turn follow-up: turn ``turn`` of the session (none once ``turns`` are done)."""
+
+    turn: int
+    turns: int
+    user_len: tuple[int, int]
+    seed: int
+
+    def __call__(self, item: WorkItem, output: list[int]) -> list[WorkItem]:
+        if self.turn >= self.turns:
+            return []
+        tag = f"{item.tag.split('/')[0]}/turn{self.turn}"
+        r = random.Random(f"{self.seed}/{tag}")     # independent of completion order
+        prompt = item.prompt_ids + output + _tokens(r, r.randint(*self.user_len))
+        nxt = dataclasses.replace(self, turn=self.turn + 1)
+        return [WorkItem(prompt, item.params, followups=nxt, tag=tag)]
 
 
 def agent_tree(num_roots: int = 2, depth: int = 3, branching: int = 2, root_len: int = 96,
@@ -81,24 +93,36 @@ def agent_tree(num_roots: int = 2, depth: int = 3, branching: int = 2, root_len:
     """Tree-of-thought branching: each finished node spawns ``branching`` children whose prompts
     extend the node's prompt + output with a different continuation."""
     rng = random.Random(seed)
-
-    def children(level: int) -> Followups:
-        def make(item: WorkItem, output: list[int]) -> list[WorkItem]:
-            if level > depth:
-                return []
-            base = item.prompt_ids + output
-            out = []
-            for b in range(branching):
-                tag = f"{item.tag}.{b}"
-                r = random.Random(f"{seed}/{tag}")  # independent of completion order
-                out.append(WorkItem(base + _tokens(r, r.randint(*step_len)), item.params,
-                                    followups=children(level + 1), tag=tag))
-            return out
-        return make
-
-    items = [WorkItem(_tokens(rng, root_len), _params(max_new_tokens), followups=children(1),
+    first = Branches(level=1, depth=depth, branching=branching, step_len=tuple(step_len),
+                     seed=seed)
+    items = [WorkItem(_tokens(rng, root_len), _params(max_new_tokens), followups=first,
                       tag=f"root{i}") for i in range(num_roots)]
     return Workload("agent-tree", items)
+
+
+@dataclass(frozen=True)
+class Branches:
+    """Agent-tree follow-up: the ``branching`` children of a node at ``level`` (none past
+    ``depth``), each continuing the node's prompt + output differently."""
+
+    level: int
+    depth: int
+    branching: int
+    step_len: tuple[int, int]
+    seed: int
+
+    def __call__(self, item: WorkItem, output: list[int]) -> list[WorkItem]:
+        if self.level > self.depth:
+            return []
+        base = item.prompt_ids + output
+        nxt = dataclasses.replace(self, level=self.level + 1)
+        out = []
+        for b in range(self.branching):
+            tag = f"{item.tag}.{b}"
+            r = random.Random(f"{self.seed}/{tag}")  # independent of completion order
+            out.append(WorkItem(base + _tokens(r, r.randint(*self.step_len)), item.params,
+                                followups=nxt, tag=tag))
+        return out
 
 
 def random_lengths(num_requests: int = 64, prompt_len: tuple[int, int] = (4, 256),

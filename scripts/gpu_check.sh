@@ -50,7 +50,9 @@ run_case () {  # name, extra run args...
   fi
   for trace in "$OUT/$name.kineto.json.gz" "$OUT/$name.nsys.sqlite"; do
     [ -f "$trace" ] || continue
-    "${SRT[@]}" diagnose "$trace" --json > "$trace.diagnosis.json" || status=1
+    # a failed diagnosis leaves no (empty) JSON behind for the figures step to trip on
+    "${SRT[@]}" diagnose "$trace" --json > "$trace.diagnosis.json" \
+        || { status=1; rm -f "$trace.diagnosis.json"; }
   done
 }
 run_case graphs_overlap --overlap --cuda-graph-max-bs 64
@@ -75,7 +77,10 @@ for name in ("graphs_overlap", "eager_fallback"):
     for kind in ("kineto.json.gz", "nsys.sqlite"):
         p = out / f"{name}.{kind}.diagnosis.json"
         if p.exists():
-            k = json.loads(p.read_text())
+            try:
+                k = json.loads(p.read_text())
+            except ValueError as exc:
+                print(f"  {kind}: unreadable diagnosis ({exc})"); continue
             print(f"  {kind}: verdict {k['verdict']['bottleneck']}, steps graph={k['steps']['graph']} "
                   f"eager={k['steps']['eager']}, bubble share {k['bubbles'].get('idle_share', 0):.0%}")
 PY

@@ -54,8 +54,8 @@ def launch_ranks(config: EngineConfig, workload: Any, out: Path, timeout_s: floa
         pickle.dumps(workload)
     except Exception:
         raise ValueError(f"workload: {getattr(workload, 'name', 'this workload')!r} cannot be sent "
-                         "to a spawned rank (its follow-ups are closures); at tp > 1 use "
-                         "shared-prefix or random, or start the ranks with torchrun") from None
+                         "to a spawned rank (it does not pickle: make its follow-ups module-level "
+                         "callables, not closures), or start the ranks with torchrun") from None
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=timeout_s))
     ctx = mp.get_context("spawn")

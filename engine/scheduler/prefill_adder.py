@@ -6,6 +6,10 @@
 - ``max_prefill_tokens`` new tokens per batch (the first request always fits, chunked if needed);
 - ``chunked_prefill_size``: a request whose new tokens exceed what is left becomes the (single)
   chunked request: only a chunk is prefilled now, and that chunk emits no token.
+
+With mixed chunks (``mixed_decode_tokens`` > 0) the running decode requests ride along in the same
+forward, one token each: those tokens come off the prefill-token and chunk budgets, and their
+slots off the KV budget.
 """
 from __future__ import annotations
 
@@ -25,13 +29,15 @@ class AddResult(Enum):
 
 class PrefillAdder:
     def __init__(self, tree_cache, allocator, running_reqs: list[Req], new_token_ratio: float,
-                 max_prefill_tokens: int, chunked_prefill_size: int) -> None:
+                 max_prefill_tokens: int, chunked_prefill_size: int,
+                 mixed_decode_tokens: int = 0) -> None:
         self.tree_cache = tree_cache
         reserve = sum(min(r.remaining_new_tokens(), CLIP_MAX_NEW_TOKENS) for r in running_reqs)
         self.rem_total_tokens = (allocator.available_size() + tree_cache.evictable_size()
-                                 - int(reserve * new_token_ratio))
-        self.rem_input_tokens = max_prefill_tokens
-        self.rem_chunk_tokens = chunked_prefill_size if chunked_prefill_size > 0 else None
+                                 - int(reserve * new_token_ratio) - mixed_decode_tokens)
+        self.rem_input_tokens = max_prefill_tokens - mixed_decode_tokens
+        self.rem_chunk_tokens = (chunked_prefill_size - mixed_decode_tokens
+                                 if chunked_prefill_size > 0 else None)
         self.can_run: list[Req] = []
         self.new_chunked_req: Req | None = None
         self.cached_tokens = 0

@@ -2,7 +2,9 @@
 batch (``get_next_batch_to_run``) in the seed's order:
 
 1. merge the last step's finished prefill into the running batch;
-2. a new prefill batch (the chunked request's next chunk first, then admissions) if any;
+2. a new prefill batch (the chunked request's next chunk first, then admissions) if any — with
+   ``enable_mixed_chunk``, the running decode requests ride along in it (a MIXED batch: each
+   feeds one token and samples one, the prefill part shrinks by as many tokens);
 3. otherwise decode the running batch (retracting requests when KV runs short);
 4. otherwise idle (None).
 
@@ -166,7 +168,7 @@ class Scheduler:
         spin_us(self.config.inject.sched_us)
         self._process_aborts()
         last = self.last_batch
-        if last is not None and last.forward_mode == ForwardMode.EXTEND:
+        if last is not None and last.forward_mode.is_extend_like:
             last.filter(lambda r: not r.finished and r is not last.chunked_req)
             last.chunked_req = None
             if not last.is_empty():
@@ -189,13 +191,15 @@ class Scheduler:
         if chunked is None and (len(running) >= cfg.max_running_requests
                                 or self.req_to_token.available_size() == 0):
             return None        # running batch full / no free request rows
+        mix = self._mix_tokens(len(running))
         adder = PrefillAdder(self.tree_cache, self.allocator, running, self.new_token_ratio,
-                             cfg.max_prefill_tokens, cfg.chunked_prefill_size)
+                             cfg.max_prefill_tokens, cfg.chunked_prefill_size,
+                             mixed_decode_tokens=mix)
         if chunked is not None:
             self.tree_cache.cache_unfinished_req(chunked)
-            if self.allocator.available_size() + self.tree_cache.evictable_size() > 0:
-                adder.add_chunked_req(chunked, self.allocator.available_size()
-                                      + self.tree_cache.evictable_size())
+            room = self.allocator.available_size() + self.tree_cache.evictable_size() - mix
+            if room > 0:              # mixed: leave a slot for each decode row riding along
+                adder.add_chunked_req(chunked, room)
         self.chunked_req = None
         if self.waiting_queue and adder.new_chunked_req is None:
             applied = sort_waiting(cfg.schedule_policy, self.waiting_queue, self.tree_cache)
@@ -228,7 +232,28 @@ class Scheduler:
         self.stats.prefill_tokens += sum(batch.extend_lens)
         for r in batch.reqs:
             r.is_chunked = int(r is batch.chunked_req)
+        if mix and self._decode_fits(len(running)):
+            self._mix_running(batch, running)
         return batch
+
+    def _mix_tokens(self, running_bs: int) -> int:
+        """Decode tokens to ride along with the next prefill (0: no mixing). Mixing is skipped
+        when the decode rows alone would use up the prefill or chunk budget."""
+        cfg = self.config
+        if not cfg.enable_mixed_chunk or running_bs == 0:
+            return 0
+        if running_bs >= min(cfg.max_prefill_tokens, cfg.chunked_prefill_size):
+            return 0
+        return running_bs
+
+    def _mix_running(self, batch: ScheduleBatch, running: list[Req]) -> None:
+        """Move the running decode requests into ``batch`` (MIXED); the running batch empties
+        and gets them back, with the finished prefills, when the mixed batch is merged."""
+        batch.mix_with_running(running, self.allocator, self.req_to_token, self.tree_cache)
+        self.running_batch = ScheduleBatch([], ForwardMode.DECODE)
+        self.stats.decode_tokens += len(running)
+        self.new_token_ratio = max(self.new_token_ratio - self.config.new_token_ratio_decay,
+                                   self.config.min_new_token_ratio)
 
     def update_running_batch(self, batch: ScheduleBatch) -> ScheduleBatch | None:
         """Make room for one decode step (retracting if needed), then allocate its slots."""
@@ -311,7 +336,8 @@ class Scheduler:
                 for j, i in enumerate(rows):
                     batch.reqs[i].future_idx = base + j
         launched = LaunchedStep(self.step, batch.forward_mode, tuple(batch.reqs), tuple(rows),
-                                base, num_tokens=fb.num_tokens)
+                                base, num_tokens=fb.num_tokens,
+                                num_decode_rows=batch.num_decode_rows)
         launched.handle = self.client.launch(Pending(fb, writes, placeholders, base, len(rows)))
         return launched
 
@@ -324,6 +350,9 @@ class Scheduler:
             by_row = len(tokens) == len(launched.reqs) and len(tokens) != len(launched.sample_rows)
             detok = self.tokenizer
             n_finished = 0
+            # rows whose prompt was (re)filled this step: share it in the cache right away
+            fill_rows = (len(launched.reqs) - launched.num_decode_rows
+                         if launched.mode.is_extend_like and self.tree_cache.enabled else 0)
             for j, i in enumerate(launched.sample_rows):
                 req = launched.reqs[i]
                 if req.future_idx == launched.future_base + j:
@@ -336,8 +365,8 @@ class Scheduler:
                     self.tree_cache.cache_finished_req(req)
                     self._finish(req)
                     n_finished += 1
-                elif launched.mode == ForwardMode.EXTEND and self.tree_cache.enabled:
-                    self.tree_cache.cache_unfinished_req(req)   # share the prompt right away
+                elif i < fill_rows:
+                    self.tree_cache.cache_unfinished_req(req)
             r.set(finished=n_finished)
 
     def _finish(self, req: Req) -> None:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import pickle
 
 import pytest
 
@@ -66,3 +68,44 @@ def test_overlap_runner_gives_the_same_outputs():
 def test_unknown_workload_is_named():
     with pytest.raises(ValueError, match="^workload: unknown workload 'zipf'"):
         make_workload("zipf")
+
+
+def _expand(workload) -> list[tuple]:
+    """Every request the workload makes, breadth first, with a reply derived from each prompt."""
+    rows, queue = [], list(workload.items)
+    while queue:
+        it = queue.pop(0)
+        rows.append((it.tag, tuple(it.prompt_ids), it.params.max_new_tokens, it.arrival_s))
+        if it.followups is not None:
+            reply = [(sum(it.prompt_ids) + 7 * k) % 256 for k in range(it.params.max_new_tokens)]
+            queue.extend(it.followups(it, reply))
+    return rows
+
+
+# digests of the requests the closure-based generators made (before follow-ups became picklable)
+PINNED = [
+    ("multi-turn", {}, 32, "740f7dae54d63a5d"),
+    ("multi-turn", dict(num_sessions=3, turns=3, system_len=16, user_len=(2, 6), max_new_tokens=4,
+                        seed=5), 9, "eda1613273bdeb28"),
+    ("agent-tree", {}, 30, "61916aca4b94c667"),
+    ("agent-tree", dict(num_roots=2, depth=2, branching=3, root_len=24, max_new_tokens=3, seed=7),
+     26, "1c969e46ddd434a8"),
+]
+
+
+@pytest.mark.parametrize("name, kw, count, digest", PINNED)
+def test_followup_workloads_make_the_pinned_requests_and_pickle(name, kw, count, digest):
+    wl = make_workload(name, **kw)
+    rows = _expand(wl)
+    assert len(rows) == count
+    assert hashlib.blake2b(repr(rows).encode(), digest_size=8).hexdigest() == digest
+    assert _expand(pickle.loads(pickle.dumps(wl))) == rows     # what a spawned rank would get
+
+
+def test_pickled_followup_workload_runs_the_same():
+    spec = make_workload("agent-tree", **SMALL["agent-tree"])
+    with engine() as eng:
+        want = run_workload(eng, spec)
+    with engine() as eng:
+        got = run_workload(eng, pickle.loads(pickle.dumps(spec)))
+    assert got.outputs == want.outputs and got.num_requests == EXPECTED_REQUESTS["agent-tree"]

@@ -131,8 +131,24 @@ def test_batch_hash_is_stable_and_sees_the_last_token():
     assert batch_composition(3, None) == (3, "idle")
 
 
+def test_multi_turn_at_tp2_equals_tp1(tmp_path):
+    from probes.recorder import Recorder, set_recorder
+
+    kw = dict(num_sessions=3, turns=3, system_len=24, user_len=(4, 12), max_new_tokens=5)
+    set_recorder(Recorder())
+    with Engine(_config()) as eng:
+        want = run_workload(eng, make_workload("multi-turn", **kw)).outputs
+    report, paths = run_tp_workload(_config(tp_size=2), make_workload("multi-turn", **kw),
+                                    tmp_path)
+    assert report["num_requests"] == 9 and set(paths["outputs"]) == set(want)
+    assert paths["outputs"] == want
+    assert report["cache_hit_rate"] > 0.3                  # later turns reuse earlier ones
+    assert all(r["invariants_ok"] for r in paths["ranks"])
+
+
 def test_unpicklable_workload_is_refused(tmp_path):
     wl = make_workload("multi-turn", num_sessions=1, turns=2)
+    wl.items[0].followups = lambda item, output: []        # a closure cannot reach a rank
     with pytest.raises(ValueError, match="workload: 'multi-turn' cannot be sent"):
         run_tp_workload(_config(tp_size=2), wl, tmp_path)
     with pytest.raises(ValueError, match="tp_size"):
@@ -146,7 +162,12 @@ def test_torchrun_entry_point(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     cmd = [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "engine.tp_launch",
            "--device", "cpu", "--requests", "3", "--max-new-tokens", "4", "--out", str(tmp_path)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    # NOTE: one retry: torchrun's c10d rendezvous can time out on a heavily loaded 2-core machine;
+    # a second failure is a real failure.
+    for _ in range(2):
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        if proc.returncode == 0:
+            break
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["num_requests"] == 3 and report["output_tokens"] == 12
