@@ -145,10 +145,12 @@ def empty_table(table: str) -> pd.DataFrame:
     return pd.DataFrame({c.name: pd.Series([], dtype=c.dtype) for c in cols})
 
 
-def validate_table(df: pd.DataFrame | None, table: str) -> pd.DataFrame:
+def validate_table(df: pd.DataFrame | None, table: str, copy: bool = True) -> pd.DataFrame:
     """Check required columns, add optional ones with defaults, coerce dtypes, sort by start.
 
     Raises ``TimelineError`` naming the table and the missing columns or the bad rows.
+    ``copy=False`` keeps the given column arrays as they are (one block each, no consolidating
+    copy): for readers that hand over arrays nobody else holds.
     """
     cols = SCHEMAS[table]
     if df is None or (len(df) == 0 and len(df.columns) == 0):
@@ -173,7 +175,7 @@ def validate_table(df: pd.DataFrame | None, table: str) -> pd.DataFrame:
                 out[c.name] = np.full(n, c.default, dtype=object)
             else:
                 out[c.name] = np.full(n, c.default, dtype=c.dtype)
-    res = pd.DataFrame(out)
+    res = pd.DataFrame(out, copy=copy)
     time_col = "t_ns" if table == "counters" else "start_ns"
     if table != "counters" and n:
         bad = res["end_ns"].to_numpy() < res["start_ns"].to_numpy()

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers import intervals as iv
+from analyzers.columns import group_rows, isin, str_codes
 from analyzers.results import BUBBLE_CLASSES
 from analyzers.timeline import ApiKind, Timeline
 from probes.stages import StageClass, resolve_stage
@@ -46,11 +47,9 @@ def stage_names(ranges: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarra
     """
     if len(ranges) == 0:
         return np.zeros(0, object), np.zeros(0, np.int64), np.zeros(0, object)
-    cat = pd.Categorical(ranges["name"].astype(str))
-    names = np.asarray(cat.categories, dtype=object)
+    codes, names = str_codes(ranges["name"])
     stages = [resolve_stage(n) for n in names]
     is_stage = np.array([s is not None and s.cls in _STAGE_CLASSES for s in stages], dtype=bool)
-    codes = np.asarray(cat.codes, dtype=np.int64)
     ok = np.zeros(len(codes), dtype=bool)
     known = codes >= 0                      # -1: missing name
     ok[known] = is_stage[codes[known]]
@@ -74,7 +73,7 @@ def innermost_segments(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray)
     s, e, lab = s[order], e[order], lab[order]
     ends_sorted = np.sort(e)
     depth = np.arange(len(s)) - np.searchsorted(ends_sorted, s, side="right")
-    bounds = np.unique(np.concatenate([s, e]))
+    bounds = iv.sorted_unique(np.concatenate([s, e]))
     left, right = bounds[:-1], bounds[1:]
     n_started = np.searchsorted(s, left, side="right")
     cover = n_started - np.searchsorted(ends_sorted, left, side="right")
@@ -119,7 +118,11 @@ def launching_threads(tl: Timeline, rows: np.ndarray) -> tuple[np.ndarray, np.nd
                       "end_ns": dev["end_ns"].to_numpy()})
     api = tl.api
     if len(api):
-        a = api.loc[api["correlation"] >= 0, ["rank", "pid", "correlation", "tid"]]
+        # only the API rows whose correlation id is asked for (a few per bubble, of millions)
+        qc = q["correlation"].to_numpy()
+        corr = api["correlation"].to_numpy()
+        hit = np.flatnonzero(np.isin(corr, np.unique(qc[qc >= 0])))
+        a = api.iloc[hit][["rank", "pid", "correlation", "tid"]]
         a = a.drop_duplicates(["rank", "pid", "correlation"])
         m = q[q["correlation"] >= 0].merge(a, on=["rank", "pid", "correlation"], how="inner")
         pid[m["i"].to_numpy()] = m["pid"].to_numpy()
@@ -176,13 +179,18 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = BurstRule()
     out = {f"{c}_ns": np.zeros(n, np.int64) for c in BUBBLE_CLASSES}
     covered = np.zeros(n, np.int64)
     names, codes, classes = stage_names(tl.ranges)
-    stage_mat = np.zeros((n, len(names)), np.int64)
+    # one column per stage name that occurs (not per range name: Kineto has thousands of those)
+    used = np.unique(codes[codes >= 0])
+    col_of = np.full(len(names), -1, np.int64)
+    col_of[used] = np.arange(len(used))
+    stage_mat = np.zeros((n, len(used)), np.int64)
     rg, api = tl.ranges, tl.api
-    rgroups = rg.groupby(["rank", "pid", "tid"]).indices if len(rg) else {}
-    agroups = api.groupby(["rank", "pid", "tid"]).indices if len(api) else {}
-    a_kind = api["kind"].to_numpy() if len(api) else np.zeros(0, object)
-    blocking = _blocking_mask(api)
     qgroups = queries.reset_index(drop=True).groupby(["rank", "pid", "tid"]).indices if n else {}
+    keys = [k for k in qgroups if k[2] >= 0]
+    rgroups = _rows_by_thread(rg, keys)
+    agroups = _rows_by_thread(api, keys)
+    is_launch = isin(api["kind"], [ApiKind.LAUNCH, ApiKind.GRAPH_LAUNCH]) if len(api) else np.zeros(0, bool)
+    blocking = _blocking_mask(api)
     r_s, r_e = rg["start_ns"].to_numpy(), rg["end_ns"].to_numpy()
     a_s, a_e = (api["start_ns"].to_numpy(), api["end_ns"].to_numpy()) if len(api) else (None, None)
     for key, qi in qgroups.items():
@@ -199,7 +207,7 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = BurstRule()
         for code in np.unique(ll):
             m = ll == code
             ov = iv.overlap((ls[m], le[m]), a, b)
-            stage_mat[qi, code] += ov
+            stage_mat[qi, col_of[code]] += ov
             cls_sets.setdefault(classes[code], []).append(m)
         def cls_set(c: str) -> iv.IntervalSet:
             ms = cls_sets.get(c)
@@ -208,8 +216,7 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = BurstRule()
             m = np.logical_or.reduce(ms)
             return iv.union(ls[m], le[m])
         ai = agroups.get(key, np.zeros(0, np.int64))
-        k = a_kind[ai]
-        lm = (k == ApiKind.LAUNCH.value) | (k == ApiKind.GRAPH_LAUNCH.value)
+        lm = is_launch[ai]
         burst = _bursts(a_s[ai[lm]], a_e[ai[lm]], rule) if len(ai) else iv.empty()
         sync_api = iv.union(a_s[ai[blocking[ai]]], a_e[ai[blocking[ai]]]) if len(ai) else iv.empty()
         sync_free = iv.subtract(sync_api, nvtx)
@@ -226,23 +233,39 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = BurstRule()
     out["unattributed_ns"] = (qe - qs) - attributed
     res = pd.DataFrame(out, index=queries.index)
     res["covered_ns"] = covered
-    if len(names):
+    snames = names[used]
+    if len(snames) and n:
         top = stage_mat.argmax(axis=1)
         has = stage_mat.max(axis=1) > 0
-        res["top_stage"] = np.where(has, names[top], "")
+        res["top_stage"] = np.where(has, snames[top], "")
     else:
         res["top_stage"] = ""
-    stages = pd.DataFrame(stage_mat, index=queries.index, columns=list(names))
-    stages = stages.loc[:, stages.sum(axis=0) > 0] if len(names) else stages
+    keep = stage_mat.sum(axis=0) > 0
+    stages = pd.DataFrame(stage_mat[:, keep], index=queries.index, columns=list(snames[keep]))
     return res, stages
+
+
+def _rows_by_thread(df: pd.DataFrame, keys: list[tuple]) -> dict[tuple, np.ndarray]:
+    """Row indices of ``df`` per (rank, pid, tid) in ``keys``: a few masks instead of grouping
+    millions of rows when few threads are asked for."""
+    if len(df) == 0 or not keys:
+        return {}
+    if len(keys) > 8:
+        return group_rows(df, ["rank", "pid", "tid"])
+    r, p, t = (df[c].to_numpy() for c in ("rank", "pid", "tid"))
+    out = {}
+    for k in keys:
+        rows = np.flatnonzero((r == k[0]) & (p == k[1]) & (t == k[2]))
+        if len(rows):
+            out[k] = rows
+    return out
 
 
 def _blocking_mask(api: pd.DataFrame) -> np.ndarray:
     """API rows during which the host is blocked on the device: syncs and synchronous copies."""
     if len(api) == 0:
         return np.zeros(0, bool)
-    kind = api["kind"].to_numpy()
-    cat = pd.Categorical(api["name"].astype(str))
-    sync_copy = np.array(["Async" not in n for n in cat.categories], dtype=bool)
-    is_sync_copy = sync_copy[np.asarray(cat.codes)] if len(cat.categories) else np.zeros(len(api), bool)
-    return (kind == ApiKind.SYNC.value) | ((kind == ApiKind.MEMCPY.value) & is_sync_copy)
+    codes, cats = str_codes(api["name"])
+    sync_copy = np.array(["Async" not in n for n in cats], dtype=bool)
+    is_sync_copy = sync_copy[codes] if len(cats) else np.zeros(len(api), bool)
+    return isin(api["kind"], [ApiKind.SYNC]) | (isin(api["kind"], [ApiKind.MEMCPY]) & is_sync_copy)

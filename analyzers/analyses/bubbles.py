@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers import intervals as iv
+from analyzers.columns import group_rows
 from analyzers.results import HistogramBin
 from analyzers.timeline import Timeline
 
@@ -28,7 +29,7 @@ def device_groups(device: pd.DataFrame, mask: np.ndarray | None = None) -> dict[
         df = df[mask]
     index = df.index.to_numpy()
     return {(int(k[0]), int(k[1])): index[np.asarray(v)]
-            for k, v in df.groupby(["rank", "device"]).indices.items()}
+            for k, v in group_rows(df, ["rank", "device"]).items()}
 
 
 def busy_set(device: pd.DataFrame, rows: np.ndarray) -> iv.IntervalSet:
@@ -78,7 +79,7 @@ def stream_view(tl: Timeline, threshold_ns: int) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     s_all, e_all = dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy()
     out = []
-    for key, rows in dev.groupby(["rank", "device", "stream"]).indices.items():
+    for key, rows in group_rows(dev, ["rank", "device", "stream"]).items():
         u = iv.union(s_all[rows], e_all[rows])
         gs, ge = iv.gaps(u, threshold_ns)
         out.append((int(key[0]), int(key[1]), int(key[2]), iv.total(u), len(gs), int((ge - gs).sum())))

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers import intervals as iv
+from analyzers.columns import group_rows, str_codes
 from analyzers.analyses.attribution import innermost_segments, stage_names
 from analyzers.names import is_comm_kernel
 from analyzers.results import CommResult
@@ -28,9 +29,9 @@ def comm_mask(device: pd.DataFrame) -> np.ndarray:
     """True for collective-communication device rows (classified once per distinct name)."""
     if len(device) == 0:
         return np.zeros(0, bool)
-    cat = pd.Categorical(device["name"].astype(str))
-    lut = np.array([is_comm_kernel(n) for n in cat.categories] + [False], dtype=bool)
-    return lut[np.asarray(cat.codes)]
+    codes, cats = str_codes(device["name"])
+    lut = np.array([is_comm_kernel(n) for n in cats] + [False], dtype=bool)
+    return lut[codes]
 
 
 def _instances(tl: Timeline, mask: np.ndarray) -> tuple[str, pd.DataFrame]:
@@ -42,9 +43,9 @@ def _instances(tl: Timeline, mask: np.ndarray) -> tuple[str, pd.DataFrame]:
             d[["rank", "device", "start_ns", "end_ns", "name"]].reset_index(drop=True)
     rg = tl.ranges
     if len(rg):
-        cat = pd.Categorical(rg["name"].astype(str))
-        lut = np.array([resolve_stage(n) == Stage.COMM_ALL_REDUCE for n in cat.categories] + [False])
-        m = lut[np.asarray(cat.codes)]
+        codes, cats = str_codes(rg["name"])
+        lut = np.array([resolve_stage(n) == Stage.COMM_ALL_REDUCE for n in cats] + [False])
+        m = lut[codes]
         if m.any():
             r = rg[m]
             return "ranges", pd.DataFrame({"rank": r["rank"].to_numpy(), "device": -1,
@@ -59,7 +60,7 @@ def communication(tl: Timeline, mask: np.ndarray | None = None, min_skew_ns: int
     dev = tl.device
     total = exposed = 0
     if len(inst):
-        for (rank, device), idx in inst.groupby(["rank", "device"]).indices.items():
+        for (rank, device), idx in group_rows(inst, ["rank", "device"]).items():
             c = iv.union(inst["start_ns"].to_numpy()[idx], inst["end_ns"].to_numpy()[idx])
             on = (dev["rank"].to_numpy() == rank) & ~mask
             if device >= 0:
@@ -98,7 +99,7 @@ def _match(inst: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, int]]]:
                           for c in COLLECTIVE_COLUMNS})
     if len(inst) == 0:
         return empty, []
-    groups = sorted(inst.groupby(["rank", "device"]).indices.items())
+    groups = sorted(group_rows(inst, ["rank", "device"]).items())
     parts = [(int(k[0]), int(k[1])) for k, _ in groups]
     if len(groups) < 2:
         return empty, parts

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers import intervals as iv
+from analyzers.columns import isin, str_codes
 from analyzers.analyses.attribution import _blocking_mask, _default_threads
 from analyzers.timeline import ApiKind, DeviceKind, Timeline
 from probes.stages import Stage, resolve_stage
@@ -42,10 +43,10 @@ def _resolved(ranges: pd.DataFrame) -> np.ndarray:
     """
     if len(ranges) == 0:
         return np.zeros(0, object)
-    cat = pd.Categorical(ranges["name"].astype(str))
-    lut = np.array([(s.value if (s := resolve_stage(n)) is not None else "") for n in cat.categories]
+    codes, cats = str_codes(ranges["name"])
+    lut = np.array([(s.value if (s := resolve_stage(n)) is not None else "") for n in cats]
                    + [""], dtype=object)
-    return lut[np.asarray(cat.codes)]
+    return lut[codes]
 
 
 def _attr_int(attrs: np.ndarray, key: str) -> np.ndarray:
@@ -98,8 +99,7 @@ def _windows(tl: Timeline, stages: np.ndarray, rule: StepRule) -> tuple[str, pd.
         return "none", _blank_attrs(pd.DataFrame(columns=["rank", "pid", "tid", "start_ns", "end_ns"]))
     threads = _default_threads(tl)
     blocking = _blocking_mask(api)
-    kind = api["kind"].to_numpy()
-    launch = (kind == ApiKind.LAUNCH.value) | (kind == ApiKind.GRAPH_LAUNCH.value)
+    launch = isin(api["kind"], [ApiKind.LAUNCH, ApiKind.GRAPH_LAUNCH])
     parts, source = [], "sync"
     a_s, a_e = api["start_ns"].to_numpy(), api["end_ns"].to_numpy()
     for rank, (pid, tid) in sorted(threads.items()):
@@ -113,7 +113,7 @@ def _windows(tl: Timeline, stages: np.ndarray, rule: StepRule) -> tuple[str, pd.
         syncs = iv.union(a_s[on & blocking], a_e[on & blocking])[1]
         syncs = syncs[syncs > first]
         if len(syncs) >= 2:
-            bounds = np.unique(np.r_[first, syncs])
+            bounds = iv.sorted_unique(np.r_[first, syncs])
             ends = np.r_[bounds[1:], max(last_end, int(bounds[-1]) + 1)]
         else:
             source = "bursts"
@@ -160,6 +160,8 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule()) -> tuple[str, pd.DataF
     reason = np.full(n, "", dtype=object)
     dev, api, rg = tl.device, tl.api, tl.ranges
     graph_kernel = _graph_kernel_mask(tl)
+    is_launch = isin(api["kind"], [ApiKind.LAUNCH]) if len(api) else np.zeros(0, bool)
+    is_glaunch = isin(api["kind"], [ApiKind.GRAPH_LAUNCH]) if len(api) else np.zeros(0, bool)
     run = (stages == Stage.RUN_EAGER.value) | (stages == Stage.RUN_GRAPH_REPLAY.value)
     for rank, idx in w.groupby("rank").indices.items():
         s, e = w["start_ns"].to_numpy()[idx], w["end_ns"].to_numpy()[idx]
@@ -169,10 +171,8 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule()) -> tuple[str, pd.DataF
         cols["graph_kernels"][idx] = _count_in(dev["start_ns"].to_numpy()[d & graph_kernel], s, e)
         if len(api):
             on = api["rank"].to_numpy() == rank
-            k = api["kind"].to_numpy()
-            cols["launches"][idx] = _count_in(api["start_ns"].to_numpy()[on & (k == ApiKind.LAUNCH.value)], s, e)
-            cols["graph_launches"][idx] = _count_in(
-                api["start_ns"].to_numpy()[on & (k == ApiKind.GRAPH_LAUNCH.value)], s, e)
+            cols["launches"][idx] = _count_in(api["start_ns"].to_numpy()[on & is_launch], s, e)
+            cols["graph_launches"][idx] = _count_in(api["start_ns"].to_numpy()[on & is_glaunch], s, e)
         if len(run) and run.any():
             rr = np.flatnonzero(run & (rg["rank"].to_numpy() == rank))
             rs = rg["start_ns"].to_numpy()[rr]
@@ -203,7 +203,7 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule()) -> tuple[str, pd.DataF
 
 
 def _count_in(times: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    t = np.sort(times)
+    t = np.sort(times, kind="stable")    # start-sorted already: linear
     return np.searchsorted(t, e, side="left") - np.searchsorted(t, s, side="left")
 
 
@@ -211,7 +211,7 @@ def _graph_kernel_mask(tl: Timeline) -> np.ndarray:
     """Device rows that ran inside a CUDA graph (graph id/node set, or correlated to a graph launch)."""
     dev = tl.device
     m = ((dev["graph_id"].to_numpy() >= 0) | (dev["graph_node"].to_numpy() >= 0)
-         | (dev["kind"].to_numpy() == DeviceKind.GRAPH.value))
+         | isin(dev["kind"], [DeviceKind.GRAPH]))
     api = tl.api
     if len(api) and len(dev):
         g = api.loc[(api["kind"] == ApiKind.GRAPH_LAUNCH.value) & (api["correlation"] >= 0),

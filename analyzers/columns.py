@@ -1,0 +1,87 @@
+"""Fast views of the Timeline's string columns (categoricals on the big tables) as integer codes.
+
+``str_codes`` is ``pd.Categorical(col.astype(str))`` without materialising one Python string per
+row: on a categorical column only its few categories are turned into strings and re-sorted.
+``isin`` compares codes, not strings, on categoricals; ``sum_by`` sums integers per code exactly.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def str_codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(codes int64 per row, sorted distinct strings) — as ``pd.Categorical(col.astype(str))``."""
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        cat = pd.Categorical(col.astype(str))
+        return np.asarray(cat.codes, dtype=np.int64), np.asarray(cat.categories, dtype=object)
+    codes = np.asarray(col.cat.codes, dtype=np.int64)
+    labels = [str(c) for c in col.cat.categories] + ["nan"]      # astype(str) turns NaN into 'nan'
+    codes = np.where(codes < 0, len(labels) - 1, codes)
+    used = np.bincount(codes, minlength=len(labels)) > 0           # observed values only
+    cats, remap = np.unique(np.asarray(labels, dtype=object)[used], return_inverse=True)
+    lut = np.full(len(labels), -1, dtype=np.int64)
+    lut[used] = np.asarray(remap, dtype=np.int64).reshape(-1)
+    return lut[codes], np.asarray(cats, dtype=object)
+
+
+def isin(col: pd.Series, values) -> np.ndarray:
+    """Boolean mask of the rows whose value is one of ``values`` (str or str-Enum values)."""
+    values = [getattr(v, "value", v) for v in values]
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        hit = np.asarray([c in values for c in col.cat.categories] + [False], dtype=bool)
+        return hit[np.asarray(col.cat.codes)]
+    return np.isin(col.to_numpy(), np.asarray(values, dtype=object))
+
+
+def sum_by(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Exact int64 sum of non-negative ``values`` per code in ``0..n-1``.
+
+    NOTE: ``bincount``'s float sums are exact while every partial sum stays below 2**53 (checked
+    from max * count); beyond that ``np.add.at`` in integers.
+    """
+    v = np.asarray(values, dtype=np.int64)
+    if not len(v):
+        return np.zeros(n, np.int64)
+    if v.min() >= 0 and int(v.max()) * len(v) < 2 ** 53:
+        return np.bincount(codes, weights=v, minlength=n).astype(np.int64)
+    out = np.zeros(n, np.int64)
+    np.add.at(out, codes, v)
+    return out
+
+
+def group_rows(df: pd.DataFrame, cols: list[str]) -> dict[tuple, np.ndarray]:
+    """``df.groupby(cols).indices`` for integer key columns: rows (ascending) per key, keys sorted.
+
+    NOTE: keys packed into one small code and ordered by a radix sort (int16, linear) — pandas
+    hashes millions of rows for the few (rank, device, stream) keys of a device table; falls back
+    to pandas when the packed key space is large.
+    """
+    if len(df) == 0:
+        return {}
+    arrs = [np.asarray(df[c].to_numpy(), dtype=np.int64) for c in cols]
+    lo = [int(a.min()) for a in arrs]
+    span = [int(a.max()) - m + 1 for a, m in zip(arrs, lo)]
+    size = int(np.prod(span, dtype=object))
+    if size > 1 << 22:
+        return df.groupby(cols).indices
+    key = np.zeros(len(df), np.int64)
+    for a, m, s in zip(arrs, lo, span):
+        key *= s
+        key += a - m
+    counts = np.bincount(key, minlength=size)
+    used = np.flatnonzero(counts)
+    if len(used) > np.iinfo(np.int16).max:
+        return df.groupby(cols).indices
+    lut = np.zeros(size, np.int16)
+    lut[used] = np.arange(len(used), dtype=np.int16)
+    order = np.argsort(lut[key], kind="stable")
+    ends = np.cumsum(counts[used])
+    out = {}
+    for j, k in enumerate(used.tolist()):
+        vals = []
+        for m, s in zip(reversed(lo), reversed(span)):
+            k, r = divmod(k, s)
+            vals.append(r + m)
+        out[tuple(reversed(vals))] = order[ends[j] - counts[used[j]]:ends[j]]
+    return out
