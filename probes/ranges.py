@@ -95,7 +95,7 @@ class _NullRange:
     def __enter__(self) -> "_NullRange":
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         return None
 
     def set(self, **attrs: Any) -> None:
@@ -142,7 +142,7 @@ class _Range:
         self.t0 = perf_counter_ns()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         t1 = perf_counter_ns()
         ts = self.ts
         ts.depth -= 1
@@ -194,10 +194,11 @@ def stage(name: str, **attrs: Any) -> Any:
         return _Range(name, attrs)
     if attrs:
         return _NullAttrs(name, attrs)
-    null = _NULLS.get(name)
-    if null is None:
+    try:
+        return _NULLS[name]
+    except KeyError:
         null = _NULLS[name] = _NullRange(name)
-    return null
+        return null
 
 
 def record_span(name: str, start_ns: int, end_ns: int, **attrs: Any) -> None:
