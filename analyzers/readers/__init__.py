@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from analyzers.readers.detect import detect_format
 from analyzers.readers.errors import TraceError
@@ -77,6 +79,39 @@ def _expand(paths: Sequence[str | Path]) -> list[Path]:
     return out
 
 
+@contextmanager
+def _scan_progress(progress: Progress | None, path: Path, index: int, count: int) -> Iterator[None]:
+    """Within one nsys file, report progress by the rowids scanned so far (fraction of all files)."""
+    if progress is None or detect_format_quiet(path) is not SourceFormat.NSYS_SQLITE:
+        yield
+        return
+    from analyzers.readers.columnar import report_scans
+    from analyzers.readers.nsys_sqlite import scan_estimate
+
+    total = scan_estimate(path)
+    if total <= 0:
+        yield
+        return
+    done = [0]
+    lock = threading.Lock()  # reader threads tick concurrently: keep the reports monotonic
+
+    def tick(rows: int) -> None:
+        with lock:
+            done[0] += rows
+            progress((index + min(1.0, done[0] / total)) / count, f"reading {path.name}")
+
+    with report_scans(tick):
+        yield
+
+
+def detect_format_quiet(path: Path) -> SourceFormat | None:
+    """The format, or None when the file cannot be read (the read then reports why)."""
+    try:
+        return detect_format(path)
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def load_timeline(paths: Sequence[str | Path] | str | Path, progress: Progress | None = None,
                   allow_no_kernels: bool = False) -> Timeline:
     """Read and merge trace files (a directory stands for its files).
@@ -97,7 +132,8 @@ def load_timeline(paths: Sequence[str | Path] | str | Path, progress: Progress |
         if progress is not None:
             progress(i / len(files), f"reading {path.name}")
         named = rank_from_name(path)
-        tl = read_one(path, named if named is not None else next_rank, allow_no_kernels)
+        with _scan_progress(progress, path, i, len(files)):
+            tl = read_one(path, named if named is not None else next_rank, allow_no_kernels)
         next_rank = max(tl.meta.ranks) + 1
         parts.append(tl)
     ranks = [r for p in parts for r in p.meta.ranks]

@@ -6,7 +6,8 @@ import re
 import sqlite3
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,20 @@ from pandas.api.types import union_categoricals
 
 CHUNK = 1 << 19  # rows per aggregate query
 _INT_LITERAL = re.compile(r"-?\d+")
+
+#: Called with the number of rowids scanned after each chunk, from any reader thread (a progress
+#: bar for big files); None when nobody listens. Set through ``report_scans``.
+_ON_SCAN: list[Callable[[int], None] | None] = [None]
+
+
+@contextmanager
+def report_scans(callback: Callable[[int], None] | None) -> Iterator[None]:
+    """Call ``callback(rowids)`` after each chunk that ``fetch_ints`` scans inside the block."""
+    old, _ON_SCAN[0] = _ON_SCAN[0], callback
+    try:
+        yield
+    finally:
+        _ON_SCAN[0] = old
 
 
 def _chunks(con: sqlite3.Connection, table: str, exprs: list[str], where: str,
@@ -43,6 +58,9 @@ def _chunks(con: sqlite3.Connection, table: str, exprs: list[str], where: str,
                 raise sqlite3.DatabaseError(f"malformed values in {table}")
             for acc, c in zip(parts, cols):
                 acc.append(c)
+        tick = _ON_SCAN[0]
+        if tick is not None:
+            tick(b - a + 1)
         if b >= hi:
             break
         a = con.execute(nxt, (b,)).fetchone()[0]

@@ -256,6 +256,33 @@ def _read_host(path: Path) -> tuple[dict | None, tuple[dict | None, int]]:
 
 
 
+#: the big tables ``read_nsys`` scans in rowid chunks (for progress estimates)
+SCANNED_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                  "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+                  "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
+
+
+def scan_estimate(path: str | Path) -> int:
+    """Rowids ``read_nsys`` will scan (sum of rowid spans of the big tables; 0 when unknown)."""
+    try:
+        con = connect_readonly(Path(path))
+    except Exception:  # noqa: BLE001 - the read itself reports a bad file
+        return 0
+    try:
+        have = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        total = 0
+        for t in SCANNED_TABLES:
+            if t in have:
+                lo, hi = con.execute(f"SELECT MIN(rowid), MAX(rowid) FROM {t}").fetchone()
+                if lo is not None:
+                    total += int(hi) - int(lo) + 1
+        return total
+    except sqlite3.DatabaseError:
+        return 0
+    finally:
+        con.close()
+
+
 def read_nsys(path: str | Path, rank: int = 0) -> Timeline:
     """Read one nsys SQLite export. ``rank`` is the rank of its first process (several processes
     in one file get consecutive ranks in pid order)."""

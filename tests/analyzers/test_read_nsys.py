@@ -270,7 +270,24 @@ def test_progress_reports_fractions(tmp_path):
     b = _scenario(tmp_path / "r1.sqlite")
     seen = []
     load_timeline([a, b], progress=lambda frac, what: seen.append((frac, what)))
-    assert seen == [(0.0, "reading r0.sqlite"), (0.5, "reading r1.sqlite"), (1.0, "done")]
+    fracs = [f for f, _ in seen]
+    # each file starts at its share, reports its scanned rows within that share, then "done"
+    assert seen[0] == (0.0, "reading r0.sqlite") and seen[-1] == (1.0, "done")
+    assert (0.5, "reading r1.sqlite") in seen
+    assert fracs == sorted(fracs) and all(0.0 <= f <= 1.0 for f in fracs)
+    within_first = [f for f, w in seen if w == "reading r0.sqlite" and 0.0 < f <= 0.5]
+    assert within_first and within_first[-1] == pytest.approx(0.5)
+
+
+def test_progress_within_one_big_file(tmp_path, monkeypatch):
+    from analyzers.readers import columnar
+
+    monkeypatch.setattr(columnar, "CHUNK", 64)  # many chunks from a small file
+    a = _scenario(tmp_path / "r0.sqlite")
+    seen = []
+    load_timeline([a], progress=lambda frac, what: seen.append(frac))
+    inner = [f for f in seen if 0.0 < f < 1.0]
+    assert len(inner) >= 3 and inner == sorted(inner)
 
 
 @needs_real
