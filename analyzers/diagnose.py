@@ -25,6 +25,10 @@ from analyzers.timeline import DeviceKind, Timeline
 __all__ = ["DiagnoseParams", "diagnose", "compare", "crop", "top_kernels", "DiagnosisDiff", "FigureDelta"]
 
 
+class DiagnoseInputError(ValueError):
+    """The trace and the parameters together select nothing to analyse (e.g. an empty step range)."""
+
+
 @dataclass(frozen=True)
 class DiagnoseParams:
     """Thresholds, inference-scale defaults (µs, not nsys's 500 ms gap rule)."""
@@ -90,7 +94,7 @@ def _select_steps(tl: Timeline, params: DiagnoseParams) -> tuple[Timeline, str, 
     if len(sel) == 0:
         have = (f"steps {int(steps['step'].min())}..{int(steps['step'].max())}" if len(steps)
                 else "no steps")
-        raise ValueError(f"step range {a}..{b} selects no step (the trace has {have})")
+        raise DiagnoseInputError(f"step range {a}..{b} selects no step (the trace has {have})")
     tl = crop(tl, int(sel["start_ns"].min()), int(sel["end_ns"].max()))
     source, steps = find_steps(tl, params.step_rule)
     return tl, source, steps[(steps["step"] >= a) & (steps["step"] <= b)].reset_index(drop=True)

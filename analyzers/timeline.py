@@ -251,12 +251,6 @@ class Timeline:
                 ends.append(int(df["end_ns"].max()))
         return (min(starts), max(ends)) if starts else (0, 0)
 
-    def for_rank(self, rank: int) -> "Timeline":
-        """The rows of one rank (metadata shared)."""
-        pick = lambda df: df[df["rank"] == rank].reset_index(drop=True)  # noqa: E731
-        return Timeline(pick(self.device), pick(self.api), pick(self.ranges), pick(self.counters),
-                        self.meta)
-
 
 def merge_timelines(parts: list[Timeline]) -> Timeline:
     """Concatenate timelines of several files (e.g. one per rank) into one, re-sorted by time."""

@@ -12,10 +12,16 @@ def fmt_ns(ns: float | int | None, digits: int = 3) -> str:
     value = float(ns)
     sign = "-" if value < 0 else ""
     value = abs(value)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if value >= scale:
-            return f"{sign}{_sig(value / scale, digits)} {unit}"
-    return f"{sign}{value:.0f} ns"
+    units = (("s", 1e9), ("ms", 1e6), ("us", 1e3), ("ns", 1.0))
+    for i, (unit, scale) in enumerate(units):
+        if value >= scale or unit == "ns":
+            text = _sig(value / scale, digits) if unit != "ns" else f"{value:.0f}"
+            # NOTE: rounding can carry into the next unit (999.96 us -> "1000 us" -> "1.00 ms")
+            if i > 0 and float(text) >= 1000:
+                up, up_scale = units[i - 1]
+                return f"{sign}{_sig(value / up_scale, digits)} {up}"
+            return f"{sign}{text} {unit}"
+    raise AssertionError("unreachable")
 
 
 def _sig(x: float, digits: int) -> str:
@@ -23,7 +29,11 @@ def _sig(x: float, digits: int) -> str:
     if x >= 10 ** digits:
         return f"{x:.0f}"
     whole = len(str(int(x))) if x >= 1 else 1
-    return f"{x:.{max(0, digits - whole)}f}"
+    dec = max(0, digits - whole)
+    text = f"{x:.{dec}f}"
+    if dec and len(text.split(".")[0]) > whole:  # rounding carried a digit: 99.96 -> 100.0
+        text = f"{x:.{dec - 1}f}"
+    return text
 
 
 def fmt_pct(part: float, whole: float) -> str:
@@ -31,12 +41,3 @@ def fmt_pct(part: float, whole: float) -> str:
     if not whole:
         return "-"
     return f"{100.0 * part / whole:.1f}%"
-
-
-def fmt_bytes(n: int | float) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"

@@ -34,13 +34,16 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
 def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int] | None,
                   console: Console | None, quiet: bool):
     """Load + diagnose; returns the Diagnosis object."""
-    from analyzers.diagnose import DiagnoseParams, diagnose
+    from analyzers.diagnose import DiagnoseInputError, DiagnoseParams, diagnose
 
     tl = load(paths, console, quiet)
     try:
         params = DiagnoseParams(threshold_us=threshold_us, step_range=steps)
-        return diagnose(tl, params)
     except ValueError as exc:
+        fail(str(exc))
+    try:
+        return diagnose(tl, params)
+    except DiagnoseInputError as exc:
         fail(str(exc))
 
 

@@ -2,17 +2,17 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import List, Optional
+from typing import List
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from cli.errors import fail
+from probes.stages import Stage
 
 
 class WorkloadName(str, Enum):
@@ -28,9 +28,11 @@ class DeviceOpt(str, Enum):
     CUDA = "cuda"
 
 
-_INJECT_KEYS = {"sched": "sched_us", "sched.schedule": "sched_us", "prep": "prep_us",
-                "prep.batch": "prep_us", "result": "result_us", "sched.result": "result_us",
-                "straggler": "straggler_us", "comm": "straggler_us", "comm.all_reduce": "straggler_us"}
+_INJECT_KEYS = {"sched": "sched_us", Stage.SCHED_SCHEDULE.value: "sched_us",
+                "prep": "prep_us", Stage.PREP_BATCH.value: "prep_us",
+                "result": "result_us", Stage.SCHED_RESULT.value: "result_us",
+                "straggler": "straggler_us", "comm": "straggler_us",
+                Stage.COMM_ALL_REDUCE.value: "straggler_us"}
 
 
 def parse_inject(items: list[str]) -> dict[str, int]:
@@ -111,6 +113,7 @@ def register(app: typer.Typer) -> None:
                                  mixed_chunk=mixed_chunk,
                                  inject=parse_inject(list(inject)), device=device.value,
                                  cuda_graph_max_bs=cuda_graph_max_bs, seed=seed)
+            config, work = spec.engine_config(), spec.workload_obj()
         except ValueError as exc:
             fail(str(exc))
         console = Console(stderr=as_json)
@@ -121,10 +124,7 @@ def register(app: typer.Typer) -> None:
                 fail("--device cuda: no CUDA device is available (use --device cpu)")
         with console.status(f"running {spec.workload} x{spec.requests} on the engine "
                             f"(tp={spec.tp}, overlap={'on' if overlap else 'off'})"):
-            try:
-                result = run_engine(spec, out)
-            except ValueError as exc:
-                fail(str(exc))
+            result = run_engine(config, work, out)
         (out / "workload_report.json").write_text(json.dumps(result.report, indent=2))
         diag = run_diagnosis(result.probe_traces, 5.0, None, console, True)
         doc = diag.to_json()

@@ -70,16 +70,17 @@ def _torch_profiling():
     return torch_profiling(Path(path))
 
 
-def run_engine(spec: EngineRunSpec, out: Path) -> EngineRunResult:
-    """Run the workload with probes on and write probe + Chrome traces into ``out``."""
+def run_engine(config: Any, workload: Any, out: Path) -> EngineRunResult:
+    """Run ``workload`` (engine.workloads.Workload) on an engine of ``config`` with probes on and
+    write probe + Chrome traces into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("probe.rank*.json"):
         old.unlink()
-    if spec.tp > 1:
+    if config.tp_size > 1:
         from engine.tp_launch import run_tp_workload
 
         with _torch_profiling():
-            report, paths = run_tp_workload(spec.engine_config(), spec.workload_obj(), out)
+            report, paths = run_tp_workload(config, workload, out)
         return EngineRunResult(report, sorted(out.glob("probe.rank*.json")),
                                sorted(out.glob("chrome.rank*.json")))
     from engine.engine import Engine
@@ -89,9 +90,9 @@ def run_engine(spec: EngineRunSpec, out: Path) -> EngineRunResult:
 
     rec = Recorder()
     set_recorder(rec)
-    with Engine(spec.engine_config()) as engine, _torch_profiling(), \
+    with Engine(config) as engine, _torch_profiling(), \
             NvmlSampler(rec, interval_s=0.05) as nvml:
-        report = run_workload(engine, spec.workload_obj())
+        report = run_workload(engine, workload)
         rec.meta["nvml"] = "sampled" if nvml.available else nvml.reason
         engine.check_invariants()
         paths = engine.write_traces(out)

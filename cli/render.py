@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich import box
-from rich.console import Console, Group
+from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -209,6 +209,3 @@ def render_compare(before: dict[str, Any], after: dict[str, Any], rows: list[dic
     for msg in regressions or []:
         console.print(Text(f"regression: {msg}", style="bold red"))
 
-
-def group(*parts: Any) -> Group:
-    return Group(*[p for p in parts if p is not None])

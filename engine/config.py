@@ -114,6 +114,9 @@ class EngineConfig:
                f"{self.context_length} exceeds model.max_position={self.model.max_position}")
         _check(isinstance(self.enable_mixed_chunk, bool), "enable_mixed_chunk",
                f"must be a bool, got {self.enable_mixed_chunk!r}")
+        inj = self.inject
+        _check(not inj.straggler_us or 0 <= inj.straggler_rank < self.tp_size, "inject",
+               f"straggler_rank={inj.straggler_rank} is not a rank of tp_size={self.tp_size}")
         _check(not self.enable_mixed_chunk or self.chunked_prefill_size > 0, "enable_mixed_chunk",
                "needs chunked prefill (chunked_prefill_size > 0)")
         _check(self.model.vocab_size % self.tp_size == 0, "tp_size",

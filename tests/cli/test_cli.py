@@ -105,6 +105,8 @@ def test_diagnose_step_range_and_threshold():
     (["compare", "/nonexistent/a.sqlite", str(SAMPLES / "healthy.sqlite")], "no such file"),
     (["run", "--inject", "bogus=5"], "--inject"),
     (["run", "--inject", "sched=-5"], "--inject"),
+    (["run", "--inject", "straggler=500@3", "--tp", "2"], "straggler_rank=3"),
+    (["diagnose", str(SAMPLES / "healthy.sqlite"), "--steps", "5000:6000"], "selects no step"),
     (["capture", "--backend", "torch"], "needs a command"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, args, message):

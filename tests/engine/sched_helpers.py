@@ -58,9 +58,23 @@ class FakeWorker:
         return FakeResult(out)
 
 
+def drain(s, max_steps: int = 10_000) -> None:
+    """Run event-loop iterations until the scheduler is idle (failing if it never is), then check
+    the idle invariant."""
+    from engine.scheduler.loops import run_step
+
+    for _ in range(max_steps):
+        if s.is_idle():
+            break
+        run_step(s)
+    else:
+        raise AssertionError(f"scheduler not idle after {max_steps} steps")
+    s.check_invariants()
+
+
 def byte_prompt(seed: int, n: int) -> list[int]:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, 256, (n,), generator=g).tolist()
 
 
-__all__ = ["FakeWorker", "byte_prompt", "EOS_ID"]
+__all__ = ["FakeWorker", "byte_prompt", "drain", "EOS_ID"]

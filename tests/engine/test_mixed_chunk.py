@@ -19,7 +19,7 @@ from engine.scheduler.loops import run_step
 from engine.scheduler.scheduler import Scheduler
 from probes.recorder import get_recorder
 from probes.stages import Stage
-from tests.engine.sched_helpers import FakeWorker, byte_prompt
+from tests.engine.sched_helpers import FakeWorker, byte_prompt, drain
 
 torch.set_num_threads(1)
 
@@ -31,14 +31,6 @@ BASE = EngineConfig(device="cpu", max_total_tokens=4096, max_running_requests=16
 def make(**kw) -> Scheduler:
     cfg = dataclasses.replace(BASE, **kw)
     return Scheduler(cfg, FakeWorker(cfg))
-
-
-def drain(s: Scheduler) -> None:
-    for _ in range(10_000):
-        if s.is_idle():
-            break
-        run_step(s)
-    s.check_invariants()
 
 
 def test_config_needs_chunked_prefill():

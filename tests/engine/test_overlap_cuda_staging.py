@@ -13,11 +13,10 @@ from engine.config import EngineConfig
 from engine.forward_batch import ForwardBatch, ForwardMode
 from engine.runner.sampler import make_sampling_info
 from engine.runner.tp_worker import TpModelWorker
-from engine.scheduler.loops import run_step
 from engine.scheduler.scheduler import Scheduler
 from engine.scheduler.stream_staging import ALIGN, StagingRing, TensorStager, host_tensors, layout
 from engine.scheduler.worker_client import WorkerClient
-from tests.engine.sched_helpers import FakeWorker, byte_prompt
+from tests.engine.sched_helpers import FakeWorker, byte_prompt, drain
 
 torch.set_num_threads(1)
 
@@ -183,11 +182,7 @@ def _run(cfg, worker, streams=None, n=8):
         assert s.client.staged and s.client.device.type == "cpu"
     reqs = [s.submit(s.make_req(byte_prompt(i, 5 + 9 * i), {"max_new_tokens": 2 + (i * 5) % 11}))
             for i in range(n)]
-    for _ in range(10_000):
-        if s.is_idle():
-            break
-        run_step(s)
-    s.check_invariants()
+    drain(s)
     s.close()
     return [r.output_ids for r in reqs]
 

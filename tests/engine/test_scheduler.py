@@ -15,7 +15,7 @@ from engine.forward_batch import ForwardMode
 from engine.request import FinishKind
 from engine.scheduler.loops import run_step
 from engine.scheduler.scheduler import Scheduler
-from tests.engine.sched_helpers import FakeWorker, byte_prompt
+from tests.engine.sched_helpers import FakeWorker, byte_prompt, drain
 
 BASE = EngineConfig(device="cpu", max_total_tokens=4096, max_running_requests=16,
                     chunked_prefill_size=-1, context_length=512, enable_probes=False)
@@ -28,11 +28,7 @@ def make(req_pool_size=None, **kw) -> Scheduler:
 
 def run(s: Scheduler, prompts, max_new=8, **sp) -> list[list[int]]:
     reqs = [s.submit(s.make_req(p, {"max_new_tokens": max_new, **sp})) for p in prompts]
-    for _ in range(10_000):
-        if s.is_idle():
-            break
-        run_step(s)
-    s.check_invariants()
+    drain(s)
     s.close()
     return [r.output_ids for r in reqs]
 

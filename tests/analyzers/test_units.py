@@ -1,0 +1,27 @@
+"""Time formatting: three significant digits, the right unit, rounding that carries."""
+import pytest
+
+from analyzers.units import fmt_ns, fmt_pct
+
+
+@pytest.mark.parametrize("ns, text", [
+    (None, "-"),
+    (0, "0 ns"),
+    (850, "850 ns"),
+    (999.6, "1.00 us"),            # rounds up into the next unit
+    (1_000, "1.00 us"),
+    (12_400, "12.4 us"),
+    (9_996, "10.0 us"),            # rounding carries a digit: not "10.00 us"
+    (123_456, "123 us"),
+    (999_960, "1.00 ms"),          # not "1000 us"
+    (3_210_000, "3.21 ms"),
+    (99_999_999, "100 ms"),        # not "100.0 ms"
+    (1_500_000_000, "1.50 s"),
+    (-2_500, "-2.50 us"),
+])
+def test_fmt_ns(ns, text):
+    assert fmt_ns(ns) == text
+
+
+def test_fmt_pct():
+    assert fmt_pct(1, 4) == "25.0%" and fmt_pct(1, 0) == "-"
