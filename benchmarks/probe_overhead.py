@@ -75,7 +75,7 @@ def main() -> None:
     print(f"probe overhead per range, {os.cpu_count()} cores, n={args.n}, median of {args.repeats}")
     print(f"{'configuration':<26}{'no attrs (us)':>15}{'2 attrs (us)':>15}{'target (us)':>13}  ok")
     for label, plain, with_attrs, target in rows:
-        ok = "yes" if plain <= target else "NO"
+        ok = "yes" if max(plain, with_attrs) <= target else "NO"
         print(f"{label:<26}{plain:>15.3f}{with_attrs:>15.3f}{target:>13.1f}  {ok}")
 
 

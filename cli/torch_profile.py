@@ -19,18 +19,27 @@ from typing import Iterator
 
 @contextmanager
 def torch_profiling(out: Path) -> Iterator[None]:
-    """Profile the enclosed block (CPU + CUDA when available) and export a Kineto trace to ``out``."""
+    """Profile the enclosed block (CPU + CUDA when available) and export a Kineto trace to ``out``.
+
+    Every host thread is profiled (the overlap loop's forward thread too), and srtscope stage ranges
+    become ``user_annotation`` events while the block runs.
+    """
     import torch
     from torch.profiler import ProfilerActivity, profile
+
+    from probes.ranges import torch_annotations
 
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
-    prof = profile(activities=activities, record_shapes=False, with_stack=False)
+    prof = profile(activities=activities, record_shapes=False, with_stack=False,
+                   experimental_config=_all_threads_config())
     prof.__enter__()
+    torch_annotations(True)
     try:
         yield
     finally:
+        torch_annotations(False)
         prof.__exit__(None, None, None)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(out.name + ".tmp.json")
@@ -44,6 +53,17 @@ def torch_profiling(out: Path) -> Iterator[None]:
             tmp.unlink()
         else:
             tmp.replace(out)
+
+
+def _all_threads_config() -> object | None:
+    """Kineto config that profiles threads started by the profiled code (None on older torch,
+    where only the calling thread's ops are recorded)."""
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+
+        return _ExperimentalConfig(profile_all_threads=True)
+    except (ImportError, TypeError):
+        return None
 
 
 def _sigterm(signum: int, frame: object) -> None:

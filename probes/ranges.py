@@ -1,4 +1,5 @@
-"""``stage()``: one range = an NVTX push/pop in the ``srtscope`` domain + a span in the recorder.
+"""``stage()``: one range = an NVTX push/pop in the ``srtscope`` domain + a span in the recorder
+(+ a ``record_function`` while a torch-profiler capture asks for it, see ``torch_annotations``).
 
     with stage("sched.schedule", bs=32) as r:
         ...
@@ -22,12 +23,13 @@ from probes.stages import DOMAIN, format_message
 
 
 class _State:
-    __slots__ = ("enabled", "nvtx", "domain")
+    __slots__ = ("enabled", "nvtx", "domain", "torch_rf")
 
     def __init__(self) -> None:
         self.enabled = False
         self.nvtx = False
         self.domain = None
+        self.torch_rf = None  # (enter, exit) of torch's record_function ops while annotating
 
 
 _STATE = _State()
@@ -81,6 +83,22 @@ def is_enabled() -> bool:
     return _ENABLED
 
 
+def torch_annotations(on: bool) -> None:
+    """Also open a torch ``record_function`` per enabled range, so a torch-profiler (Kineto) trace
+    carries the stage names as ``user_annotation`` events. Set by ``srtscope capture --backend
+    torch``; independent of ``enable``/``disable``.
+
+    NOTE: costs a few µs per range, so it is on only while such a capture runs.
+    """
+    if not on:
+        _STATE.torch_rf = None
+        return
+    import torch
+
+    ops = torch.ops.profiler
+    _STATE.torch_rf = (ops._record_function_enter_new, ops._record_function_exit._RecordFunction)
+
+
 class _NullRange:
     """Disabled range. Cached per name so the disabled path allocates nothing."""
 
@@ -107,7 +125,7 @@ _NVTX_ATTRS: dict[str, object] = {}  # cached NVTX event attributes of attribute
 
 
 class _Range:
-    __slots__ = ("name", "attrs", "t0", "ts", "pushed")
+    __slots__ = ("name", "attrs", "t0", "ts", "pushed", "rf")
 
     def __init__(self, name: str, attrs: dict[str, Any]) -> None:
         self.name = name
@@ -139,6 +157,9 @@ class _Range:
             self.pushed = True
         else:
             self.pushed = False
+        rf = st.torch_rf
+        self.rf = None if rf is None else (
+            rf, rf[0](format_message(self.name, self.attrs) if self.attrs else self.name, None))
         self.t0 = perf_counter_ns()
         return self
 
@@ -148,7 +169,9 @@ class _Range:
         ts.depth -= 1
         if self.pushed:
             _STATE.domain.pop_range()
-        _recorder_mod._DEFAULT._spans.append(
+        if self.rf is not None:
+            self.rf[0][1](self.rf[1])
+        _recorder_mod._DEFAULT._spans.extend(
             (self.name, self.t0, t1, ts.tid, ts.depth, self.attrs or None))
 
 
@@ -205,6 +228,6 @@ def record_span(name: str, start_ns: int, end_ns: int, **attrs: Any) -> None:
     """Record a span whose times were measured elsewhere (e.g. a CUDA-event device time)."""
     if _ENABLED:
         ts = _thread_state()
-        _recorder_mod._DEFAULT._spans.append((name, start_ns, end_ns, ts.tid, ts.depth, attrs or None))
+        _recorder_mod._DEFAULT.add_span(name, start_ns, end_ns, ts.tid, ts.depth, attrs)
 
 

@@ -112,7 +112,10 @@ def parse_message(message: str) -> tuple[str, dict[str, str]]:
 
 
 def format_message(name: str, attrs: dict[str, object] | None = None) -> str:
-    """Encode a stage and its attributes as one NVTX message (inverse of ``parse_message``)."""
+    """Encode a stage and its attributes as one NVTX message (inverse of ``parse_message``).
+
+    Spaces inside a value become ``_`` so each attribute stays one token.
+    """
     if not attrs:
         return name
     parts = [name]

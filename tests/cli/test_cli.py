@@ -1,6 +1,7 @@
 """The srtscope CLI through typer's test runner: commands, JSON contract, exit codes, errors."""
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -241,6 +242,15 @@ def test_capture_torch_of_an_engine_run(tmp_path):
     trace = tmp_path / "engine.json.gz"
     r = invoke("capture", "--backend", "torch", "--out", trace, "--",
                "python", "-m", "cli.app", "run", "--requests", "2", "--max-new-tokens", "3",
-               "--device", "cpu", "--out", tmp_path / "run", "--json")
+               "--device", "cpu", "--overlap", "--out", tmp_path / "run", "--json")
     assert r.exit_code == 0, r.stderr
     assert trace.exists() and (tmp_path / "run" / "probe.rank0.json").exists()
+    # the Kineto trace names our stages, on the scheduler thread and on the overlap loop's forward
+    # thread alike (every thread is profiled, not only the one that started the profiler)
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    tids = {}
+    for e in events:
+        if e.get("cat") == "user_annotation":
+            tids.setdefault(e["name"].split(" ")[0], set()).add(e["tid"])
+    assert {"sched.schedule", "prep.batch", "run.sample"} <= tids.keys(), sorted(tids)
+    assert tids["sched.schedule"].isdisjoint(tids["run.sample"])

@@ -95,3 +95,53 @@ def test_nvtx_enabled_path_records_the_same(recorder):
         pass
     (span,) = recorder.spans()
     assert span.name == "sched.schedule" and span.attrs == {"bs": 4}
+
+
+def _annotations(prof) -> list[tuple[str, int]]:
+    return [(e.name, e.thread) for e in prof.events() if e.name.startswith(("sched.", "prep."))]
+
+
+def test_torch_annotations_name_stages_in_a_kineto_capture(recorder):
+    # scenario: `capture --backend torch` turns annotations on, so the Kineto trace names our stages
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        ranges.torch_annotations(True)
+        try:
+            with stage("sched.schedule", bs=4):
+                torch.ones(4) + 1
+            with stage("prep.batch"):
+                pass
+        finally:
+            ranges.torch_annotations(False)
+        with stage("sched.schedule", bs=8):  # after the capture turned it off: recorder only
+            pass
+    assert [n for n, _ in _annotations(prof)] == ["sched.schedule bs=4", "prep.batch"]
+    assert [s.name for s in recorder.spans()] == ["sched.schedule", "prep.batch", "sched.schedule"]
+
+
+def test_torch_annotations_off_without_a_capture(recorder):
+    # scenario: a plain `srtscope run` pays no record_function cost and emits no annotation
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with stage("sched.schedule", bs=4):
+            torch.ones(4) + 1
+    assert _annotations(prof) == []
+    assert len(recorder.spans()) == 1
+
+
+def test_recorded_spans_give_the_gc_nothing_to_scan(recorder):
+    # scenario: a long run records millions of spans; none may stay tracked by Python's GC, or every
+    # full collection rescans them all (benchmarks/probe_overhead.py measures the cost)
+    import gc
+
+    for i in range(100):
+        with stage("loop.step", step=i, mode="decode"):
+            pass
+    gc.collect()
+    assert not gc.is_tracked(recorder._spans[5]) and recorder._spans[5] == {"step": 0, "mode": "decode"}
+    assert sum(gc.is_tracked(x) for x in recorder._spans) == 0
+    assert len(recorder.spans()) == 100 and recorder.spans()[99].attrs["step"] == 99
