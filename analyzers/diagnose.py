@@ -177,7 +177,7 @@ def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams()) -> Diagnos
         by_class={c: int(table[f"{c}_ns"].sum()) for c in BUBBLE_CLASSES},
         by_stage={str(k): int(v) for k, v in by_stage.items() if v > 0},
         histogram=histogram(table["dur_ns"].to_numpy()), threshold_ns=params.threshold_ns,
-        nvtx_coverage=(float(table["covered_ns"].sum()) / total) if total and len(tl.ranges) else None,
+        nvtx_coverage=(float(table["covered_ns"].sum()) / total) if total and len(tl.host_ranges) else None,
         table=table, by_device=by_device, by_stream=by_stream)
     reasons = eager_reasons(steps)
     sres = StepsResult(source, steps, {str(k): int(v) for k, v in reasons[reasons != ""].value_counts().items()})

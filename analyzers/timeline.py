@@ -16,6 +16,7 @@ NOTE: -1 stands for "unknown" in integer columns (graph_id, graph_node, correlat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from enum import Enum
 from typing import Any
 
@@ -224,6 +225,10 @@ class TimelineMeta:
         return any(w.code == code for w in self.warnings)
 
 
+GPU_DOMAIN = "gpu"
+"""Range domain of host annotations projected onto a GPU stream (Kineto ``gpu_user_annotation``)."""
+
+
 @dataclass
 class Timeline:
     """Validated tables + metadata. Build with ``Timeline.build`` to validate on ingestion."""
@@ -240,6 +245,17 @@ class Timeline:
               counters: pd.DataFrame | None = None) -> "Timeline":
         return cls(validate_table(device, "device"), validate_table(api, "api"),
                    validate_table(ranges, "ranges"), validate_table(counters, "counters"), meta)
+
+    @cached_property
+    def host_ranges(self) -> pd.DataFrame:
+        """The ranges that host threads opened: ``ranges`` without the ``GPU_DOMAIN`` projections.
+
+        NOTE: every host-side analysis (stages, steps, attribution) reads these; the projections
+        repeat host annotations on a GPU stream and would count each step twice.
+        """
+        rg = self.ranges
+        gpu = rg["domain"].to_numpy() == GPU_DOMAIN
+        return rg[~gpu].reset_index(drop=True) if gpu.any() else rg
 
     @property
     def span_ns(self) -> tuple[int, int]:

@@ -128,8 +128,8 @@ def launching_threads(tl: Timeline, rows: np.ndarray) -> tuple[np.ndarray, np.nd
         pid[m["i"].to_numpy()] = m["pid"].to_numpy()
         tid[m["i"].to_numpy()] = m["tid"].to_numpy()
     todo = tid < 0
-    if todo.any() and len(tl.ranges):  # probe traces: the forward span that is the device row
-        r = tl.ranges[["rank", "start_ns", "end_ns", "pid", "tid"]].drop_duplicates(
+    if todo.any() and len(tl.host_ranges):  # probe traces: the forward span that is the device row
+        r = tl.host_ranges[["rank", "start_ns", "end_ns", "pid", "tid"]].drop_duplicates(
             ["rank", "start_ns", "end_ns"])
         m = q[todo].drop(columns=["pid"]).merge(r, on=["rank", "start_ns", "end_ns"], how="inner")
         pid[m["i"].to_numpy()] = m["pid"].to_numpy()
@@ -155,9 +155,9 @@ def _default_threads(tl: Timeline) -> dict[int, tuple[int, int]]:
             top = launches.groupby(["rank", "pid", "tid"]).size().reset_index(name="n")
             for row in top.sort_values("n").itertuples():
                 out[int(row.rank)] = (int(row.pid), int(row.tid))
-    if len(tl.ranges):
-        _, codes, _ = stage_names(tl.ranges)
-        st = tl.ranges[codes >= 0]
+    if len(tl.host_ranges):
+        _, codes, _ = stage_names(tl.host_ranges)
+        st = tl.host_ranges[codes >= 0]
         if len(st):
             top = st.groupby(["rank", "pid", "tid"]).size().reset_index(name="n")
             for row in top.sort_values("n").itertuples():
@@ -178,13 +178,13 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = BurstRule()
     qe = queries["end_ns"].to_numpy(np.int64)
     out = {f"{c}_ns": np.zeros(n, np.int64) for c in BUBBLE_CLASSES}
     covered = np.zeros(n, np.int64)
-    names, codes, classes = stage_names(tl.ranges)
+    names, codes, classes = stage_names(tl.host_ranges)
     # one column per stage name that occurs (not per range name: Kineto has thousands of those)
     used = np.unique(codes[codes >= 0])
     col_of = np.full(len(names), -1, np.int64)
     col_of[used] = np.arange(len(used))
     stage_mat = np.zeros((n, len(used)), np.int64)
-    rg, api = tl.ranges, tl.api
+    rg, api = tl.host_ranges, tl.api
     qgroups = queries.reset_index(drop=True).groupby(["rank", "pid", "tid"]).indices if n else {}
     keys = [k for k in qgroups if k[2] >= 0]
     rgroups = _rows_by_thread(rg, keys)

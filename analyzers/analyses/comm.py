@@ -41,7 +41,7 @@ def _instances(tl: Timeline, mask: np.ndarray) -> tuple[str, pd.DataFrame]:
         stand_in = (d["kind"].to_numpy() == DeviceKind.CPU_FORWARD.value).all()
         return ("stand_in" if stand_in else "kernels"), \
             d[["rank", "device", "start_ns", "end_ns", "name"]].reset_index(drop=True)
-    rg = tl.ranges
+    rg = tl.host_ranges
     if len(rg):
         codes, cats = str_codes(rg["name"])
         lut = np.array([resolve_stage(n) == Stage.COMM_ALL_REDUCE for n in cats] + [False])
@@ -126,7 +126,7 @@ def _match(inst: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, int]]]:
 
 def _host_stage_before(tl: Timeline, rank: int, arrive_ns: np.ndarray, skew_ns: np.ndarray) -> str | None:
     """The innermost stage range (name) most present on the rank's host in [arrival - skew, arrival)."""
-    rg = tl.ranges
+    rg = tl.host_ranges
     if len(rg) == 0 or len(arrive_ns) == 0:
         return None
     names, codes, _ = stage_names(rg)

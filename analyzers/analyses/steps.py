@@ -66,7 +66,7 @@ def _attr_str(attrs: np.ndarray, key: str) -> np.ndarray:
 
 def _windows(tl: Timeline, stages: np.ndarray, rule: StepRule) -> tuple[str, pd.DataFrame]:
     """(source, DataFrame of rank, pid, tid, start_ns, end_ns, step, mode, bs, tokens)."""
-    rg = tl.ranges
+    rg = tl.host_ranges
     loop = stages == Stage.LOOP_STEP.value
     if loop.any():
         r = rg[loop]
@@ -142,7 +142,7 @@ def _blank_attrs(df: pd.DataFrame) -> pd.DataFrame:
 
 def find_steps(tl: Timeline, rule: StepRule = StepRule()) -> tuple[str, pd.DataFrame]:
     """(source, table with ``STEP_COLUMNS``), sorted by rank then start."""
-    stages = _resolved(tl.ranges)
+    stages = _resolved(tl.host_ranges)
     source, w = _windows(tl, stages, rule)
     if len(w) == 0:
         return "none", pd.DataFrame({c: pd.Series([], dtype=object if c in ("mode", "exec", "reason")
@@ -158,7 +158,7 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule()) -> tuple[str, pd.DataF
     padded = np.full(n, -1, np.int64)
     run_bs = np.full(n, -1, np.int64)
     reason = np.full(n, "", dtype=object)
-    dev, api, rg = tl.device, tl.api, tl.ranges
+    dev, api, rg = tl.device, tl.api, tl.host_ranges
     graph_kernel = _graph_kernel_mask(tl)
     is_launch = isin(api["kind"], [ApiKind.LAUNCH]) if len(api) else np.zeros(0, bool)
     is_glaunch = isin(api["kind"], [ApiKind.GRAPH_LAUNCH]) if len(api) else np.zeros(0, bool)

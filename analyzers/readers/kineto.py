@@ -28,7 +28,7 @@ from analyzers.names import api_kind, hip_to_cuda, strip_api_suffix
 from analyzers.readers.errors import TraceError
 from analyzers.readers.jsonstream import JsonStreamError, iter_trace, us_to_ns
 from analyzers.readers.labels import split_labels
-from analyzers.timeline import (ApiKind, DeviceInfo, DeviceKind, SourceFormat, Timeline,
+from analyzers.timeline import (GPU_DOMAIN, ApiKind, DeviceInfo, DeviceKind, SourceFormat, Timeline,
                                 TimelineMeta, Traced, WarningCode)
 from probes.stages import resolve_stage
 
@@ -36,7 +36,7 @@ _DEVICE_CATS = {"kernel": DeviceKind.KERNEL, "Kernel": DeviceKind.KERNEL,
                 "gpu_memcpy": DeviceKind.MEMCPY, "Memcpy": DeviceKind.MEMCPY,
                 "gpu_memset": DeviceKind.MEMSET, "Memset": DeviceKind.MEMSET}
 _API_CATS = {"cuda_runtime", "cuda_driver", "Runtime"}
-_RANGE_CATS = {"user_annotation": "", "gpu_user_annotation": "gpu"}
+_RANGE_CATS = {"user_annotation": "", "gpu_user_annotation": GPU_DOMAIN}
 _OP_CATS = {"cpu_op", "Operator"}
 _LEGACY_CATS = {"Kernel", "Runtime", "Operator", "Memcpy", "Memset"}
 _FLOW_CATS = {"ac2g", "async"}

@@ -24,9 +24,9 @@ def api(start_us: float, end_us: float, name: str = "cudaLaunchKernel", *, corr:
 
 
 def rng(start_us: float, end_us: float, name: str, *, tid: int = 1, pid: int = 100, rank: int = 0,
-        **attrs) -> dict:
+        domain: str = "srtscope", **attrs) -> dict:
     return {"start_ns": int(start_us * US), "end_ns": int(end_us * US), "name": name, "pid": pid,
-            "tid": tid, "rank": rank, "domain": "srtscope", "attrs": attrs or None}
+            "tid": tid, "rank": rank, "domain": domain, "attrs": attrs or None}
 
 
 def timeline(device=(), api_rows=(), ranges=(), fmt=SourceFormat.SYNTHETIC, ranks=(0,)) -> Timeline:

@@ -28,6 +28,23 @@ def test_loop_step_ranges_with_attrs_and_exec():
     assert t["wall_ns"].tolist() == [200 * US, 200 * US]
 
 
+def test_gpu_projections_of_annotations_are_not_host_steps():
+    # scenario: a torch-profiler trace of our engine: Kineto repeats each record_function that
+    # launched GPU work as a gpu_user_annotation on the stream (domain "gpu", pid = device)
+    host = [rng(0, 200, "loop.step", step=0, mode="decode"), rng(100, 195, "run.eager"),
+            rng(200, 400, "loop.step", step=1, mode="decode"), rng(290, 345, "run.eager")]
+    gpu = [rng(110, 190, "loop.step", pid=0, tid=7, domain="gpu", step=0, mode="decode"),
+           rng(110, 190, "run.eager", pid=0, tid=7, domain="gpu"),
+           rng(310, 340, "loop.step", pid=0, tid=7, domain="gpu", step=1, mode="decode"),
+           rng(310, 340, "run.eager", pid=0, tid=7, domain="gpu")]
+    tl = timeline([kernel(110, 190, corr=1), kernel(310, 340, corr=2)],
+                  [api(100, 105, corr=1), api(300, 305, corr=2)], host + gpu)
+    assert len(tl.host_ranges) == 4 and len(tl.ranges) == 8
+    source, t = find_steps(tl)
+    assert source == "loop.step" and t["step"].tolist() == [0, 1]
+    assert t["tid"].tolist() == [1, 1]
+
+
 def test_sglang_scheduler_ranges_start_steps():
     # scenario: SGLang trace: no loop.step; a step starts at each top-level get_next_batch_to_run
     tl = timeline([kernel(50, 90)], [], [
