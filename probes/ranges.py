@@ -157,20 +157,22 @@ class _Range:
             self.pushed = True
         else:
             self.pushed = False
+        self.t0 = perf_counter_ns()
         rf = st.torch_rf
+        # NOTE: inside the span, so that a capture's annotation cost is charged to the stage that
+        # pays it, not left between stages where it would read as unannotated host time
         self.rf = None if rf is None else (
             rf, rf[0](format_message(self.name, self.attrs) if self.attrs else self.name, None))
-        self.t0 = perf_counter_ns()
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self.rf is not None:
+            self.rf[0][1](self.rf[1])
         t1 = perf_counter_ns()
         ts = self.ts
         ts.depth -= 1
         if self.pushed:
             _STATE.domain.pop_range()
-        if self.rf is not None:
-            self.rf[0][1](self.rf[1])
         _recorder_mod._DEFAULT._spans.extend(
             (self.name, self.t0, t1, ts.tid, ts.depth, self.attrs or None))
 

@@ -145,3 +145,20 @@ def test_recorded_spans_give_the_gc_nothing_to_scan(recorder):
     assert not gc.is_tracked(recorder._spans[5]) and recorder._spans[5] == {"step": 0, "mode": "decode"}
     assert sum(gc.is_tracked(x) for x in recorder._spans) == 0
     assert len(recorder.spans()) == 100 and recorder.spans()[99].attrs["step"] == 99
+
+
+def test_torch_annotation_cost_lies_inside_the_span(recorder, monkeypatch):
+    # scenario: under a capture, record_function costs µs per range; charged outside the span it
+    # would read as unannotated host time between stages and could flip the verdict
+    from time import perf_counter_ns
+
+    calls = []
+    enter = lambda name, args: calls.append(("enter", name, perf_counter_ns())) or "handle"  # noqa: E731
+    leave = lambda handle: calls.append(("exit", handle, perf_counter_ns()))  # noqa: E731
+    monkeypatch.setattr(ranges._STATE, "torch_rf", (enter, leave))
+    with stage("prep.batch", bs=2):
+        pass
+    (span,) = recorder.spans()
+    (_, name, t_enter), (_, handle, t_exit) = calls
+    assert name == "prep.batch bs=2" and handle == "handle"
+    assert span.start_ns <= t_enter <= t_exit <= span.end_ns
