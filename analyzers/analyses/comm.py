@@ -94,31 +94,57 @@ def communication(tl: Timeline, mask: np.ndarray | None = None, min_skew_ns: int
                       source=source, collectives=coll)
 
 
+MAX_SHIFT = 64
+"""Largest shift (in collectives) tried when aligning one participant's collectives to another's."""
+
+
+def _shift(ref_end: np.ndarray, end: np.ndarray) -> int:
+    """The shift k that pairs ``ref[i]`` with ``other[i - k]`` best: smallest median end-time gap.
+
+    A collective completes on every participant at about the same time, whatever their arrival, so
+    end times line up even when capture windows start or stop at different collectives. Ties go to
+    the smaller |k| (k = 0 first: files of equal counts pair by order).
+    """
+    n_ref, n = len(ref_end), len(end)
+    reach = min(MAX_SHIFT, abs(n_ref - n) + 8)
+    need = max(1, min(n_ref, n) // 2)
+    best, best_gap = 0, None
+    for k in sorted(range(-reach, reach + 1), key=abs):
+        lo, hi = max(0, k), min(n_ref, n + k)
+        if hi - lo < need:
+            continue
+        gap = float(np.median(np.abs(ref_end[lo:hi] - end[lo - k:hi - k])))
+        if best_gap is None or gap < best_gap:
+            best, best_gap = k, gap
+    return best
+
+
 def _match(inst: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, int]]]:
+    """One row per collective that every participant holds: earliest start, skew, transfer, straggler."""
     empty = pd.DataFrame({c: pd.Series([], dtype=object if c == "name" else np.int64)
                           for c in COLLECTIVE_COLUMNS})
     if len(inst) == 0:
         return empty, []
     groups = sorted(group_rows(inst, ["rank", "device"]).items())
     parts = [(int(k[0]), int(k[1])) for k, _ in groups]
-    if len(groups) < 2:
-        return empty, parts
-    n = min(len(v) for _, v in groups)
-    if n == 0:
+    if len(groups) < 2 or min(len(v) for _, v in groups) == 0:
         return empty, parts
     s = inst["start_ns"].to_numpy()
     e = inst["end_ns"].to_numpy()
-    S, D, first = [], [], None
-    for _, idx in groups:
-        o = idx[np.argsort(s[idx], kind="stable")][:n]
-        first = o if first is None else first
-        S.append(s[o])
-        D.append(e[o] - s[o])
-    S, D = np.vstack(S), np.vstack(D)
+    order = [idx[np.argsort(s[idx], kind="stable")] for _, idx in groups]
+    ref = max(range(len(order)), key=lambda g: len(order[g]))   # the fullest window is the reference
+    shifts = [0 if g == ref else _shift(e[order[ref]], e[order[g]]) for g in range(len(order))]
+    lo = max(max(shifts), 0)
+    hi = min(min(len(o) + k for o, k in zip(order, shifts)), len(order[ref]))
+    if hi <= lo:
+        return empty, parts
+    rows = [o[lo - k:hi - k] for o, k in zip(order, shifts)]
+    S = np.vstack([s[r] for r in rows])
+    D = np.vstack([e[r] - s[r] for r in rows])
     late = S.argmax(axis=0)
     pr = np.array([p[0] for p in parts])
     pd_ = np.array([p[1] for p in parts])
-    return pd.DataFrame({"index": np.arange(n), "name": inst["name"].to_numpy()[first],
+    return pd.DataFrame({"index": np.arange(hi - lo), "name": inst["name"].to_numpy()[rows[ref]],
                          "start_ns": S.min(axis=0), "skew_ns": S.max(axis=0) - S.min(axis=0),
                          "transfer_ns": D.min(axis=0), "straggler_rank": pr[late],
                          "straggler_device": pd_[late]}), parts

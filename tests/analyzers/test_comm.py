@@ -1,4 +1,5 @@
-"""Communication: exposed time, cross-rank skew matched by order, the straggler and its host."""
+"""Communication: exposed time, cross-rank skew (collectives matched by their end times), the
+straggler and its host."""
 from analyzers.analyses.comm import comm_mask, communication
 from analyzers.timeline import DeviceKind, SourceFormat
 from tests.analyzers._tl import kernel, rng, timeline
@@ -34,6 +35,24 @@ def test_skew_straggler_and_its_host_across_ranks():
     assert c.straggler_host_stage == "sync.wait"                        # 200 µs vs 100 µs per window
     assert c.straggler_device_busy == 0.0
     assert c.exposed_ns == 3 * 500 * US                                 # nothing else ran
+
+
+def test_windows_cut_at_different_collectives_are_aligned_by_end_time():
+    # scenario: each rank's capture window starts and stops at a different collective: rank 1 misses
+    # the first all-reduce and holds one more at the end; rank 1 is the 300 µs straggler throughout.
+    # Pairing by order alone would pair each rank-0 collective with rank 1's next one.
+    dev = []
+    for i in range(6):
+        t = 1000 * i
+        if i < 5:
+            dev.append(kernel(t, t + 400, NCCL, rank=0, device=0))
+        if i > 0:
+            dev.append(kernel(t + 300, t + 400, NCCL, rank=1, device=0))
+    c = communication(timeline(dev, [], [], ranks=(0, 1)))
+    assert len(c.collectives) == 4                                      # the 4 both ranks hold
+    assert c.collectives["start_ns"].tolist() == [1000 * US * i for i in range(1, 5)]
+    assert c.collectives["skew_ns"].tolist() == [300 * US] * 4
+    assert c.straggler_rank == 1 and c.straggler_share == 1.0
 
 
 def test_small_skew_names_no_straggler():
