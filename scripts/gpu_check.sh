@@ -5,7 +5,8 @@
 #      size (forced eager fallback), each under `srtscope capture --backend torch` (and nsys if present);
 #   3. `srtscope diagnose` on each capture; prints tokens/s, graph-replay share of decode steps, bubble
 #      share and verdicts (scripts/gpu_check_figures.py, also written to OUT_DIR/figures.json);
-#   4. leaves the traces in the folder given as the first argument.
+#   4. leaves the traces in the folder given as the first argument, and the few worth keeping (figures,
+#      the two Kineto traces and the diagnoses; 8 files) in OUT_DIR/bundle.
 # Usage: scripts/gpu_check.sh OUT_DIR
 #   PYTHON=python3 (default)   SRTSCOPE_CHECK_DEVICE=cuda (default; `cpu` rehearses the same steps
 #   without a GPU, where a Kineto trace has no device activity to diagnose)
@@ -51,8 +52,10 @@ run_case () {  # name, extra run args...
   local run=(-m cli.app run --device "$DEVICE" --workload shared-prefix --requests "$REQUESTS"
              --max-new-tokens 24 --json "$@")
   echo "== run: $name"
+  # the engine's own probe trace first, uncaptured: its figures stand even if a capture fails
+  timeout 240 "$PY" "${run[@]}" --out "$OUT/$name" > "$OUT/$name.run.json" || status=1
   timeout 240 "${SRT[@]}" capture --backend torch --out "$OUT/$name.kineto.json.gz" -- \
-      "$PY" "${run[@]}" --out "$OUT/$name" > "$OUT/$name.run.json" || status=1
+      "$PY" "${run[@]}" --out "$OUT/$name.torchrun" > /dev/null || status=1
   if command -v nsys >/dev/null 2>&1; then
     timeout 240 "${SRT[@]}" capture --backend nsys --out "$OUT/$name.nsys" -- \
         "$PY" "${run[@]}" --out "$OUT/$name.nsysrun" > /dev/null || status=1
@@ -78,6 +81,12 @@ run_case eager_fallback --no-overlap --cuda-graph-max-bs 4
 
 echo "== figures"
 "$PY" scripts/gpu_check_figures.py "$OUT" graphs_overlap eager_fallback || status=1
-echo "== traces in $OUT"
-ls -la "$OUT"
+# the few files worth keeping, flat, for a machine that hands back only a handful (<= 8)
+mkdir -p "$OUT/bundle"
+cp "$OUT/figures.json" "$OUT"/*.kineto.json.gz "$OUT"/*.kineto.json.gz.diagnosis.json "$OUT/bundle/" 2>/dev/null
+for name in graphs_overlap eager_fallback; do
+  [ -f "$OUT/$name/diagnosis.json" ] && cp "$OUT/$name/diagnosis.json" "$OUT/bundle/$name.probe.diagnosis.json"
+done
+echo "== traces in $OUT (kept in $OUT/bundle)"
+ls -la "$OUT" "$OUT/bundle"
 exit $status

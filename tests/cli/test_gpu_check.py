@@ -29,6 +29,10 @@ def test_gpu_check_rehearsal_on_cpu(tmp_path):
         assert kineto["diagnosed"] is False and kineto["stage_names"] >= 6, name
         assert (out / f"{name}.kineto.json.gz").stat().st_size > 0
     assert "decode steps graph-replayed" in p.stdout
+    # what a device machine hands back: a handful of flat files
+    kept = sorted(f.name for f in (out / "bundle").iterdir())
+    assert len(kept) <= 8 and "figures.json" in kept and "graphs_overlap.kineto.json.gz" in kept
+    assert "eager_fallback.probe.diagnosis.json" in kept
 
 
 def test_gpu_check_refuses_a_machine_without_cuda(tmp_path):
