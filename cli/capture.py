@@ -16,6 +16,7 @@ from pathlib import Path
 
 from cli.errors import Exit, fail
 
+NSYS_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite")  # stripped from --out to name the capture
 TORCH_PROFILE_ENV = "SRTSCOPE_TORCH_PROFILE"  # engines of ours profile themselves into this path
 
 
@@ -36,12 +37,18 @@ class NsysPlan:
 
 def nsys_plan(nsys: str, out: Path, command: list[str], capture_range: bool = False,
               extra: list[str] | None = None) -> NsysPlan:
-    """The flags this analysis needs: CUDA + NVTX + OS runtime, graph kernels traced per node."""
-    report = out.with_suffix(".nsys-rep")
-    sqlite = out.with_suffix(".sqlite")
+    """The flags this analysis needs: CUDA + NVTX + OS runtime, graph kernels traced per node.
+
+    ``out`` names the capture: NAME, NAME.nsys-rep or NAME.sqlite all give NAME.nsys-rep and
+    NAME.sqlite. NOTE: any other dot stays part of NAME (``run.v2`` -> ``run.v2.nsys-rep``), as nsys
+    itself only appends its extension.
+    """
+    base = out.with_suffix("") if out.suffix in NSYS_SUFFIXES else out
+    report = base.with_name(base.name + ".nsys-rep")
+    sqlite = base.with_name(base.name + ".sqlite")
     profile = [nsys, "profile", "--trace=cuda,nvtx,osrt", "--cuda-graph-trace=node",
                "--sample=none", "--cpuctxsw=none", "--force-overwrite=true",
-               f"--output={out}"]
+               f"--output={report}"]
     if capture_range:
         profile += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
     profile += list(extra or [])

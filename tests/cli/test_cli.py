@@ -149,6 +149,18 @@ def test_capture_torch_passes_exit_code_and_writes_kineto(tmp_path):
         assert len(d.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("out, name", [
+    ("cap", "cap"), ("cap.nsys-rep", "cap"), ("cap.sqlite", "cap"), ("cap.qdrep", "cap"),
+    ("run.v2", "run.v2"),                         # a dot inside the name is not an extension
+])
+def test_nsys_plan_names_report_and_export_alike(tmp_path, out, name):
+    from cli.capture import nsys_plan
+
+    plan = nsys_plan("/usr/bin/nsys", tmp_path / out, ["python", "x.py"])
+    assert plan.report == tmp_path / f"{name}.nsys-rep" and plan.sqlite == tmp_path / f"{name}.sqlite"
+    assert f"--output={plan.report}" in plan.profile and plan.export[-1] == str(plan.report)
+
+
 def test_nsys_plan_flags(tmp_path):
     from cli.capture import nsys_plan
 
