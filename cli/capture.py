@@ -16,8 +16,9 @@ from pathlib import Path
 
 from cli.errors import Exit, fail
 
+from probes.torch_capture import TORCH_PROFILE_ENV, rank_trace_path
+
 NSYS_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite")  # stripped from --out to name the capture
-TORCH_PROFILE_ENV = "SRTSCOPE_TORCH_PROFILE"  # engines of ours profile themselves into this path
 
 
 class Backend(str, Enum):
@@ -113,8 +114,9 @@ def capture(command: list[str], backend: Backend, out: Path, capture_range: bool
         return code
     argv, env, trace = torch_plan(out, command)
     code = _run(argv, env)
-    if trace.exists():
-        print(f"srtscope: wrote {trace}", file=sys.stderr)
-    else:
+    ranks = sorted(trace.parent.glob(rank_trace_path(trace, 0).name.replace(".rank0.", ".rank*.")))
+    for written in ([trace] if trace.exists() else []) + ranks:
+        print(f"srtscope: wrote {written}", file=sys.stderr)
+    if not trace.exists() and not ranks:
         print(f"srtscope: no Kineto trace was written ({trace} missing)", file=sys.stderr)
     return code

@@ -3,8 +3,6 @@ traces. One rank in-process; several ranks through the engine's TP launcher.
 """
 from __future__ import annotations
 
-import os
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,18 +56,6 @@ class EngineRunResult:
     chrome_traces: list[Path]
 
 
-def _torch_profiling():
-    """torch.profiler around the run when ``srtscope capture --backend torch`` asked for it."""
-    from cli.capture import TORCH_PROFILE_ENV
-
-    path = os.environ.get(TORCH_PROFILE_ENV)
-    if not path:
-        return nullcontext()
-    from cli.torch_profile import torch_profiling
-
-    return torch_profiling(Path(path))
-
-
 def run_engine(config: Any, workload: Any, out: Path) -> EngineRunResult:
     """Run ``workload`` (engine.workloads.Workload) on an engine of ``config`` with probes on and
     write probe + Chrome traces into ``out``."""
@@ -79,18 +65,19 @@ def run_engine(config: Any, workload: Any, out: Path) -> EngineRunResult:
     if config.tp_size > 1:
         from engine.tp_launch import run_tp_workload
 
-        with _torch_profiling():
-            report, paths = run_tp_workload(config, workload, out)
+        # each rank captures itself (probes.torch_capture.from_env): they are separate processes
+        report, paths = run_tp_workload(config, workload, out)
         return EngineRunResult(report, sorted(out.glob("probe.rank*.json")),
                                sorted(out.glob("chrome.rank*.json")))
     from engine.engine import Engine
     from engine.workloads import run_workload
     from probes.nvml import NvmlSampler
     from probes.recorder import Recorder, set_recorder
+    from probes.torch_capture import from_env
 
     rec = Recorder()
     set_recorder(rec)
-    with Engine(config) as engine, _torch_profiling(), \
+    with Engine(config) as engine, from_env(), \
             NvmlSampler(rec, interval_s=0.05) as nvml:
         report = run_workload(engine, workload)
         rec.meta["nvml"] = "sampled" if nvml.available else nvml.reason

@@ -91,6 +91,7 @@ def run_rank(config: EngineConfig, workload: Any, out: Path, spec: RankSpec) -> 
     from engine.runner.tp_worker import TpModelWorker
     from engine.workloads import run_workload
     from probes.recorder import Recorder, set_recorder
+    from probes.torch_capture import from_env
 
     if config.tp_size != spec.world_size:
         raise ValueError(f"tp_size: config says {config.tp_size}, the launcher started "
@@ -106,7 +107,8 @@ def run_rank(config: EngineConfig, workload: Any, out: Path, spec: RankSpec) -> 
     model_group, cpu_group = init_groups(spec, device)
     try:
         worker = TpModelWorker(config, rank=spec.rank, tp_size=spec.world_size, group=model_group)
-        with Engine(config, worker=worker) as engine:
+        # under `srtscope capture --backend torch`, each rank writes its own Kineto trace
+        with from_env(rank=spec.rank), Engine(config, worker=worker) as engine:
             sync = TpSync(spec.rank, spec.world_size, cpu_group,
                           eos_token_id=engine.scheduler.eos_token_id)
             engine.scheduler.tp_sync = sync

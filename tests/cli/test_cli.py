@@ -266,3 +266,25 @@ def test_capture_torch_of_an_engine_run(tmp_path):
             tids.setdefault(e["name"].split(" ")[0], set()).add(e["tid"])
     assert {"sched.schedule", "prep.batch", "run.sample"} <= tids.keys(), sorted(tids)
     assert tids["sched.schedule"].isdisjoint(tids["run.sample"])
+
+
+def test_capture_torch_of_a_tp_run_writes_one_trace_per_rank(tmp_path):
+    # scenario: ranks are separate processes; each captures itself, named by its rank
+    trace = tmp_path / "tp.json.gz"
+    r = invoke("capture", "--backend", "torch", "--out", trace, "--",
+               "python", "-m", "cli.app", "run", "--tp", "2", "--requests", "2", "--max-new-tokens", "2",
+               "--device", "cpu", "--out", tmp_path / "run", "--json")
+    assert r.exit_code == 0, r.stderr
+    for rank in (0, 1):
+        doc = json.loads(gzip.decompress((tmp_path / f"tp.rank{rank}.json.gz").read_bytes()))
+        assert doc["distributedInfo"]["rank"] == rank
+        names = {e["name"].split(" ")[0] for e in doc["traceEvents"] if e.get("cat") == "user_annotation"}
+        assert {"comm.all_reduce", "run.eager", "loop.step"} <= names
+
+
+@pytest.mark.parametrize("name, ranked", [
+    ("t.json.gz", "t.rank1.json.gz"), ("t.json", "t.rank1.json"), ("cap", "cap.rank1.json.gz")])
+def test_rank_trace_path(name, ranked):
+    from probes.torch_capture import rank_trace_path
+
+    assert rank_trace_path(Path("/x") / name, 1) == Path("/x") / ranked
