@@ -28,6 +28,7 @@ from analyzers.names import api_kind, hip_to_cuda, strip_api_suffix
 from analyzers.readers.errors import TraceError
 from analyzers.readers.jsonstream import JsonStreamError, iter_trace, us_to_ns
 from analyzers.readers.labels import split_labels
+from analyzers.readers.stand_in import forward_stand_ins, note_stand_ins
 from analyzers.timeline import (GPU_DOMAIN, ApiKind, DeviceInfo, DeviceKind, SourceFormat, Timeline,
                                 TimelineMeta, Traced, WarningCode)
 from probes.stages import resolve_stage
@@ -195,6 +196,9 @@ def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Col
                                "name": names, "domain": pd.Categorical(c["domain"]),
                                "attrs": attrs, "rank": file_rank})
 
+    stand_in = device is None and len(stand := forward_stand_ins(ranges, file_rank)) > 0
+    if stand_in:   # a CPU run of an engine of ours, captured by torch.profiler
+        device = stand
     schema = header.get("schemaVersion")
     meta = TimelineMeta(format=SourceFormat.KINETO, sources=[str(path)], ranks=[file_rank],
                         world_size=max(world, 1))
@@ -228,9 +232,11 @@ def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Col
         "kineto.graph_launches": int(len(graph_corr)), "kineto.graph_kernels": graph_kernels,
         "kineto.rocm": "roctracer_version" in header or "hip_runtime_version" in header,
     })
+    if stand_in:
+        note_stand_ins(meta)
     if n_kern:
         meta.traced.add(Traced.KERNELS)
-    if device is not None and (device["kind"] != DeviceKind.KERNEL.value).any():
+    if not stand_in and device is not None and (device["kind"] != DeviceKind.KERNEL.value).any():
         meta.traced.add(Traced.MEMCPY)
     if api_df is not None:
         meta.traced.add(Traced.API)
@@ -238,7 +244,7 @@ def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Col
         meta.traced.add(Traced.NVTX)
     if graph_kernels:
         meta.traced.add(Traced.GRAPH_NODES)
-    if not n_kern:
+    if not n_kern and not stand_in:
         meta.warn(WarningCode.NO_KERNELS, "no kernel events (profiler without CUDA activities?)")
     if api_df is None:
         meta.warn(WarningCode.NO_API, "no CUDA runtime events")

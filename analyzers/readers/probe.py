@@ -15,12 +15,10 @@ import numpy as np
 import pandas as pd
 
 from analyzers.readers.errors import TraceError
-from analyzers.timeline import (DeviceKind, SourceFormat, Timeline, TimelineMeta, Traced,
-                                WarningCode)
+from analyzers.readers.stand_in import forward_stand_ins, note_stand_ins
+from analyzers.timeline import SourceFormat, Timeline, TimelineMeta, Traced, WarningCode
 from probes.export import FORMAT, VERSION
-from probes.stages import DOMAIN, Stage
-
-FORWARD_STAGES = (Stage.RUN_EAGER.value, Stage.RUN_GRAPH_REPLAY.value, Stage.COMM_ALL_REDUCE.value)
+from probes.stages import DOMAIN
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -76,11 +74,7 @@ def read_probe(path: str | Path, rank: int | None = None) -> Timeline:
                            "name": pd.Categorical(names), "domain": DOMAIN, "attrs": attrs,
                            "depth": np.asarray(_column(spans, "depth", n, path), dtype=np.int64),
                            "rank": file_rank})
-    fwd = np.isin(names, FORWARD_STAGES)
-    device = pd.DataFrame({"start_ns": start[fwd], "end_ns": end[fwd],
-                           "kind": DeviceKind.CPU_FORWARD.value,
-                           "name": pd.Categorical(names[fwd]), "device": file_rank, "stream": 0,
-                           "pid": pid, "rank": file_rank})
+    device = forward_stand_ins(ranges, file_rank)
 
     m = len(counters.get("name", []))
     cidx = np.asarray(_column(counters, "name", m, path), dtype=np.int64)
@@ -104,10 +98,8 @@ def read_probe(path: str | Path, rank: int | None = None) -> Timeline:
     meta.extra.update({"probe.meta": meta_in, "probe.clock": meta_in.get("clock", "")})
     if n:
         meta.traced.add(Traced.NVTX)
-    if fwd.any():
-        meta.traced.add(Traced.KERNELS)
-        meta.warn(WarningCode.CPU_STAND_IN, "device rows are the worker's forward spans on the "
-                  "CPU (run.eager / run.graph_replay / comm.all_reduce), not GPU kernels")
+    if len(device):
+        note_stand_ins(meta)
     else:
         meta.warn(WarningCode.NO_KERNELS, "no forward spans (run.eager / run.graph_replay)")
     if m:

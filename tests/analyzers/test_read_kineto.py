@@ -144,6 +144,29 @@ def test_stage_alias_cpu_ops_kept_other_ops_dropped(tmp_path):
     assert (k["start_ns"], k["end_ns"], k["pid"]) == (1_000_015_000, 1_000_019_000, 1)
 
 
+def test_cpu_capture_of_our_engine_gets_forward_stand_ins(tmp_path):
+    # scenario: `srtscope capture --backend torch` of a CPU run: no device activity, but the stage
+    # annotations name the forwards, which stand in for device rows (as in probe traces)
+    ann = lambda name, ts, dur, tid=2: {"ph": "X", "cat": "user_annotation", "name": name,  # noqa: E731
+                                        "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+    ev = [ann("loop.step step=0 mode=decode", 0, 100), ann("prep.batch", 5, 20),
+          ann("run.eager bs=4 reason=no_cuda", 30, 50, tid=3), ann("sched.result", 85, 10),
+          {"ph": "X", "cat": "gpu_user_annotation", "name": "run.eager", "pid": 0, "tid": 7,
+           "ts": 31, "dur": 40},                                   # a projection: never a stand-in
+          {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 3, "ts": 35, "dur": 5}]
+    tl = read_kineto(_trace(tmp_path, ev))
+    assert tl.device[["start_ns", "end_ns"]].values.tolist() == [[30_000, 80_000]]
+    assert tl.device["kind"].tolist() == [DeviceKind.CPU_FORWARD.value] and tl.device["pid"].tolist() == [1]
+    assert tl.meta.has_warning(WarningCode.CPU_STAND_IN) and not tl.meta.has_warning(WarningCode.NO_KERNELS)
+    assert Traced.KERNELS in tl.meta.traced and Traced.MEMCPY not in tl.meta.traced
+
+
+def test_cpu_capture_without_our_stages_is_still_refused(tmp_path):
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "my_step", "pid": 1, "tid": 2, "ts": 0, "dur": 9}]
+    with pytest.raises(TraceError, match="no other device activity"):
+        load_timeline([_trace(tmp_path, ev)])
+
+
 def test_exact_ns_from_decimal_microseconds():
     assert us_to_ns("1695835543008415.123") == 1_695_835_543_008_415_123
     assert us_to_ns(12) == 12_000 and us_to_ns(4.07) == 4_070 and us_to_ns("-1.5") == -1_500

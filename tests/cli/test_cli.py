@@ -266,6 +266,12 @@ def test_capture_torch_of_an_engine_run(tmp_path):
             tids.setdefault(e["name"].split(" ")[0], set()).add(e["tid"])
     assert {"sched.schedule", "prep.batch", "run.sample"} <= tids.keys(), sorted(tids)
     assert tids["sched.schedule"].isdisjoint(tids["run.sample"])
+    # on the CPU the forwards stand in for device activity: the Kineto trace is diagnosed by stage
+    d = invoke("diagnose", trace, "--json")
+    assert d.exit_code == 0, d.stderr
+    doc = json.loads(d.stdout)
+    assert doc["steps"]["source"] == "loop.step" and doc["steps"]["eager"] > 0
+    assert any(w["code"] == "cpu_stand_in" for w in doc["capture"]["warnings"])
 
 
 def test_capture_torch_of_a_tp_run_writes_one_trace_per_rank(tmp_path):
