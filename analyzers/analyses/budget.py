@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 
 from analyzers import intervals as iv
+from analyzers.analyses.comm import split_compute
 from analyzers.results import BUBBLE_CLASSES, BudgetResult
-from analyzers.timeline import Timeline
+from analyzers.timeline import DeviceKind, Timeline
 
 BUDGET_COLUMNS = ("step", "rank", "device", "wall_ns", "compute_ns", "exposed_comm_ns",
                   *(f"{c}_ns" for c in BUBBLE_CLASSES), "other_ns")
@@ -34,14 +35,16 @@ def step_budget(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, comm: n
     out["device"] = np.full(n, -1, np.int64)
     dev = tl.device
     d_s, d_e = dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy()
+    kinds = dev["kind"].to_numpy()
     for rank, idx in (steps.groupby("rank").indices.items() if n else []):
         if rank not in primary:
             continue
         d = primary[rank]
         out["device"][idx] = d
         on = (dev["rank"].to_numpy() == rank) & (dev["device"].to_numpy() == d)
-        k = iv.union(d_s[on & ~comm], d_e[on & ~comm])
-        c = iv.subtract(iv.union(d_s[on & comm], d_e[on & comm]), k)
+        stand_in = bool((kinds[on & comm] == DeviceKind.CPU_FORWARD.value).any())
+        k, c = split_compute(iv.union(d_s[on & ~comm], d_e[on & ~comm]),
+                             iv.union(d_s[on & comm], d_e[on & comm]), stand_in)
         s, e = steps["start_ns"].to_numpy()[idx], steps["end_ns"].to_numpy()[idx]
         out["compute_ns"][idx] = iv.overlap(k, s, e)
         out["exposed_comm_ns"][idx] = iv.overlap(c, s, e)

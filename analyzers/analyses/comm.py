@@ -2,8 +2,8 @@
 
 Collectives are device rows whose name ``names.is_comm_kernel`` accepts (source ``kernels``, or
 ``stand_in`` when they are a probe trace's CPU stand-in rows); in traces with no such rows the
-``comm.all_reduce`` ranges stand in (source ``ranges``). Per participant (rank, device) the k-th
-collective is matched with the k-th of every other participant (matched by order); per collective:
+``comm.all_reduce`` ranges stand in (source ``ranges``). Per participant (rank, device) the
+collectives are paired in order after aligning the sequences on end times; per collective:
 arrival skew = latest start - earliest start, transfer = shortest duration, straggler = latest
 arrival. The straggler is the participant latest in most collectives whose skew exceeds
 ``min_skew_ns``; what its host was doing is the stage range most present just before it arrived.
@@ -32,6 +32,19 @@ def comm_mask(device: pd.DataFrame) -> np.ndarray:
     codes, cats = str_codes(device["name"])
     lut = np.array([is_comm_kernel(n) for n in cats] + [False], dtype=bool)
     return lut[codes]
+
+
+def split_compute(compute: iv.IntervalSet, comm: iv.IntervalSet, stand_in: bool
+                  ) -> tuple[iv.IntervalSet, iv.IntervalSet]:
+    """(compute, exposed communication) of one device from the unions of its rows.
+
+    On a device, a collective overlapped by a kernel on another stream is hidden. NOTE: CPU
+    stand-in rows nest instead: a forward span contains its own all-reduces on the same host
+    thread, so there compute is the forward minus its collectives and every collective is exposed.
+    """
+    if stand_in:
+        return iv.subtract(compute, comm), comm
+    return compute, iv.subtract(comm, compute)
 
 
 def _instances(tl: Timeline, mask: np.ndarray) -> tuple[str, pd.DataFrame]:
@@ -67,7 +80,7 @@ def communication(tl: Timeline, mask: np.ndarray | None = None, min_skew_ns: int
                 on &= dev["device"].to_numpy() == device
             k = iv.union(dev["start_ns"].to_numpy()[on], dev["end_ns"].to_numpy()[on])
             total += iv.total(c)
-            exposed += iv.total(c) - iv.total(iv.intersect(c, k))
+            exposed += iv.total(split_compute(k, c, source == "stand_in")[1])
     coll, parts = _match(inst)
     strag_rank = strag_dev = share = stage = busy_before = None
     skew = int(coll["skew_ns"].sum()) if len(coll) else 0

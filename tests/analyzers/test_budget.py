@@ -45,3 +45,21 @@ def test_budget_json_mean_step():
     assert j["steps"] == 3 and j["mean_step"]["wall_ns"] == 1000 * US
     assert isinstance(j["per_step"][0]["compute_ns"], int)
     assert sum(j["bubbles_ns"].values()) == 2 * 500 * US      # two 500 µs bubbles, split at step ends
+
+
+def test_cpu_stand_in_budget_splits_the_forward_from_its_all_reduce():
+    # scenario: a CPU TP probe trace: the forward span (a stand-in device row) holds its own
+    # all-reduce on the same host thread, so the all-reduce is exposed and not compute
+    from analyzers.timeline import DeviceKind, SourceFormat
+
+    cpu = DeviceKind.CPU_FORWARD.value
+    dev, rgs = [], []
+    for i in range(2):
+        t = 1000 * i
+        dev += [kernel(t + 100, t + 900, "run.eager", kind=cpu),
+                kernel(t + 500, t + 800, "comm.all_reduce", kind=cpu)]
+        rgs += [rng(t, t + 1000, "loop.step", step=i, mode="decode"), rng(t + 100, t + 900, "run.eager"),
+                rng(t + 500, t + 800, "comm.all_reduce")]
+    t = diagnose(timeline(dev, [], rgs, fmt=SourceFormat.PROBE)).budget.table
+    assert t["compute_ns"].tolist() == [500 * US] * 2
+    assert t["exposed_comm_ns"].tolist() == [300 * US] * 2

@@ -93,6 +93,8 @@ def test_probe_reader_shape_comm_rows_are_stand_ins_and_skew_counts_as_lost():
     tl = timeline(dev, [], rgs, fmt=SourceFormat.PROBE, ranks=(0, 1))
     c = communication(tl)
     assert c.source == "stand_in" and c.straggler_rank == 1 and c.skew_ns == 4 * 5000 * US
+    # stand-ins nest (the forward span holds its all-reduce on one host thread): nothing hides it
+    assert c.total_ns == c.exposed_ns == 4 * (6000 + 1000) * US
     assert c.straggler_host_stage == "run.eager" and c.straggler_device_busy is None
     v = diagnose(tl).verdict
     assert v.bottleneck == "kernel" and v.summary.startswith("communication-bound")
