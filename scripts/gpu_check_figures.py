@@ -3,7 +3,8 @@
     python scripts/gpu_check_figures.py OUT RUN [RUN ...]
 
 Per run: tokens/s, attention backend, captured graph sizes, share of decode steps replayed from a
-CUDA graph, bubble share and verdict from the engine's probe trace; and, per external capture that
+CUDA graph, bubble share and verdict from the engine's probe trace, host vs CUDA-event device times
+of the forward stages; and, per external capture that
 was diagnosed (``RUN.kineto.json.gz``, ``RUN.nsys.sqlite``), its verdict, graph/eager steps and how
 many of our stage names it carries. Exit 1 when a run left no report.
 """
@@ -37,6 +38,31 @@ def _kineto_stages(path: Path) -> int:
     return sum(resolve_stage(n) is not None for n in names)
 
 
+def _device_times(probe: dict | None) -> dict[str, dict[str, float]]:
+    """Per forward stage: spans, how many carry a CUDA-event ``device_ns``, median host and device
+    µs (device times exist on CUDA only)."""
+    if not probe:
+        return {}
+    import statistics
+
+    strings, sp = probe["strings"], probe["spans"]
+    out: dict[str, dict[str, float]] = {}
+    for stage in ("run.graph_replay", "run.eager", "comm.all_reduce"):
+        host, dev = [], []
+        for i, n in enumerate(sp["name"]):
+            if strings[n] != stage:
+                continue
+            host.append((sp["end_ns"][i] - sp["start_ns"][i]) / 1e3)
+            a = sp["attrs"][i] or {}
+            if "device_ns" in a:
+                dev.append(float(a["device_ns"]) / 1e3)
+        if host:
+            out[stage] = {"spans": len(host), "with_device_time": len(dev),
+                          "host_us_p50": statistics.median(host),
+                          "device_us_p50": statistics.median(dev) if dev else None}
+    return out
+
+
 def _decode_graph_share(diagnosis: dict) -> float | None:
     per = diagnosis["steps"].get("per_step", [])
     dec = [s for s in per if s.get("mode") == "decode"]
@@ -58,7 +84,7 @@ def run_figures(out: Path, name: str) -> dict | None:
         "eager_reasons": diag["steps"].get("eager_reasons", {}),
         "bubble_share": diag["bubbles"].get("idle_share", 0.0),
         "verdict": diag["verdict"]["bottleneck"], "confidence": diag["verdict"]["confidence"],
-        "summary": diag["verdict"]["summary"], "captures": {}}
+        "summary": diag["verdict"]["summary"], "device_times": _device_times(probe), "captures": {}}
     for kind in CAPTURES:
         trace = out / f"{name}.{kind}"
         if not trace.exists():
@@ -98,6 +124,10 @@ def main(argv: list[str]) -> int:
               f"(graph {f['steps_graph']}, eager {f['steps_eager']} {f['eager_reasons']}), "
               f"bubble share {_pct(f['bubble_share'])}, verdict {f['verdict']} "
               f"({f['confidence']:.2f}): {f['summary']}")
+        for stage, t in f["device_times"].items():
+            dev = "no device time" if t["device_us_p50"] is None else \
+                f"device p50 {t['device_us_p50']:.0f} us ({t['with_device_time']} timed)"
+            print(f"  {stage}: {t['spans']} spans, host p50 {t['host_us_p50']:.0f} us, {dev}")
         for kind, c in f["captures"].items():
             stages = f", {c['stage_names']} stage names" if "stage_names" in c else ""
             if not c["diagnosed"]:

@@ -24,6 +24,8 @@ def test_gpu_check_rehearsal_on_cpu(tmp_path):
         assert f["output_tok_per_s"] > 0 and f["attention_backend"] == "torch_native", name
         assert f["steps_eager"] > 0 and f["eager_reasons"] == {"no_cuda": f["steps_eager"]}, name
         assert f["verdict"] in {"scheduler", "prep", "kernel"} and 0 <= f["bubble_share"] <= 1, name
+        eager = f["device_times"]["run.eager"]      # CUDA events exist on a GPU only
+        assert eager["spans"] >= f["steps_eager"] and eager["with_device_time"] == 0, name
         kineto = f["captures"]["kineto.json.gz"]
         # the Kineto capture names our stages, and its forwards stand in for device activity
         assert kineto["diagnosed"] and kineto["stage_names"] >= 6, name
