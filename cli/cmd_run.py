@@ -79,6 +79,17 @@ def _report_table(report: dict, title: str) -> Table:
     return t
 
 
+def _engine_line(facts: dict) -> str:
+    """``on <device>, <backend> attention, CUDA graphs for bs [..]`` (or why there are none)."""
+    graphs = facts.get("graph_capture_bs") or []
+    if graphs:
+        g = f"CUDA graphs for bs {graphs[0]}..{graphs[-1]} ({len(graphs)} sizes)"
+    else:
+        g = "no CUDA graphs" + (" (not on CUDA)" if facts.get("device") == "cpu" else "")
+    return f"on {facts.get('device_name') or facts.get('device')}, " \
+           f"{facts.get('attention_backend')} attention, {g}"
+
+
 def register(app: typer.Typer) -> None:
     @app.command("run")
     def run_cmd(
@@ -125,7 +136,9 @@ def register(app: typer.Typer) -> None:
         with console.status(f"running {spec.workload} x{spec.requests} on the engine "
                             f"(tp={spec.tp}, overlap={'on' if overlap else 'off'})"):
             result = run_engine(config, work, out)
-        (out / "workload_report.json").write_text(json.dumps(result.report, indent=2))
+        facts = result.engine
+        (out / "workload_report.json").write_text(json.dumps({**result.report, "engine": facts},
+                                                             indent=2))
         diag = run_diagnosis(result.probe_traces, 5.0, None, console, True)
         doc = diag.to_json()
         (out / "diagnosis.json").write_text(json.dumps(doc, indent=2))
@@ -136,6 +149,7 @@ def register(app: typer.Typer) -> None:
 
         console.print(_report_table(result.report, f"engine run: {spec.workload}, "
                                                    f"{spec.requests} requests"))
+        console.print(_engine_line(facts), style="dim")
         render_diagnosis(doc, console)
         console.print(f"traces in {out}/ (probe.rank*.json for srtscope diagnose, "
                       f"chrome.rank*.json for ui.perfetto.dev)", style="dim")

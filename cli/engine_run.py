@@ -55,6 +55,18 @@ class EngineRunResult:
     probe_traces: list[Path]
     chrome_traces: list[Path]
 
+    @property
+    def engine(self) -> dict[str, Any]:
+        """What the engine ran on, from rank 0's probe trace: device, device_name,
+        attention_backend, graph_capture_bs (empty: no CUDA graphs)."""
+        import json
+
+        if not self.probe_traces:
+            return {}
+        meta = json.loads(self.probe_traces[0].read_text()).get("meta", {})
+        return {k: meta.get(k) for k in ("device", "device_name", "attention_backend",
+                                         "graph_capture_bs")}
+
 
 def run_engine(config: Any, workload: Any, out: Path) -> EngineRunResult:
     """Run ``workload`` (engine.workloads.Workload) on an engine of ``config`` with probes on and

@@ -236,6 +236,16 @@ def test_run_small_workload_writes_traces_and_diagnoses(tmp_path):
     assert (out / "probe.rank0.json").exists() and (out / "chrome.rank0.json").exists()
     report = json.loads((out / "workload_report.json").read_text())
     assert report["num_requests"] == 4 and report["output_tokens"] == 16
+    # which backend and graph sizes the engine used, for the user to see
+    assert report["engine"] == {"device": "cpu", "device_name": "cpu",
+                                "attention_backend": "torch_native", "graph_capture_bs": []}
+
+
+def test_run_report_says_what_the_engine_ran_on(tmp_path):
+    r = invoke("run", "--requests", "2", "--max-new-tokens", "2", "--device", "cpu",
+               "--out", tmp_path / "run")
+    assert r.exit_code == 0, r.stderr
+    assert "on cpu, torch_native attention, no CUDA graphs (not on CUDA)" in r.stdout
 
 
 def test_run_with_injected_prep_delay_names_prep(tmp_path):
