@@ -156,7 +156,7 @@ def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams()) -> Diagnos
     pid, tid = launching_threads(tl, bubbles["next_row"].to_numpy())
     bubbles["pid"], bubbles["tid"] = pid, tid
     pieces = _pieces(bubbles, steps)
-    classes, stages = attribute(tl, pieces, params.burst_rule)
+    classes, stages, user_ranges = attribute(tl, pieces, params.burst_rule)
     pieces = pd.concat([pieces, classes], axis=1)
     ccols = [f"{c}_ns" for c in BUBBLE_CLASSES] + ["covered_ns"]
     per_bubble = pieces.groupby("bubble")[ccols].sum() if len(pieces) else pd.DataFrame(columns=ccols)
@@ -176,6 +176,7 @@ def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams()) -> Diagnos
         busy_ns=int(by_device["busy_ns"].sum()),
         by_class={c: int(table[f"{c}_ns"].sum()) for c in BUBBLE_CLASSES},
         by_stage={str(k): int(v) for k, v in by_stage.items() if v > 0},
+        by_user_range=user_ranges,
         histogram=histogram(table["dur_ns"].to_numpy()), threshold_ns=params.threshold_ns,
         nvtx_coverage=(float(table["covered_ns"].sum()) / total) if total and len(tl.host_ranges) else None,
         table=table, by_device=by_device, by_stream=by_stream)

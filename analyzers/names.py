@@ -64,3 +64,13 @@ _COMM_PATTERNS = re.compile(
 def is_comm_kernel(name: str) -> bool:
     """True for collective-communication kernels (NCCL/RCCL and known custom all-reduce)."""
     return bool(_COMM_PATTERNS.search(name or ""))
+
+
+_TORCH_OP_IDS = re.compile(r",\s*(seq|op_id)\s*=\s*\d+")
+_NUMBER = re.compile(r"\d+")
+
+
+def range_family(name: str) -> str:
+    """A range name without its per-instance numbers, so instances add up as one:
+    ``"aten::mm, seq = 12, op_id = 7"`` -> ``"aten::mm"``, ``"Copy 190"`` -> ``"Copy #"``."""
+    return _NUMBER.sub("#", _TORCH_OP_IDS.sub("", name)).strip()

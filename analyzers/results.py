@@ -94,6 +94,8 @@ class BubbleResult:
     table: pd.DataFrame
     by_device: pd.DataFrame
     by_stream: pd.DataFrame
+    # unattributed time inside the trace's own non-stage ranges (innermost), largest first
+    by_user_range: dict[str, int] = field(default_factory=dict)
 
     def to_json(self, top: int = 20) -> dict[str, Any]:
         largest = self.table.nlargest(top, "dur_ns") if len(self.table) else self.table
@@ -104,6 +106,7 @@ class BubbleResult:
             "threshold_ns": _ns(self.threshold_ns),
             "by_class": {c: _ns(self.by_class.get(c, 0)) for c in BUBBLE_CLASSES},
             "by_stage": {k: _ns(v) for k, v in self.by_stage.items()},
+            "by_user_range": {k: _ns(v) for k, v in list(self.by_user_range.items())[:top]},
             "histogram": [b.to_json() for b in self.histogram],
             "nvtx_coverage": None if self.nvtx_coverage is None else round(self.nvtx_coverage, 4),
             "by_device": _records(self.by_device),

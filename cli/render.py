@@ -82,6 +82,10 @@ def budget_table(d: dict[str, Any]) -> Table | None:
     return t
 
 
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
 def bubbles_table(d: dict[str, Any]) -> Table:
     b = d.get("bubbles", {})
     total = int(b.get("total_ns", 0))
@@ -100,6 +104,12 @@ def bubbles_table(d: dict[str, Any]) -> Table:
         for stage, ns in sorted(by_stage.items(), key=lambda kv: -int(kv[1]))[:6]:
             if int(ns):
                 t.add_row(Text(f"  {stage}", style="dim"), fmt_ns(ns), fmt_pct(int(ns), total))
+    user = [(n, ns) for n, ns in (b.get("by_user_range") or {}).items() if int(ns)][:4]
+    if user:   # where the unattributed time went: the trace's own ranges, which name no stage
+        t.add_section()
+        for name, ns in user:
+            t.add_row(Text(f"  unattributed in {_clip(name, 40)}", style="dim"), fmt_ns(ns),
+                      fmt_pct(int(ns), total))
     return t
 
 

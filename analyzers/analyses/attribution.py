@@ -21,6 +21,7 @@ import pandas as pd
 
 from analyzers import intervals as iv
 from analyzers.columns import group_rows, isin, str_codes
+from analyzers.names import range_family
 from analyzers.results import BUBBLE_CLASSES
 from analyzers.timeline import ApiKind, Timeline
 from probes.stages import StageClass, resolve_stage
@@ -166,12 +167,16 @@ def _default_threads(tl: Timeline) -> dict[int, tuple[int, int]]:
 
 
 def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = BurstRule()
-              ) -> tuple[pd.DataFrame, pd.DataFrame]:
+              ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]:
     """Split each query interval (columns rank, pid, tid, start_ns, end_ns) by the host's activity.
 
-    Returns (classes, stages), both indexed like ``queries``: classes has one ``<class>_ns`` column per
-    ``BUBBLE_CLASSES`` (adding up to end_ns - start_ns), ``covered_ns`` (time with any range open on
-    the thread) and ``top_stage``; stages has one column per stage range name (innermost time, ns).
+    Returns (classes, stages, user_ranges). classes and stages are indexed like ``queries``: classes
+    has one ``<class>_ns`` column per ``BUBBLE_CLASSES`` (adding up to end_ns - start_ns),
+    ``covered_ns`` (time with any range open on the thread) and ``top_stage``; stages has one
+    column per stage range name (innermost time, ns). user_ranges: of the unattributed time, how
+    much lay inside each of the trace's own ranges that name no stage (innermost of those, by
+    ``names.range_family``, ns, largest first) — what to name after a stage. NOTE: where queries of one thread overlap (bubbles
+    of several devices at once) that time counts once there.
     """
     n = len(queries)
     qs = queries["start_ns"].to_numpy(np.int64)
@@ -185,6 +190,13 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = BurstRule()
     col_of[used] = np.arange(len(used))
     stage_mat = np.zeros((n, len(used)), np.int64)
     rg, api = tl.host_ranges, tl.api
+    # the trace's own ranges that name no stage, grouped by family (instance numbers dropped)
+    rcodes, rnames = str_codes(rg["name"]) if len(rg) else (np.zeros(0, np.int64), np.zeros(0, object))
+    user_row = np.array([resolve_stage(str(x)) is None for x in rnames] + [False], dtype=bool)[rcodes]
+    unames, fam = np.unique(np.array([range_family(str(x)) for x in rnames] + [""], dtype=object),
+                            return_inverse=True)
+    ucodes = fam.reshape(-1)[rcodes]
+    user_ns = np.zeros(len(unames), np.int64)
     qgroups = queries.reset_index(drop=True).groupby(["rank", "pid", "tid"]).indices if n else {}
     keys = [k for k in qgroups if k[2] >= 0]
     rgroups = _rows_by_thread(rg, keys)
@@ -229,6 +241,9 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = BurstRule()
         out["kernel_ns"][qi] = iv.overlap(kern, a, b) - lik
         out["sync_ns"][qi] = iv.overlap(cls_set(StageClass.SYNC.value), a, b) + iv.overlap(sync_free, a, b)
         out["launch_ns"][qi] = lik + iv.overlap(launch_free, a, b)
+        ui = ri[user_row[ri]]
+        if len(ui):
+            _user_ranges(user_ns, (r_s[ui], r_e[ui], ucodes[ui]), (nvtx, sync_api, burst), (a, b))
     attributed = sum(out[f"{c}_ns"] for c in BUBBLE_CLASSES if c != "unattributed")
     out["unattributed_ns"] = (qe - qs) - attributed
     res = pd.DataFrame(out, index=queries.index)
@@ -242,7 +257,21 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = BurstRule()
         res["top_stage"] = ""
     keep = stage_mat.sum(axis=0) > 0
     stages = pd.DataFrame(stage_mat[:, keep], index=queries.index, columns=list(snames[keep]))
-    return res, stages
+    order = np.argsort(-user_ns, kind="stable")
+    user = {str(unames[i]): int(user_ns[i]) for i in order if user_ns[i] > 0}
+    return res, stages, user
+
+
+def _user_ranges(acc: np.ndarray, rows: tuple, explained: tuple, queries: tuple) -> None:
+    """Add to ``acc[label]`` the query time inside each innermost user range that no stage range,
+    sync or launch burst explains."""
+    ss, se, sl = innermost_segments(*rows)          # disjoint
+    sets = [x for x in explained if len(x[0])]
+    why = iv.union(np.concatenate([x[0] for x in sets]), np.concatenate([x[1] for x in sets])) \
+        if sets else iv.empty()
+    unexplained = iv.subtract(iv.union(*queries), why)
+    if len(ss) and len(unexplained[0]):
+        np.add.at(acc, sl, iv.overlap(unexplained, ss, se))
 
 
 def _rows_by_thread(df: pd.DataFrame, keys: list[tuple]) -> dict[tuple, np.ndarray]:

@@ -102,13 +102,23 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
     una = bc.get("unattributed", 0)
     if una >= max(scores.values()):
         top = max(scores, key=lambda k: scores[k])
-        nxt = (f"; of the named time, {top} leads with {_pct(scores[top], lost):.0f}%" if blamed else "")
+        nxt = (f"; of the named time, {top} leads with {_pct(scores[top], lost):.0f}%"
+               if _pct(scores[top], lost) >= 1 else "")
         conf = 0.5 * (una / lost) * adequacy
+        user = next(iter(bubbles.by_user_range.items()), None)
+        if user is not None and user[1] >= 0.1 * una:
+            ev.append(Finding("user_range", f"host inside its own range {user[0][:60]!r} during "
+                              f"{_pct(user[1], bubbles.total_ns):.0f}% of bubble time (names no stage)",
+                              user[1], "ns"))
+            advice = (f"; {_pct(user[1], bubbles.total_ns):.0f}% of bubble time inside the trace's own "
+                      f"range {user[0][:60]!r}, which names no stage")
+        else:
+            advice = "; add NVTX stage ranges to split scheduler from prep"
         return Verdict("scheduler", round(min(conf, 0.5), 3),
                        f"host-bound, unannotated: device idle {bubble_pct:.0f}% of the window while the "
                        f"launching thread ran code no stage range or CUDA API state explains "
-                       f"({_pct(una, lost):.0f}% of lost time){nxt}; add NVTX stage ranges to split "
-                       "scheduler from prep", tuple(ev), tuple(notes), False, scores)
+                       f"({_pct(una, lost):.0f}% of lost time){nxt}{advice}",
+                       tuple(ev), tuple(notes), False, scores)
     top = max(scores, key=lambda k: scores[k])
     dominance = scores[top] / blamed
     conf = dominance * (0.4 + 0.6 * min(blamed / lost, 1.0)) * adequacy

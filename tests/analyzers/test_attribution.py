@@ -16,7 +16,7 @@ def run(tl, rule=BurstRule()):
     b, _, _ = find_bubbles(tl, 5 * US)
     pid, tid = launching_threads(tl, b["next_row"].to_numpy())
     q = b.assign(pid=pid, tid=tid)
-    cls, stages = attribute(tl, q, rule)
+    cls, stages, _ = attribute(tl, q, rule)
     return q, cls, stages
 
 
@@ -77,6 +77,23 @@ def test_no_nvtx_sync_launch_burst_and_unannotated():
     assert row["launch_ns"] == 64 * US
     assert row["unattributed_ns"] == 500 * US - 150 * US - 64 * US
     assert row["covered_ns"] == 0
+
+
+def test_unattributed_time_inside_user_ranges_by_family():
+    # scenario: the trace's own ranges (not stages) around the host work; only what no stage,
+    # sync or burst explains counts for them, innermost first, instances grouped by family
+    tl = timeline(
+        [kernel(0, 100, corr=1), kernel(600, 700, corr=9)],              # bubble 100..600
+        [api(0, 1, corr=1), api(150, 250, "cudaStreamSynchronize"),       # 100 µs sync: explained
+         api(590, 594, corr=9)],
+        [rng(100, 600, "train_step"),                                     # outer user range
+         rng(300, 400, "Copy 1"), rng(400, 450, "Copy 2"),                # inner: one family
+         rng(450, 500, "prep.batch")])                                    # a stage: explained
+    b, _, _ = find_bubbles(tl, 5 * US)
+    pid, tid = launching_threads(tl, b["next_row"].to_numpy())
+    cls, _, user = attribute(tl, b.assign(pid=pid, tid=tid))
+    assert user == {"train_step": 200 * US, "Copy #": 150 * US}
+    assert sum(user.values()) == cls["unattributed_ns"].sum()
 
 
 def test_kernel_stage_inside_a_burst_is_launch_bound():

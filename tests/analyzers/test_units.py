@@ -25,3 +25,16 @@ def test_fmt_ns(ns, text):
 
 def test_fmt_pct():
     assert fmt_pct(1, 4) == "25.0%" and fmt_pct(1, 0) == "-"
+
+
+@pytest.mark.parametrize("name, family", [
+    ("aten::linear, seq = 47485, op_id = 998869", "aten::linear"),
+    ("Copy 190", "Copy #"),
+    ("FSDP::pre_forward (blocks.16._checkpoint_wrapped_module), op_id = 5",
+     "FSDP::pre_forward (blocks.#._checkpoint_wrapped_module)"),
+    ("KernelExecutor::compileFusion", "KernelExecutor::compileFusion"),
+])
+def test_range_family_drops_instance_numbers(name, family):
+    from analyzers.names import range_family
+
+    assert range_family(name) == family

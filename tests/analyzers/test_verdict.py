@@ -56,6 +56,24 @@ def test_unannotated_host_time_lowers_confidence():
     assert any(c.startswith("unattributed") for c in v.caveats)
 
 
+def test_unannotated_time_inside_the_traces_own_ranges_is_named():
+    # scenario: an app with NVTX ranges of its own ("Copy 3", "Copy 4", ...): the lost time lies
+    # inside them, so the report names that range family instead of saying "add NVTX ranges"
+    tl = looped("Copy 7", 400)
+    for i, r in enumerate(tl.ranges.itertuples()):
+        tl.ranges.loc[r.Index, "name"] = f"Copy {i}"                # one name per instance
+    d = diagnose(tl)
+    assert list(d.bubbles.by_user_range) == ["Copy #"]
+    # 9 bubbles of 400 µs in a Copy range + 3 µs of launch latency outside it
+    assert d.bubbles.by_user_range["Copy #"] == 9 * 400 * US
+    assert d.bubbles.by_class["unattributed"] == 9 * 403 * US
+    v = d.verdict
+    assert v.summary.startswith("host-bound, unannotated") and "range 'Copy #'" in v.summary
+    assert "add NVTX" not in v.summary and "leads with 0%" not in v.summary
+    assert any(f.kind == "user_range" for f in v.evidence)
+    assert diagnose(looped(None, 400)).bubbles.by_user_range == {}
+
+
 def test_low_nvtx_coverage_caveat_and_mixed_classes_lower_dominance():
     tl = looped("sched.schedule", 100)
     d = diagnose(tl)
