@@ -70,3 +70,16 @@ def test_single_triton_kernel_is_healthy():
 def test_unannotated_training_traces_say_so():
     d = diag("hta_alexnet_a100_single.json.gz")
     assert d.verdict.summary.startswith("host-bound, unannotated") and d.verdict.confidence <= 0.5
+
+
+@pytest.mark.parametrize("name, family, min_share", [
+    # nvFuser compiles with NVRTC while the GPU idles
+    ("nvfuser_test_8xH100node_nvtx_nsys2024.6.sqlite", "executor_utils::Nvrtc::CompileProgram", 0.5),
+    # CuPy example: the host-side I/O (one "IO N" range per iteration) leaves the GPU idle
+    ("cupy_power_iteration_t4_nvtx_nsys2025.3.sqlite", "IO #", 0.9),
+])
+def test_unattributed_time_is_named_by_the_traces_own_ranges(name, family, min_share):
+    d = diag(name)
+    top, ns = next(iter(d.bubbles.by_user_range.items()))
+    assert top == family and ns >= min_share * d.bubbles.by_class["unattributed"]
+    assert f"range {family!r}" in d.verdict.summary
