@@ -24,6 +24,11 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
             "| class | time | share |", "|---|---:|---:|"]
     for cls, ns in sorted((b.get("by_class") or {}).items(), key=lambda kv: -int(kv[1])):
         out.append(f"| {cls} | {fmt_ns(ns)} | {fmt_pct(int(ns), total)} |")
+    for name, ns in list((b.get("by_stage") or {}).items())[:6]:
+        out.append(f"| in `{name}` | {fmt_ns(ns)} | {fmt_pct(int(ns), total)} |")
+    for name, ns in list((b.get("by_user_range") or {}).items())[:4]:
+        cell = str(name)[:60].replace("|", "\\|")
+        out.append(f"| unattributed in `{cell}` | {fmt_ns(ns)} | {fmt_pct(int(ns), total)} |")
     out += ["", "## Steps", "",
             f"{s.get('count', 0)} steps: {s.get('graph', 0)} graph replay, {s.get('eager', 0)} eager."]
     for reason, n in (s.get("eager_reasons") or {}).items():
