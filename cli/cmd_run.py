@@ -86,8 +86,10 @@ def _engine_line(facts: dict) -> str:
         g = f"CUDA graphs for bs {graphs[0]}..{graphs[-1]} ({len(graphs)} sizes)"
     else:
         g = "no CUDA graphs" + (" (not on CUDA)" if facts.get("device") == "cpu" else "")
+    nvtx = facts.get("nvtx") or "off"
+    tail = f", NVTX {nvtx}" if facts.get("device") != "cpu" or nvtx == "on" else ""
     return f"on {facts.get('device_name') or facts.get('device')}, " \
-           f"{facts.get('attention_backend')} attention, {g}"
+           f"{facts.get('attention_backend')} attention, {g}{tail}"
 
 
 def register(app: typer.Typer) -> None:

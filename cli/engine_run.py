@@ -58,14 +58,15 @@ class EngineRunResult:
     @property
     def engine(self) -> dict[str, Any]:
         """What the engine ran on, from rank 0's probe trace: device, device_name,
-        attention_backend, graph_capture_bs (empty: no CUDA graphs)."""
+        attention_backend, graph_capture_bs (empty: no CUDA graphs), nvtx (on / off /
+        unavailable: why)."""
         import json
 
         if not self.probe_traces:
             return {}
         meta = json.loads(self.probe_traces[0].read_text()).get("meta", {})
         return {k: meta.get(k) for k in ("device", "device_name", "attention_backend",
-                                         "graph_capture_bs")}
+                                         "graph_capture_bs", "nvtx")}
 
 
 def run_engine(config: Any, workload: Any, out: Path) -> EngineRunResult:

@@ -11,6 +11,7 @@ request's output carries ``error`` and the others are served.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import operator
 import os
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from engine.config import EngineConfig
 from engine.request import Req, SamplingParams
 from engine.scheduler.loops import run_step
 from engine.scheduler.scheduler import Scheduler
+
+logger = logging.getLogger("srtscope.engine")
 
 Prompt = str | Sequence[int]
 ParamsLike = SamplingParams | Mapping[str, Any] | None
@@ -47,9 +50,12 @@ class Engine:
                  req_pool_size: int | None = None) -> None:
         self.config = config or EngineConfig()
         if self.config.enable_probes:
-            from probes.ranges import enable
+            from probes.ranges import enable, nvtx_status
 
-            enable(nvtx=self.config.resolved_device() == "cuda")
+            on_cuda = self.config.resolved_device() == "cuda"
+            if not enable(nvtx=on_cuda) and on_cuda:
+                logger.warning("NVTX ranges off (%s): stages reach the probe trace, not Nsight "
+                               "Systems", nvtx_status())
         if worker is None:
             from engine.runner.tp_worker import TpModelWorker
 
@@ -156,7 +162,10 @@ class Engine:
         if not self.config.enable_probes or not is_enabled():
             raise ValueError("enable_probes: probes are off, there is no trace to write")
         rec = get_recorder()
+        from probes.ranges import nvtx_status
+
         rec.meta.update(engine_config=_config_dict(self.config), device=str(self.worker.device),
+                        nvtx=nvtx_status(),
                         device_name=_device_name(self.worker.device),
                         attention_backend=getattr(self.worker, "attention_backend", None),
                         graph_capture_bs=getattr(self.worker, "graph_capture_bs", None),

@@ -23,11 +23,12 @@ from probes.stages import DOMAIN, format_message
 
 
 class _State:
-    __slots__ = ("enabled", "nvtx", "domain", "torch_rf")
+    __slots__ = ("enabled", "nvtx", "nvtx_error", "domain", "torch_rf")
 
     def __init__(self) -> None:
         self.enabled = False
         self.nvtx = False
+        self.nvtx_error: str | None = None
         self.domain = None
         self.torch_rf = None  # (enter, exit) of torch's record_function ops while annotating
 
@@ -59,6 +60,7 @@ def enable(nvtx: bool = True) -> bool:
     global _ENABLED
     _STATE.enabled = _ENABLED = True
     _STATE.nvtx = False
+    _STATE.nvtx_error = None
     _STATE.domain = None
     if nvtx:
         try:
@@ -67,9 +69,17 @@ def enable(nvtx: bool = True) -> bool:
             _STATE.domain = _nvtx.get_domain(DOMAIN)
             _NVTX_ATTRS.clear()
             _STATE.nvtx = True
-        except Exception:  # nvtx missing or broken: record without it
+        except Exception as exc:  # nvtx missing or broken: record without it
             _STATE.nvtx = False
+            _STATE.nvtx_error = f"{type(exc).__name__}: {exc}"
     return _STATE.nvtx
+
+
+def nvtx_status() -> str:
+    """``"on"``, ``"off"`` (not asked for) or ``"unavailable: <why>"`` since the last ``enable``."""
+    if _STATE.nvtx:
+        return "on"
+    return f"unavailable: {_STATE.nvtx_error}" if _STATE.nvtx_error else "off"
 
 
 def disable() -> None:

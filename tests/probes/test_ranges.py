@@ -162,3 +162,26 @@ def test_torch_annotation_cost_lies_inside_the_span(recorder, monkeypatch):
     (_, name, t_enter), (_, handle, t_exit) = calls
     assert name == "prep.batch bs=2" and handle == "handle"
     assert span.start_ns <= t_enter <= t_exit <= span.end_ns
+
+
+def test_nvtx_status_says_why_it_is_off(monkeypatch):
+    # scenario: a GPU machine without the nvtx package: ranges still record, and the run can say so
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_nvtx(name, *args, **kwargs):
+        if name == "nvtx":
+            raise ModuleNotFoundError("No module named 'nvtx'")
+        return real_import(name, *args, **kwargs)
+
+    was = ranges.is_enabled()
+    try:
+        monkeypatch.setattr(builtins, "__import__", no_nvtx)
+        assert ranges.enable(nvtx=True) is False
+        assert ranges.nvtx_status() == "unavailable: ModuleNotFoundError: No module named 'nvtx'"
+        ranges.enable(nvtx=False)
+        assert ranges.nvtx_status() == "off"
+    finally:
+        monkeypatch.undo()
+        ranges.enable(nvtx=False) if was else ranges.disable()
