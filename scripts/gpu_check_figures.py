@@ -78,7 +78,7 @@ def run_figures(out: Path, name: str) -> dict | None:
     fig: dict[str, Any] = {
         "output_tok_per_s": rep["output_tok_per_s"], "cache_hit_rate": rep["cache_hit_rate"],
         "device_name": meta.get("device_name"), "attention_backend": meta.get("attention_backend"),
-        "graph_capture_bs": meta.get("graph_capture_bs"),
+        "graph_capture_bs": meta.get("graph_capture_bs"), "nvtx": meta.get("nvtx"),
         "decode_graph_share": _decode_graph_share(diag),
         "steps_graph": diag["steps"]["graph"], "steps_eager": diag["steps"]["eager"],
         "eager_reasons": diag["steps"].get("eager_reasons", {}),
@@ -119,7 +119,8 @@ def main(argv: list[str]) -> int:
             status = 1
             continue
         print(f"{name}: {f['output_tok_per_s']:.0f} output tok/s on {f['device_name']} "
-              f"({f['attention_backend']} attention, graphs for bs {f['graph_capture_bs']})")
+              f"({f['attention_backend']} attention, graphs for bs {f['graph_capture_bs']}, "
+              f"NVTX {f['nvtx']})")
         print(f"  probe trace: decode steps graph-replayed {_pct(f['decode_graph_share'])} "
               f"(graph {f['steps_graph']}, eager {f['steps_eager']} {f['eager_reasons']}), "
               f"bubble share {_pct(f['bubble_share'])}, verdict {f['verdict']} "
