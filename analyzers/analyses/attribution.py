@@ -5,7 +5,10 @@ Per time point of a bubble, on that thread, first match wins:
    (scheduler / prep / kernel / sync); kernel-class time inside a burst of launches -> ``launch``;
 2. else CUDA API state: inside a synchronize or a blocking copy -> ``sync``; inside a launch burst
    -> ``launch``;
-3. else ``unattributed`` (host, unannotated).
+3. else, where the thread has no range open at all (it idles, waiting for work), the innermost
+   stage of the process's other stage-emitting thread (an overlap loop's forward thread waits for
+   the scheduler thread);
+4. else ``unattributed`` (host, unannotated).
 The parts are exact integer nanoseconds and add up to each queried interval.
 
 NOTE: the launching thread is the one whose API call is correlated (rank, pid, correlation) with the
@@ -199,7 +202,8 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = BurstRule()
     user_ns = np.zeros(len(unames), np.int64)
     qgroups = queries.reset_index(drop=True).groupby(["rank", "pid", "tid"]).indices if n else {}
     keys = [k for k in qgroups if k[2] >= 0]
-    rgroups = _rows_by_thread(rg, keys)
+    helper = _stage_threads(rg, codes, keys)
+    rgroups = _rows_by_thread(rg, keys + sorted(set(helper.values())))
     agroups = _rows_by_thread(api, keys)
     is_launch = isin(api["kind"], [ApiKind.LAUNCH, ApiKind.GRAPH_LAUNCH]) if len(api) else np.zeros(0, bool)
     blocking = _blocking_mask(api)
@@ -241,6 +245,20 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = BurstRule()
         out["kernel_ns"][qi] = iv.overlap(kern, a, b) - lik
         out["sync_ns"][qi] = iv.overlap(cls_set(StageClass.SYNC.value), a, b) + iv.overlap(sync_free, a, b)
         out["launch_ns"][qi] = lik + iv.overlap(launch_free, a, b)
+        other = rgroups.get(helper.get(key), np.zeros(0, np.int64))
+        if len(other):
+            # the launching thread idles (no range of its own, no API call): the time is the wait
+            # for the thread that hands it work, so that thread's innermost stage explains it
+            busy = iv.union(np.r_[r_s[ri], sync_api[0], burst[0]], np.r_[r_e[ri], sync_api[1], burst[1]])
+            idle = iv.subtract(iv.union(a, b), busy)
+            sel = other[codes[other] >= 0]
+            fs, fe, fl = innermost_segments(r_s[sel], r_e[sel], codes[sel])
+            for code in np.unique(fl):
+                part = iv.intersect(iv.union(fs[fl == code], fe[fl == code]), idle)
+                ov = iv.overlap(part, a, b)
+                stage_mat[qi, col_of[code]] += ov
+                out[f"{classes[code]}_ns"][qi] += ov
+                covered[qi] += ov
         ui = ri[user_row[ri]]
         if len(ui):
             _user_ranges(user_ns, (r_s[ui], r_e[ui], ucodes[ui]), (nvtx, sync_api, burst), (a, b))
@@ -272,6 +290,22 @@ def _user_ranges(acc: np.ndarray, rows: tuple, explained: tuple, queries: tuple)
     unexplained = iv.subtract(iv.union(*queries), why)
     if len(ss) and len(unexplained[0]):
         np.add.at(acc, sl, iv.overlap(unexplained, ss, se))
+
+
+def _stage_threads(rg: pd.DataFrame, codes: np.ndarray, keys: list[tuple]) -> dict[tuple, tuple]:
+    """Per launching thread (rank, pid, tid) in ``keys``: the other thread of its process with the
+    most stage ranges (an overlap loop's scheduler thread), when there is one."""
+    st = rg[codes >= 0]
+    if len(st) == 0 or not keys:
+        return {}
+    n = st.groupby(["rank", "pid", "tid"]).size().sort_values(ascending=False, kind="stable")
+    out: dict[tuple, tuple] = {}
+    for key in keys:
+        for (r, p, t) in n.index:
+            if (r, p) == key[:2] and t != key[2]:
+                out[key] = (int(r), int(p), int(t))
+                break
+    return out
 
 
 def _rows_by_thread(df: pd.DataFrame, keys: list[tuple]) -> dict[tuple, np.ndarray]:

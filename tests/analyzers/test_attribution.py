@@ -115,12 +115,34 @@ def test_probe_trace_thread_of_the_next_forward():
     tl = timeline([fwd(0, 100), fwd(500, 600)], [],
                   [rng(0, 100, "run.eager", tid=7, pid=-1), rng(500, 600, "run.eager", tid=7, pid=-1),
                    rng(100, 300, "sched.result", tid=7, pid=-1), rng(300, 450, "prep.batch", tid=7, pid=-1),
-                   rng(100, 500, "sched.schedule", tid=8, pid=-1)],       # other thread: ignored
-                  fmt=SourceFormat.PROBE)
-    q, cls, _ = run(tl)
+                   rng(100, 500, "sched.schedule", tid=8, pid=-1)],       # other thread: only
+                  fmt=SourceFormat.PROBE)                                  # while tid 7 idles
+    q, cls, stages = run(tl)
     assert q["tid"].tolist() == [7]
-    assert cls.iloc[0]["scheduler_ns"] == 200 * US and cls.iloc[0]["prep_ns"] == 150 * US
-    assert cls.iloc[0]["unattributed_ns"] == 50 * US
+    # 100..300 and 300..450: tid 7's own stages win; 450..500 tid 7 idles while tid 8 schedules
+    assert cls.iloc[0]["scheduler_ns"] == (200 + 50) * US and cls.iloc[0]["prep_ns"] == 150 * US
+    assert cls.iloc[0]["unattributed_ns"] == 0
+    assert stages.iloc[0]["sched.schedule"] == 50 * US and stages.iloc[0]["sched.result"] == 200 * US
+
+
+def test_overlap_loop_forward_thread_waits_for_the_scheduler_thread():
+    # scenario: overlap loop: tid 2 (forward thread) launches and then idles until the scheduler
+    # thread (tid 1) hands it the next batch; tid 3 is a third thread with fewer stage ranges
+    tl = timeline(
+        [kernel(0, 100, corr=1), kernel(600, 700, corr=2)],                # bubble 100..600
+        [api(0, 1, corr=1, tid=2), api(590, 594, corr=2, tid=2)],
+        [rng(0, 700, "loop.step", tid=1), rng(100, 400, "sched.schedule", tid=1),
+         rng(400, 560, "sched.result", tid=1), rng(540, 560, "sync.wait", tid=1),
+         rng(560, 600, "prep.batch", part="h2d", tid=2),                    # tid 2's own stage
+         rng(100, 300, "prep.batch", tid=3)])                               # not the helper
+    q, cls, stages = run(tl)
+    assert q["tid"].tolist() == [2]
+    row = cls.iloc[0]
+    # 100..540 scheduler (tid 1), 540..560 sync.wait (tid 1, innermost), 560..590 tid 2's prep,
+    # 590..594 tid 2's launch call (a lone launch: no burst, so not idle and unattributed)
+    assert row["scheduler_ns"] == 440 * US and row["sync_ns"] == 20 * US
+    assert row["prep_ns"] == 40 * US and row["unattributed_ns"] == 0
+    assert stages.iloc[0]["sched.schedule"] == 300 * US
 
 
 @pytest.mark.parametrize("seed", range(5))
