@@ -49,6 +49,8 @@ class RankSpec:
     overlap: bool = False              # host does not wait for the step's results (runs ahead)
     nvtx: bool = True
     names: str = "srtscope"            # srtscope | sglang: which stage names the NVTX ranges use
+    forward_thread: bool = False       # overlap-loop shape: prep, launches, run and sampling on a
+                                       # second thread, which idles while the scheduler thread works
 
 
 @dataclass(frozen=True)
@@ -70,12 +72,14 @@ class _Rank:
     def __init__(self, rank: int, spec: RankSpec, rng: np.random.Generator) -> None:
         self.rank, self.spec, self.rng = rank, spec, rng
         self.pid, self.tid = 1000 + rank, 1000 + rank + 1
+        self.fwd_tid = self.tid + 100 if spec.forward_thread else self.tid
+        self.cur = self.tid                          # the thread the host clock runs on now
         self.t = 1_000_000                          # host clock, ns
         self.dev_free = 0
         self.corr = 0
         self.k = {"s": [], "e": [], "name": [], "corr": [], "stream": [], "graph": []}
-        self.a = {"s": [], "e": [], "name": [], "corr": []}
-        self.n = {"s": [], "e": [], "text": []}
+        self.a = {"s": [], "e": [], "name": [], "corr": [], "tid": []}
+        self.n = {"s": [], "e": [], "text": [], "tid": []}
         self.m = {"s": [], "e": [], "kind": [], "corr": []}
         self.run = (0, False, 0)                    # (forward start, graph?, step start) of this step
         self.comm_corr = -1                         # correlation of this step's collective launch
@@ -88,6 +92,7 @@ class _Rank:
             self.n["s"].append(s)
             self.n["e"].append(e)
             self.n["text"].append(text)
+            self.n["tid"].append(self.cur)
 
     def host(self, us: float, text: str) -> None:
         d = self.jit(us)
@@ -100,6 +105,7 @@ class _Rank:
         self.a["e"].append(self.t + dur)
         self.a["name"].append(name)
         self.a["corr"].append(self.corr)
+        self.a["tid"].append(self.cur)
         self.t += dur
         return self.corr
 
@@ -123,6 +129,7 @@ def _forward(r: _Rank, step: int, bs: int) -> None:
     sg = sp.names == "sglang"
     r.host(sp.recv_us, "scheduler.recv_requests" if sg else "sched.recv")
     r.host(sp.sched_us, "scheduler.get_next_batch_to_run" if sg else "sched.schedule")
+    r.cur = r.fwd_tid                                   # the batch goes to the forward thread
     p0 = r.t
     r.t += r.jit(sp.prep_us)
     c = r.api(5 * US, "cudaMemcpyAsync_v3020")           # H2D of the batch's inputs
@@ -169,6 +176,7 @@ def _finish(r: _Rank, step: int, bs: int, mode: str) -> None:
         r.host(sp.sample_us, "run.sample")
     c = r.api(LAUNCH_US * US, "cudaLaunchKernel_v7000")
     r.kernel(c, 8 * US, "sampling_topk_kernel")
+    r.cur = r.tid                                       # results on the scheduler thread
     res0 = r.t
     if not sp.overlap:
         if sp.sync == "pageable":
@@ -188,6 +196,7 @@ def _finish(r: _Rank, step: int, bs: int, mode: str) -> None:
             r.a["e"].append(end)
             r.a["name"].append("cudaMemcpy_v3020")
             r.a["corr"].append(corr)
+            r.a["tid"].append(r.cur)
             r.t = end
         else:
             w0 = r.t
@@ -231,7 +240,10 @@ def write(sc: Scenario, out_dir: Path) -> list[Path]:
             w.add_gpu(id=r.rank)
             w.add_process(r.pid, "python3 -m engine.serve")
             w.add_thread(r.pid, r.tid, "scheduler")
-            w.add_runtime(r.a["s"], r.a["e"], r.a["name"], pid=r.pid, tid=r.tid, correlation=r.a["corr"])
+            if r.fwd_tid != r.tid:
+                w.add_thread(r.pid, r.fwd_tid, "forward")
+            w.add_runtime(r.a["s"], r.a["e"], r.a["name"], pid=r.pid, tid=r.a["tid"],
+                          correlation=r.a["corr"])
             g = np.asarray(r.k["graph"], np.int64)
             w.add_kernels(r.k["s"], r.k["e"], r.k["name"], device=r.rank, stream=r.k["stream"], pid=r.pid,
                           correlation=r.k["corr"], graph_id=g if (g >= 0).any() else None,
@@ -240,7 +252,7 @@ def write(sc: Scenario, out_dir: Path) -> list[Path]:
                 w.add_memcpy(r.m["s"], r.m["e"], bytes=4096, copy_kind=r.m["kind"], device=r.rank,
                              pid=r.pid, correlation=r.m["corr"])
             if r.n["s"]:
-                w.add_nvtx(r.n["s"], r.n["e"], r.n["text"], pid=r.pid, tid=r.tid, domain="srtscope")
+                w.add_nvtx(r.n["s"], r.n["e"], r.n["text"], pid=r.pid, tid=r.n["tid"], domain="srtscope")
             if (g >= 0).any():
                 w.add_capture_meta("CUDA_GRAPH_TRACE_OPTIONS:MODE", "Node")
         paths.append(path)
@@ -282,6 +294,10 @@ SCENARIOS: tuple[Scenario, ...] = (
              injected={"launch": lambda r: r.kernels * (r.launch_gap_us + LAUNCH_US - r.kernel_us)}),
     Scenario("healthy", "kernel", "healthy", 40, (replace(_BASE, kernel_us=120, overlap=True),),
              checks={"healthy": True}),
+    # overlap-loop shape: the launching (forward) thread idles while the scheduler thread schedules
+    Scenario("overlap_scheduler_bound", "scheduler", "scheduler-bound", 40,
+             (replace(_BASE, sched_us=600, forward_thread=True),),
+             injected={"scheduler": lambda r: r.recv_us + r.sched_us + r.result_us}),
 )
 
 
