@@ -190,8 +190,14 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule()) -> tuple[str, pd.DataF
                 padded[t] = max(padded[t], pad_r[j])
                 if why[j] and not reason[t]:
                     reason[t] = why[j]
-    graph = (cols["graph_launches"] > 0) | (cols["graph_kernels"] > 0) | (cols["n_graph"] > 0)
-    eager = ~graph & ((cols["launches"] > 0) | (cols["n_eager"] > 0) | (cols["busy_ns"] > 0))
+    # NOTE: device activity alone (busy time, graph kernels) classifies a step only when nothing says
+    # what was launched when; with forward ranges or launch calls, a step that launched nothing is
+    # idle even if the device still ran earlier work (an overlap loop's forward outlives its step)
+    evidence = (run.any() if len(run) else False) or bool(len(api))
+    graph = (cols["graph_launches"] > 0) | (cols["n_graph"] > 0) \
+        | ((cols["graph_kernels"] > 0) & (not evidence))
+    eager = ~graph & ((cols["launches"] > 0) | (cols["n_eager"] > 0)
+                      | ((cols["busy_ns"] > 0) & (not evidence)))
     w["exec"] = np.where(graph, "graph", np.where(eager, "eager", "idle"))
     w["reason"] = np.where(eager, reason, "")
     w["bs"] = np.where(w["bs"].to_numpy() >= 0, w["bs"].to_numpy(), run_bs)

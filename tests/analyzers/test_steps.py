@@ -45,6 +45,18 @@ def test_gpu_projections_of_annotations_are_not_host_steps():
     assert t["tid"].tolist() == [1, 1]
 
 
+def test_forward_outliving_its_step_does_not_make_the_next_step_eager():
+    # scenario: overlap loop: step 0's graph replay runs on the device into step 1's window; step 1
+    # launches nothing (the scheduler ran ahead), so it is idle, not an eager step without a reason
+    tl = timeline([kernel(90, 260, corr=1, graph_id=2), kernel(260, 300, corr=1, graph_id=2)],
+                  [api(80, 88, "cudaGraphLaunch", corr=1, tid=2)],
+                  [rng(0, 200, "loop.step", step=0, mode="decode"), rng(200, 400, "loop.step", step=1,
+                                                                        mode="decode"),
+                   rng(78, 90, "run.graph_replay", tid=2, bs=8, padded_bs=8)])
+    _, t = find_steps(tl)
+    assert t["exec"].tolist() == ["graph", "idle"] and t["busy_ns"].tolist() == [110 * US, 100 * US]
+
+
 def test_sglang_scheduler_ranges_start_steps():
     # scenario: SGLang trace: no loop.step; a step starts at each top-level get_next_batch_to_run
     tl = timeline([kernel(50, 90)], [], [
