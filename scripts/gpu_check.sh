@@ -74,6 +74,11 @@ run_case eager_fallback --no-overlap --cuda-graph-max-bs 4
 
 echo "== figures"
 "$PY" scripts/gpu_check_figures.py "$OUT" graphs_overlap eager_fallback || status=1
+if [ -f "$OUT/eager_fallback/diagnosis.json" ] && [ -f "$OUT/graphs_overlap/diagnosis.json" ]; then
+  echo "== compare: eager fallback (before) vs graphs + overlap (after)"
+  COLUMNS=100 "${SRT[@]}" compare "$OUT/eager_fallback/diagnosis.json" "$OUT/graphs_overlap/diagnosis.json" \
+      || status=1
+fi
 # the few files worth keeping, flat, for a machine that hands back only a handful (<= 8)
 mkdir -p "$OUT/bundle"
 cp "$OUT/figures.json" "$OUT"/*.kineto.json.gz "$OUT"/*.kineto.json.gz.diagnosis.json "$OUT/bundle/" 2>/dev/null

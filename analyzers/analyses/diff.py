@@ -17,7 +17,7 @@ FIGURES: tuple[tuple[str, tuple[str, ...], Better], ...] = (
     ("window_ns", ("bubbles", "window_ns"), "neutral"),
     ("bubbles.count", ("bubbles", "count"), "lower"),
     ("bubbles.total_ns", ("bubbles", "total_ns"), "lower"),
-    *((f"bubbles.by_class.{c}", ("bubbles", "by_class", c), "lower") for c in BUBBLE_CLASSES),
+    *((f"bubbles.by_class.{c}_ns", ("bubbles", "by_class", c), "lower") for c in BUBBLE_CLASSES),
     ("steps.count", ("steps", "count"), "neutral"),
     ("steps.graph", ("steps", "graph"), "neutral"),
     ("steps.eager", ("steps", "eager"), "lower"),

@@ -24,13 +24,13 @@ def run(sched_us: int):
 def test_figures_side_by_side_and_deltas():
     before, after = run(400), run(100)
     d = compare(before, after)
-    f = d.figure("bubbles.by_class.scheduler")
+    f = d.figure("bubbles.by_class.scheduler_ns")
     assert (f.before, f.after) == (9 * 400 * US, 9 * 100 * US)
     assert f.delta == -9 * 300 * US and f.pct == pytest.approx(-75.0)
     assert d.regressions(5) == []                                 # it got better
     back = compare(after, before)
     names = {f.name for f in back.regressions(50)}
-    assert {"bubbles.total_ns", "bubbles.by_class.scheduler"} <= names
+    assert {"bubbles.total_ns", "bubbles.by_class.scheduler_ns"} <= names
     assert "steps.count" not in names                             # neutral figures never regress
     j = back.to_json()
     assert j["verdict"] == {"before": "scheduler", "after": "scheduler", "changed": False}
