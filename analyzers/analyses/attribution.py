@@ -249,7 +249,8 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = BurstRule()
         if len(other):
             # the launching thread idles (no range of its own, no API call): the time is the wait
             # for the thread that hands it work, so that thread's innermost stage explains it
-            busy = iv.union(np.r_[r_s[ri], sync_api[0], burst[0]], np.r_[r_e[ri], sync_api[1], burst[1]])
+            calls = (a_s[ai], a_e[ai]) if len(ai) else iv.empty()
+            busy = iv.union(np.r_[r_s[ri], calls[0], burst[0]], np.r_[r_e[ri], calls[1], burst[1]])
             idle = iv.subtract(iv.union(a, b), busy)
             sel = other[codes[other] >= 0]
             fs, fe, fl = innermost_segments(r_s[sel], r_e[sel], codes[sel])

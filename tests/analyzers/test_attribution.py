@@ -168,3 +168,16 @@ def test_burst_rule_validation():
         BurstRule(gap_ns=-1)
     with pytest.raises(ValueError, match="launch-burst"):
         BurstRule(min_launches=0)
+
+
+def test_a_lone_api_call_is_not_idle_time():
+    # scenario: the launching thread makes one slow call outside any range (no burst, not a sync):
+    # it is busy, so the other thread's stage does not explain that time
+    tl = timeline(
+        [kernel(0, 100, corr=1), kernel(600, 700, corr=2)],                # bubble 100..600
+        [api(0, 1, corr=1, tid=2), api(200, 300, "cudaMalloc", tid=2), api(590, 594, corr=2, tid=2)],
+        [rng(0, 700, "loop.step", tid=1), rng(100, 590, "sched.schedule", tid=1)])
+    _, cls, _ = run(tl)
+    row = cls.iloc[0]
+    assert row["scheduler_ns"] == (100 + 290) * US            # 100..200 and 300..590 only
+    assert row["unattributed_ns"] == (100 + 10) * US          # the cudaMalloc, and 590..600
