@@ -225,8 +225,9 @@ class TimelineMeta:
         return any(w.code == code for w in self.warnings)
 
 
-GPU_DOMAIN = "gpu"
-"""Range domain of host annotations projected onto a GPU stream (Kineto ``gpu_user_annotation``)."""
+GPU_DOMAIN = "kineto.gpu"
+"""Range domain of host annotations projected onto a GPU stream (Kineto ``gpu_user_annotation``);
+a name of its own, so that an app's NVTX domain called ``gpu`` is not mistaken for it."""
 
 
 @dataclass

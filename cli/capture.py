@@ -10,13 +10,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
 from cli.errors import Exit, fail
 
-from probes.torch_capture import TORCH_PROFILE_ENV, rank_trace_path
+from probes.torch_capture import TORCH_PROFILE_ENV, rank_traces
 
 NSYS_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite")  # stripped from --out to name the capture
 
@@ -113,10 +114,12 @@ def capture(command: list[str], backend: Backend, out: Path, capture_range: bool
             print(f"srtscope: nsys wrote no report ({plan.report} missing)", file=sys.stderr)
         return code
     argv, env, trace = torch_plan(out, command)
+    t0 = time.time()
     code = _run(argv, env)
-    ranks = sorted(trace.parent.glob(rank_trace_path(trace, 0).name.replace(".rank0.", ".rank*.")))
-    for written in ([trace] if trace.exists() else []) + ranks:
+    since = t0 - 1.0   # NOTE: file systems with coarse timestamps
+    fresh = [p for p in [trace] if p.exists() and p.stat().st_mtime >= since] + rank_traces(trace, since)
+    for written in fresh:
         print(f"srtscope: wrote {written}", file=sys.stderr)
-    if not trace.exists() and not ranks:
+    if not fresh:
         print(f"srtscope: no Kineto trace was written ({trace} missing)", file=sys.stderr)
     return code

@@ -2,11 +2,12 @@
 
     python -m cli.torch_profile --out trace.json.gz -- script.py ARGS...
     python -m cli.torch_profile --out trace.json.gz -- -m package.module ARGS...
+    python -m cli.torch_profile --out trace.json.gz -- -c "CODE" ARGS...
 
 The trace is written when the script ends, raises, calls sys.exit, or is interrupted (Ctrl-C /
 SIGTERM), so an interrupted capture keeps what was recorded. The script's exit code is kept.
 Processes the script spawns that know how (tensor-parallel ranks of ours) profile themselves into
-``OUT.rank<N>.json.gz``.
+``OUT.rank<N>.json.gz``; then the launcher's own trace is not written.
 """
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ import os
 import runpy
 import signal
 import sys
+import time
 from pathlib import Path
 
-from probes.torch_capture import TORCH_PROFILE_ENV, torch_profiling
+from probes.torch_capture import TORCH_PROFILE_ENV, rank_traces, torch_profiling
 
 
 def _sigterm(signum: int, frame: object) -> None:
@@ -36,14 +38,19 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _sigterm)
     os.environ[TORCH_PROFILE_ENV] = str(args.out)   # for spawned ranks; this process is captured below
     code = 0
-    with torch_profiling(args.out):
+    t0 = time.time()
+    # a launcher whose ranks wrote their own traces only waited: its trace is not worth keeping
+    with torch_profiling(args.out, skip_export=lambda: bool(rank_traces(args.out, t0 - 1.0))):
         try:
+            if target[0] in ("-m", "-c") and len(target) < 2:
+                print(f"srtscope: error: {target[0]} needs an argument", file=sys.stderr)
+                return 2
             if target[0] == "-m":
-                if len(target) < 2:
-                    print("srtscope: error: -m needs a module name", file=sys.stderr)
-                    return 2
                 sys.argv = target[1:]
                 runpy.run_module(target[1], run_name="__main__", alter_sys=True)
+            elif target[0] == "-c":
+                sys.argv = ["-c", *target[2:]]
+                exec(compile(target[1], "<string>", "exec"), {"__name__": "__main__"})
             else:
                 sys.argv = target
                 runpy.run_path(target[0], run_name="__main__")

@@ -14,7 +14,7 @@ import os
 import shutil
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, ContextManager, Iterator
+from typing import Any, Callable, ContextManager, Iterator
 
 TORCH_PROFILE_ENV = "SRTSCOPE_TORCH_PROFILE"
 TRACE_SUFFIXES = (".json.gz", ".json")
@@ -31,6 +31,13 @@ def rank_trace_path(path: Path, rank: int) -> Path:
     return path.with_name(f"{name}.rank{rank}.json.gz")
 
 
+def rank_traces(path: Path, since: float = 0.0) -> list[Path]:
+    """The ``rank_trace_path`` files of ``path`` written at or after ``since`` (epoch seconds)."""
+    first = rank_trace_path(path, 0).name
+    pattern = first.replace(".rank0.", ".rank*.", 1)
+    return sorted(p for p in path.parent.glob(pattern) if p.stat().st_mtime >= since)
+
+
 def _all_threads_config() -> Any:
     """Kineto config that profiles threads started by the profiled code (None on older torch,
     where only the calling thread's ops are recorded)."""
@@ -43,9 +50,10 @@ def _all_threads_config() -> Any:
 
 
 @contextmanager
-def torch_profiling(out: Path) -> Iterator[None]:
+def torch_profiling(out: Path, skip_export: Callable[[], bool] | None = None) -> Iterator[None]:
     """Profile the enclosed block (CPU + CUDA when available) and export a Kineto trace to ``out``
-    (gzip when it ends in ``.gz``; written atomically, also when the block raises)."""
+    (gzip when it ends in ``.gz``; written atomically, also when the block raises), unless
+    ``skip_export()`` says at the end that there is nothing worth keeping."""
     global _active
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -66,6 +74,8 @@ def torch_profiling(out: Path) -> Iterator[None]:
         torch_annotations(False)
         _active = False
         prof.__exit__(None, None, None)
+        if skip_export is not None and skip_export():
+            return
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(out.name + ".tmp.json")
         prof.export_chrome_trace(str(tmp))

@@ -259,7 +259,6 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = BurstRule()
                 ov = iv.overlap(part, a, b)
                 stage_mat[qi, col_of[code]] += ov
                 out[f"{classes[code]}_ns"][qi] += ov
-                covered[qi] += ov
         ui = ri[user_row[ri]]
         if len(ui):
             _user_ranges(user_ns, (r_s[ui], r_e[ui], ucodes[ui]), (nvtx, sync_api, burst), (a, b))

@@ -107,22 +107,32 @@ def communication(tl: Timeline, mask: np.ndarray | None = None, min_skew_ns: int
                       source=source, collectives=coll)
 
 
-MAX_SHIFT = 64
-"""Largest shift (in collectives) tried when aligning one participant's collectives to another's."""
+SHIFT_REACH = 8
+"""Shifts (in collectives) tried around each seed when aligning one participant to another."""
+
+
+def _nearest(sorted_t: np.ndarray, t: int) -> int:
+    i = int(np.searchsorted(sorted_t, t))
+    if i > 0 and (i == len(sorted_t) or t - sorted_t[i - 1] <= sorted_t[i] - t):
+        i -= 1
+    return i
 
 
 def _shift(ref_end: np.ndarray, end: np.ndarray) -> int:
     """The shift k that pairs ``ref[i]`` with ``other[i - k]`` best: smallest median end-time gap.
 
     A collective completes on every participant at about the same time, whatever their arrival, so
-    end times line up even when capture windows start or stop at different collectives. Ties go to
-    the smaller |k| (k = 0 first: files of equal counts pair by order).
+    end times line up even when capture windows start or stop at different collectives. Tried:
+    shifts near 0 and near the shifts that pair the other's first and last collective with the
+    reference's nearest in time. Ties go to the smaller |k| (files of equal counts pair by order).
     """
     n_ref, n = len(ref_end), len(end)
-    reach = min(MAX_SHIFT, abs(n_ref - n) + 8)
     need = max(1, min(n_ref, n) // 2)
+    ref_sorted = np.sort(ref_end)
+    seeds = {0, _nearest(ref_sorted, int(end[0])), _nearest(ref_sorted, int(end[-1])) - (n - 1)}
+    candidates = sorted({k for c in seeds for k in range(c - SHIFT_REACH, c + SHIFT_REACH + 1)}, key=abs)
     best, best_gap = 0, None
-    for k in sorted(range(-reach, reach + 1), key=abs):
+    for k in candidates:
         lo, hi = max(0, k), min(n_ref, n + k)
         if hi - lo < need:
             continue

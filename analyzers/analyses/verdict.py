@@ -1,7 +1,8 @@
 """Verdict: scheduler, prep or kernel — with a confidence, the evidence and the capture's caveats.
 
-Lost time is bubble time plus exposed communication (plus, in probe traces where collectives are
-host spans standing in for device work, their arrival skew: the time the others wait). It is blamed as: scheduler <- scheduler + sync bubbles (a host
+Lost time is bubble time plus exposed communication (plus, where the collectives are only host
+ranges, their arrival skew: the time the others wait; CPU stand-in collectives are exposed whole,
+wait included). It is blamed as: scheduler <- scheduler + sync bubbles (a host
 loop serialised on device results is the event loop's problem); prep <- prep bubbles; kernel <-
 kernel + launch bubbles + communication. Unattributed bubble time is blamed on nobody; it lowers the
 confidence, and when it outweighs every bottleneck the verdict is "host-bound, unannotated" under
@@ -51,7 +52,9 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
            healthy_pct: float = 10.0) -> Verdict:
     bc = bubbles.by_class
     window = bubbles.window_ns
-    comm_lost = comm.exposed_ns + (comm.skew_ns if comm.source in ("ranges", "stand_in") else 0)
+    # NOTE: with host ranges as collectives, waiting for a late rank is host time the ranges don't
+    # show as exposed; with CPU stand-ins the exposed time already holds that wait
+    comm_lost = comm.exposed_ns + (comm.skew_ns if comm.source == "ranges" else 0)
     scores = {"scheduler": bc.get("scheduler", 0) + bc.get("sync", 0), "prep": bc.get("prep", 0),
               "kernel": bc.get("kernel", 0) + bc.get("launch", 0) + comm_lost}
     lost = bubbles.total_ns + comm_lost

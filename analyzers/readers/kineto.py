@@ -4,7 +4,7 @@ Mapping (``ph: "X"`` events):
 - ``kernel``/``gpu_memcpy``/``gpu_memset`` (2021: ``Kernel``/``Memcpy``/``Memset``) -> device rows;
   device and stream from args (GPU events use pid = device, tid = stream, ``"stream 7"`` in 2021).
 - ``cuda_runtime``/``cuda_driver`` (2021: ``Runtime``) -> api rows; ROCm ``hip*`` names mapped to CUDA.
-- ``user_annotation`` -> ranges (domain ``""``); ``gpu_user_annotation`` -> ranges in domain ``"gpu"``
+- ``user_annotation`` -> ranges (domain ``""``); ``gpu_user_annotation`` -> ranges in domain ``GPU_DOMAIN`` (``"kineto.gpu"``)
   on (pid = device, tid = stream), the same annotations projected onto the GPU stream.
 - ``cpu_op`` (2021: ``Operator``) -> ranges only when the op name is a known stage alias
   (``probes.stages.resolve_stage``); the rest are dropped (tens of thousands of aten ops).
@@ -196,8 +196,10 @@ def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Col
                                "name": names, "domain": pd.Categorical(c["domain"]),
                                "attrs": attrs, "rank": file_rank})
 
-    stand_in = device is None and len(stand := forward_stand_ins(ranges, file_rank)) > 0
-    if stand_in:   # a CPU run of an engine of ours, captured by torch.profiler
+    # a CPU run of an engine of ours, captured by torch.profiler: no device activity and no CUDA
+    # calls. NOTE: with CUDA calls but no kernels, kernel tracing failed: no stand-ins then.
+    stand_in = device is None and api_df is None and len(stand := forward_stand_ins(ranges, file_rank)) > 0
+    if stand_in:
         device = stand
     schema = header.get("schemaVersion")
     meta = TimelineMeta(format=SourceFormat.KINETO, sources=[str(path)], ranks=[file_rank],

@@ -143,6 +143,7 @@ def test_overlap_loop_forward_thread_waits_for_the_scheduler_thread():
     assert row["scheduler_ns"] == 440 * US and row["sync_ns"] == 20 * US
     assert row["prep_ns"] == 40 * US and row["unattributed_ns"] == 0
     assert stages.iloc[0]["sched.schedule"] == 300 * US
+    assert row["covered_ns"] == 40 * US          # coverage: the launching thread's own ranges only
 
 
 @pytest.mark.parametrize("seed", range(5))

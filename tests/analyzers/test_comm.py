@@ -55,6 +55,16 @@ def test_windows_cut_at_different_collectives_are_aligned_by_end_time():
     assert c.straggler_rank == 1 and c.straggler_share == 1.0
 
 
+def test_a_window_starting_many_collectives_later_is_still_aligned():
+    # scenario: rank 1's capture starts 100 collectives later (a few decode steps of a deep model)
+    # and stops early; it arrives 5 µs late at each collective it holds
+    dev = [kernel(100 * i, 100 * i + 50, NCCL, rank=0) for i in range(200)]
+    dev += [kernel(100 * i + 5, 100 * i + 50, NCCL, rank=1) for i in range(100, 150)]
+    c = communication(timeline(dev, [], [], ranks=(0, 1)))
+    assert len(c.collectives) == 50 and c.collectives["start_ns"].iloc[0] == 100 * 100 * US
+    assert c.collectives["skew_ns"].tolist() == [5 * US] * 50
+
+
 def test_small_skew_names_no_straggler():
     dev = [kernel(0, 100, NCCL, rank=0), kernel(2, 100, NCCL, rank=1)]
     c = communication(timeline(dev, [], [], ranks=(0, 1)), min_skew_ns=10 * US)
@@ -96,6 +106,10 @@ def test_probe_reader_shape_comm_rows_are_stand_ins_and_skew_counts_as_lost():
     # stand-ins nest (the forward span holds its all-reduce on one host thread): nothing hides it
     assert c.total_ns == c.exposed_ns == 4 * (6000 + 1000) * US
     assert c.straggler_host_stage == "run.eager" and c.straggler_device_busy is None
-    v = diagnose(tl).verdict
+    d = diagnose(tl)
+    v = d.verdict
+    # the others' wait for the straggler is inside the exposed time: not counted again as skew
+    assert v.scores_ns["kernel"] == (d.bubbles.by_class["kernel"] + d.bubbles.by_class["launch"]
+                                     + c.exposed_ns)
     assert v.bottleneck == "kernel" and v.summary.startswith("communication-bound")
     assert "straggler rank 1" in v.summary

@@ -12,7 +12,7 @@ from analyzers.readers import TraceError, load_timeline
 from analyzers.readers.detect import detect_format
 from analyzers.readers.jsonstream import us_to_ns
 from analyzers.readers.kineto import read_kineto
-from analyzers.timeline import DeviceKind, SourceFormat, Traced, WarningCode
+from analyzers.timeline import GPU_DOMAIN, DeviceKind, SourceFormat, Traced, WarningCode
 
 REAL = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "real"
 KINETO = REAL / "kineto"
@@ -90,7 +90,7 @@ def test_driver_launch_and_distributed_info():
     assert list(launch["name"]) == ["cuLaunchKernel"] and list(launch["kind"]) == ["launch"]
     ddp = read_kineto(KINETO / "hta_ddp_convnet_a100_rank0of2_nccl_comm_args.json.gz")
     assert ddp.meta.extra["kineto.distributed"]["backend"] == "nccl"
-    gpu = ddp.ranges[ddp.ranges["domain"] == "gpu"]
+    gpu = ddp.ranges[ddp.ranges["domain"] == GPU_DOMAIN]
     assert len(gpu) == 30 and len(ddp.ranges) - len(gpu) == 42
 
 
@@ -159,6 +159,19 @@ def test_cpu_capture_of_our_engine_gets_forward_stand_ins(tmp_path):
     assert tl.device["kind"].tolist() == [DeviceKind.CPU_FORWARD.value] and tl.device["pid"].tolist() == [1]
     assert tl.meta.has_warning(WarningCode.CPU_STAND_IN) and not tl.meta.has_warning(WarningCode.NO_KERNELS)
     assert Traced.KERNELS in tl.meta.traced and Traced.MEMCPY not in tl.meta.traced
+
+
+def test_gpu_capture_that_lost_its_kernels_gets_no_stand_ins(tmp_path):
+    # scenario: CUPTI kernel tracing failed (permissions): CUDA calls, annotations, no kernels.
+    # The host's run.eager spans are not device activity here: say that kernels are missing.
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "run.eager", "pid": 1, "tid": 2, "ts": 0, "dur": 50},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2, "ts": 5,
+           "dur": 4, "args": {"correlation": 1}}]
+    tl = read_kineto(_trace(tmp_path, ev))
+    assert len(tl.device) == 0 and tl.meta.has_warning(WarningCode.NO_KERNELS)
+    assert not tl.meta.has_warning(WarningCode.CPU_STAND_IN)
+    with pytest.raises(TraceError, match="zero kernels"):
+        load_timeline([_trace(tmp_path, ev)])
 
 
 def test_cpu_capture_without_our_stages_is_still_refused(tmp_path):

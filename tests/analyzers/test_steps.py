@@ -2,6 +2,7 @@
 import pytest
 
 from analyzers.analyses.steps import StepRule, find_steps
+from analyzers.timeline import GPU_DOMAIN
 from tests.analyzers._tl import api, kernel, rng, timeline
 
 US = 1000
@@ -30,13 +31,13 @@ def test_loop_step_ranges_with_attrs_and_exec():
 
 def test_gpu_projections_of_annotations_are_not_host_steps():
     # scenario: a torch-profiler trace of our engine: Kineto repeats each record_function that
-    # launched GPU work as a gpu_user_annotation on the stream (domain "gpu", pid = device)
+    # launched GPU work as a gpu_user_annotation on the stream (domain GPU_DOMAIN, pid = device)
     host = [rng(0, 200, "loop.step", step=0, mode="decode"), rng(100, 195, "run.eager"),
             rng(200, 400, "loop.step", step=1, mode="decode"), rng(290, 345, "run.eager")]
-    gpu = [rng(110, 190, "loop.step", pid=0, tid=7, domain="gpu", step=0, mode="decode"),
-           rng(110, 190, "run.eager", pid=0, tid=7, domain="gpu"),
-           rng(310, 340, "loop.step", pid=0, tid=7, domain="gpu", step=1, mode="decode"),
-           rng(310, 340, "run.eager", pid=0, tid=7, domain="gpu")]
+    gpu = [rng(110, 190, "loop.step", pid=0, tid=7, domain=GPU_DOMAIN, step=0, mode="decode"),
+           rng(110, 190, "run.eager", pid=0, tid=7, domain=GPU_DOMAIN),
+           rng(310, 340, "loop.step", pid=0, tid=7, domain=GPU_DOMAIN, step=1, mode="decode"),
+           rng(310, 340, "run.eager", pid=0, tid=7, domain=GPU_DOMAIN)]
     tl = timeline([kernel(110, 190, corr=1), kernel(310, 340, corr=2)],
                   [api(100, 105, corr=1), api(300, 305, corr=2)], host + gpu)
     assert len(tl.host_ranges) == 4 and len(tl.ranges) == 8
@@ -55,6 +56,13 @@ def test_forward_outliving_its_step_does_not_make_the_next_step_eager():
                    rng(78, 90, "run.graph_replay", tid=2, bs=8, padded_bs=8)])
     _, t = find_steps(tl)
     assert t["exec"].tolist() == ["graph", "idle"] and t["busy_ns"].tolist() == [110 * US, 100 * US]
+
+
+def test_an_apps_own_nvtx_domain_named_gpu_is_host_activity():
+    # scenario: an nsys trace whose app happens to name its NVTX domain "gpu": still host ranges
+    tl = timeline([kernel(10, 20)], [], [rng(0, 100, "loop.step", domain="gpu", step=0)])
+    assert len(tl.host_ranges) == 1
+    assert find_steps(tl)[0] == "loop.step"
 
 
 def test_sglang_scheduler_ranges_start_steps():

@@ -292,11 +292,29 @@ def test_capture_torch_of_a_tp_run_writes_one_trace_per_rank(tmp_path):
                "python", "-m", "cli.app", "run", "--tp", "2", "--requests", "2", "--max-new-tokens", "2",
                "--device", "cpu", "--out", tmp_path / "run", "--json")
     assert r.exit_code == 0, r.stderr
+    # the launcher only waited: no trace of its own, so `diagnose tp*.json.gz` reads the ranks
+    assert not (tmp_path / "tp.json.gz").exists()
+    assert [ln.split()[-1] for ln in r.stderr.splitlines() if "wrote" in ln] == [
+        str(tmp_path / "tp.rank0.json.gz"), str(tmp_path / "tp.rank1.json.gz")]
     for rank in (0, 1):
         doc = json.loads(gzip.decompress((tmp_path / f"tp.rank{rank}.json.gz").read_bytes()))
         assert doc["distributedInfo"]["rank"] == rank
         names = {e["name"].split(" ")[0] for e in doc["traceEvents"] if e.get("cat") == "user_annotation"}
         assert {"comm.all_reduce", "run.eager", "loop.step"} <= names
+
+
+def test_capture_torch_reports_only_the_traces_it_wrote(tmp_path):
+    # scenario: an earlier TP capture left rank traces in the folder; this one writes one trace
+    import os
+    import time
+
+    stale = tmp_path / "x.rank0.json.gz"
+    stale.write_bytes(b"old")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    r = invoke("capture", "--backend", "torch", "--out", tmp_path / "x.json.gz", "--",
+               "python", "-c", "pass")
+    assert r.exit_code == 0, r.stderr
+    assert [ln.split()[-1] for ln in r.stderr.splitlines() if "wrote" in ln] == [str(tmp_path / "x.json.gz")]
 
 
 @pytest.mark.parametrize("name, ranked", [
