@@ -29,6 +29,16 @@ class AttentionBackend:
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
                 fb: Any) -> torch.Tensor:
+        """Write this step's K/V into the pool, then ``attend``. Backends set ``pool``,
+        ``num_heads`` and ``head_dim``."""
+        if q.shape[0] == 0:
+            return q.new_empty(0, self.num_heads, self.head_dim)
+        self.pool.set_kv(layer_id, fb.out_cache_loc, k, v)
+        kbuf, vbuf = self.pool.get_kv_buffer(layer_id)
+        return self.attend(q, kbuf, vbuf, fb)
+
+    def attend(self, q: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, fb: Any) -> torch.Tensor:
+        """Attention of ``q`` over the layer's pool buffers ``kbuf``/``vbuf`` (K/V already written)."""
         raise NotImplementedError
 
     # CUDA graph hooks (decode only)

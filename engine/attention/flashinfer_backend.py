@@ -100,12 +100,7 @@ class FlashInferAttnBackend(AttentionBackend):
                               q_data_type=dtype, kv_data_type=dtype)
             fb.attn_metadata = FlashInferMetadata(self.prefill, False)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
-                fb: Any) -> torch.Tensor:
-        if q.shape[0] == 0:
-            return q.new_empty(0, self.num_heads, self.head_dim)
-        self.pool.set_kv(layer_id, fb.out_cache_loc, k, v)
-        kbuf, vbuf = self.pool.get_kv_buffer(layer_id)
+    def attend(self, q: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, fb: Any) -> torch.Tensor:
         cache = (kbuf.unsqueeze(1), vbuf.unsqueeze(1))   # [pages, page_size=1, kvh, d]
         md: FlashInferMetadata = fb.attn_metadata
         return md.wrapper.run(q.contiguous(), cache)

@@ -126,22 +126,17 @@ class TorchNativeAttnBackend(AttentionBackend):
         return kv_idx, mask.unsqueeze(1)
 
     # ------------------------------------------------------------------ forward
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
-                fb: Any) -> torch.Tensor:
-        if q.shape[0] == 0:
-            return q.new_empty(0, self.num_heads, self.head_dim)
-        self.pool.set_kv(layer_id, fb.out_cache_loc, k, v)
-        kbuf, vbuf = self.pool.get_kv_buffer(layer_id)
+    def attend(self, q: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, fb: Any) -> torch.Tensor:
         md: TorchNativeMetadata = fb.attn_metadata
         if len(md.groups) == 1 and md.groups[0].tok_req is None:
-            return self._attend(q, kbuf, vbuf, md.groups[0])
+            return self._attend_group(q, kbuf, vbuf, md.groups[0])
         out = torch.empty_like(q)
         for g in md.groups:
-            out[g.tok_start:g.tok_end] = self._attend(q[g.tok_start:g.tok_end], kbuf, vbuf, g)
+            out[g.tok_start:g.tok_end] = self._attend_group(q[g.tok_start:g.tok_end], kbuf, vbuf, g)
         return out
 
-    def _attend(self, q: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, g: _Group
-                ) -> torch.Tensor:
+    def _attend_group(self, q: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, g: _Group
+                      ) -> torch.Tensor:
         b = g.kv_idx.shape[0]
         h, d = self.num_heads, self.head_dim
         if g.tok_req is None:
