@@ -32,3 +32,14 @@ def recorder():
         if not was:
             ranges.disable()
         set_recorder(old)
+
+
+@pytest.fixture
+def probes_off():
+    """After the test: probes disabled and the process recorder emptied (engines enable probes)."""
+    yield
+    from probes import disable
+    from probes.recorder import get_recorder
+
+    disable()
+    get_recorder().clear()

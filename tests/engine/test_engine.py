@@ -15,6 +15,8 @@ from probes.recorder import get_recorder
 from probes.stages import Stage
 from tests.engine.sched_helpers import byte_prompt
 
+pytestmark = pytest.mark.usefixtures("probes_off")
+
 torch.set_num_threads(1)
 
 CFG = EngineConfig(device="cpu", max_total_tokens=2048, max_running_requests=16,
@@ -29,13 +31,6 @@ def worker():
 def engine(worker, **kw) -> Engine:
     cfg = dataclasses.replace(CFG, **kw)
     return Engine(cfg, worker=worker)
-
-
-@pytest.fixture(autouse=True)
-def _probes_off():
-    yield
-    probes.disable()
-    get_recorder().clear()
 
 
 SYSTEM = byte_prompt(7, 48)

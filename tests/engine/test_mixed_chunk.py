@@ -21,6 +21,8 @@ from probes.recorder import get_recorder
 from probes.stages import Stage
 from tests.engine.sched_helpers import FakeWorker, byte_prompt, drain
 
+pytestmark = pytest.mark.usefixtures("probes_off")
+
 torch.set_num_threads(1)
 
 BASE = EngineConfig(device="cpu", max_total_tokens=4096, max_running_requests=16,
@@ -141,13 +143,6 @@ CFG = EngineConfig(device="cpu", max_total_tokens=2048, max_running_requests=16,
 @pytest.fixture(scope="module")
 def worker():
     return TpModelWorker(CFG)
-
-
-@pytest.fixture(autouse=True)
-def _probes_off():
-    yield
-    probes.disable()
-    get_recorder().clear()
 
 
 def _run_real(worker, **kw) -> tuple[list[list[int]], int, list[dict]]:

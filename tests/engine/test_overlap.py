@@ -18,6 +18,8 @@ from probes.recorder import get_recorder
 from probes.stages import Stage
 from tests.engine.sched_helpers import FakeWorker, byte_prompt
 
+pytestmark = pytest.mark.usefixtures("probes_off")
+
 torch.set_num_threads(1)
 
 CFG = EngineConfig(device="cpu", max_total_tokens=1024, max_running_requests=8,
@@ -29,13 +31,6 @@ PARAMS = [{"max_new_tokens": m} for m in (1, 9, 4, 12, 2, 7)]
 @pytest.fixture(scope="module")
 def worker():
     return TpModelWorker(CFG)
-
-
-@pytest.fixture(autouse=True)
-def _probes_off():
-    yield
-    probes.disable()
-    get_recorder().clear()
 
 
 def run(worker, **kw):
