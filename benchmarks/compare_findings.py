@@ -89,11 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--setup", action="store_true", help="(re)run benchmarks/peers/setup_peers.sh first")
     args = ap.parse_args(argv)
-    C.banner("which tool names the right cause (labelled scenarios in sample_traces/)")
-    status = C.ensure_peers(args.setup)
-    print(f"# srtscope driver: {C.srtscope_mode()}")
-    for k, v in status.items():
-        print(f"# peer {k}: {v}")
+    status = C.start("which tool names the right cause (labelled scenarios in sample_traces/)", args.setup)
     exp_path = SCEN / "expected.json"
     if not exp_path.exists():
         print(f"# {exp_path} missing: generate the scenarios first (python -m sample_traces.generate)")

@@ -80,10 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--setup", action="store_true", help="(re)run benchmarks/peers/setup_peers.sh first")
     args = ap.parse_args(argv)
 
-    C.banner("srtscope vs HTA on Kineto traces")
-    status = C.ensure_peers(args.setup)
-    print(f"# srtscope driver: {C.srtscope_mode()}")
-    print(f"# peer hta: {status.get('hta')}")
+    status = C.start("srtscope vs HTA on Kineto traces", args.setup, peers=("hta",))
     hta_ok = status.get("hta", "").startswith("ok")
 
     traces = sorted(REAL.glob("*.json*")) if REAL.exists() else []

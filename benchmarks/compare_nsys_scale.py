@@ -66,11 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-warm", action="store_true", help="skip the nsys-ai warm-cache runs")
     args = ap.parse_args(argv)
 
-    C.banner("srtscope diagnose vs nsys-ai on generated nsys SQLite exports")
-    status = C.ensure_peers(args.setup)
-    print(f"# srtscope driver: {C.srtscope_mode()}")
-    for k, v in status.items():
-        print(f"# peer {k}: {v}")
+    status = C.start("srtscope diagnose vs nsys-ai on generated nsys SQLite exports", args.setup)
     nsys_ai_ok = status.get("nsys-ai", "").startswith("ok")
 
     rows, results = [], []

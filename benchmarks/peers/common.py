@@ -65,6 +65,17 @@ def ensure_peers(setup: bool) -> dict[str, str]:
     return peer_status()
 
 
+def start(title: str, setup: bool, peers: tuple[str, ...] | None = None) -> dict[str, str]:
+    """The preamble of every comparison: banner, peers set up if asked, the srtscope driver and the
+    status of ``peers`` (all when None) printed; returns every peer's status."""
+    banner(title)
+    status = ensure_peers(setup)
+    print(f"# srtscope driver: {srtscope_mode()}")
+    for k in (peers if peers is not None else tuple(status)):
+        print(f"# peer {k}: {status.get(k)}")
+    return status
+
+
 def peer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment of a peer driver: nsys-ai's DuckDB finds its sqlite_scanner in the venv's private HOME."""
     env = dict(os.environ)
