@@ -9,18 +9,18 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from analyzers import intervals as iv
-from analyzers.analyses.attribution import BurstRule, attribute, launching_threads
-from analyzers.analyses.bubbles import find_bubbles, histogram
-from analyzers.analyses.budget import primary_devices, step_budget
-from analyzers.analyses.comm import comm_mask, communication
-from analyzers.analyses.diff import DiagnosisDiff, FigureDelta, compare
-from analyzers.analyses.eager import eager_fallback, eager_reasons
-from analyzers.analyses.steps import StepRule, find_steps
-from analyzers.analyses.verdict import decide
-from analyzers.columns import isin, str_codes, sum_by
-from analyzers.results import BUBBLE_CLASSES, BubbleResult, CaptureInfo, Diagnosis, StepsResult
-from analyzers.timeline import DeviceKind, Timeline
+from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.analyses.attribution import BurstRule, attribute, launching_threads
+from srtscope.analyzers.analyses.bubbles import find_bubbles, histogram
+from srtscope.analyzers.analyses.budget import primary_devices, step_budget
+from srtscope.analyzers.analyses.comm import comm_mask, communication
+from srtscope.analyzers.analyses.diff import DiagnosisDiff, FigureDelta, compare
+from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons
+from srtscope.analyzers.analyses.steps import StepRule, find_steps
+from srtscope.analyzers.analyses.verdict import decide
+from srtscope.analyzers.columns import isin, str_codes, sum_by
+from srtscope.analyzers.results import BUBBLE_CLASSES, BubbleResult, CaptureInfo, Diagnosis, StepsResult
+from srtscope.analyzers.timeline import DeviceKind, Timeline
 
 __all__ = ["DiagnoseParams", "diagnose", "compare", "crop", "top_kernels", "DiagnosisDiff", "FigureDelta"]
 

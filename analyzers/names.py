@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from analyzers.timeline import ApiKind
+from srtscope.analyzers.timeline import ApiKind
 
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 _PTSZ_SUFFIX = re.compile(r"_(ptsz|ptds)$")

@@ -15,8 +15,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from analyzers.diagnose import diagnose
-from analyzers.timeline import ApiKind, DeviceKind, SourceFormat, Timeline, TimelineMeta, Traced
+from srtscope.analyzers.diagnose import diagnose
+from srtscope.analyzers.timeline import ApiKind, DeviceKind, SourceFormat, Timeline, TimelineMeta, Traced
 
 
 def build(n: int, per_step: int, seed: int = 0) -> Timeline:

@@ -21,18 +21,18 @@ import time
 import numpy as np
 import torch
 
-import probes
-from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.forward_batch import ForwardMode
-from engine.mem.allocator import TokenSlotAllocator
-from engine.mem.req_to_token import ReqToTokenPool
-from engine.runner.tp_worker import TpModelWorker
-from engine.schedule_batch import ScheduleBatch
-from engine.request import Req
-from engine.workloads import WorkItem, run_workload, shared_prefix
-from probes.recorder import get_recorder
-from probes.stages import Stage
+from srtscope import probes
+from srtscope.engine.config import EngineConfig
+from srtscope.engine.engine import Engine
+from srtscope.engine.forward_batch import ForwardMode
+from srtscope.engine.mem.allocator import TokenSlotAllocator
+from srtscope.engine.mem.req_to_token import ReqToTokenPool
+from srtscope.engine.runner.tp_worker import TpModelWorker
+from srtscope.engine.schedule_batch import ScheduleBatch
+from srtscope.engine.request import Req
+from srtscope.engine.workloads import WorkItem, run_workload, shared_prefix
+from srtscope.probes.recorder import get_recorder
+from srtscope.probes.stages import Stage
 
 
 def naive_generate(worker: TpModelWorker, items: list[WorkItem], static_bs: int,

@@ -23,7 +23,7 @@ _CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[2])
 t0 = time.perf_counter()
-from analyzers.readers import load_timeline
+from srtscope.analyzers.readers import load_timeline
 tl = load_timeline([sys.argv[1]])
 dt = time.perf_counter() - t0
 rows = len(tl.device) + len(tl.api) + len(tl.ranges)

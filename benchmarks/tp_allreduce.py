@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.tp_launch import run_tp_workload
-from engine.workloads import run_workload, shared_prefix
+from srtscope.engine.config import EngineConfig
+from srtscope.engine.engine import Engine
+from srtscope.engine.tp_launch import run_tp_workload
+from srtscope.engine.workloads import run_workload, shared_prefix
 
 
 def _spans(path: Path) -> list[tuple[str, int, int, int, dict]]:
@@ -70,7 +70,7 @@ def tp1_step_ms(config: EngineConfig, workload) -> float:
 
     import torch
 
-    from probes.recorder import Recorder, get_recorder, set_recorder
+    from srtscope.probes.recorder import Recorder, get_recorder, set_recorder
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))
     set_recorder(Recorder())

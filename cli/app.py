@@ -12,7 +12,7 @@ from typing import List, Optional
 
 import typer
 
-from cli.errors import Exit, fail
+from srtscope.cli.errors import Exit, fail
 
 app = typer.Typer(
     name="srtscope",
@@ -46,7 +46,7 @@ def _root(
 
 
 def _register() -> None:
-    from cli import cmd_capture, cmd_compare, cmd_diagnose, cmd_run
+    from srtscope.cli import cmd_capture, cmd_compare, cmd_diagnose, cmd_run
 
     for mod in (cmd_run, cmd_capture, cmd_diagnose, cmd_compare):
         mod.register(app)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from cli.errors import Exit, fail
+from srtscope.cli.errors import Exit, fail
 
-from probes.torch_capture import TORCH_PROFILE_ENV, rank_traces
+from srtscope.probes.torch_capture import TORCH_PROFILE_ENV, rank_traces
 
 NSYS_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite")  # stripped from --out to name the capture
 
@@ -64,14 +64,14 @@ def torch_plan(out: Path, command: list[str]) -> tuple[list[str], dict[str, str]
     """Command and environment for the torch.profiler backend; returns (argv, env, trace path).
 
     A Python command (``python script.py ...`` or ``python -m mod ...``) runs under
-    ``cli.torch_profile``, which wraps the script in torch.profiler. Any other command (e.g.
+    ``srtscope.cli.torch_profile``, which wraps the script in torch.profiler. Any other command (e.g.
     ``srtscope run``) gets ``SRTSCOPE_TORCH_PROFILE`` and profiles itself if it knows how.
     """
     trace = out if out.name.endswith((".json", ".json.gz")) else out.with_name(out.name + ".json.gz")
     env = dict(os.environ)
     exe = Path(command[0]).name
     if exe.startswith("python") and len(command) > 1:
-        argv = [sys.executable, "-m", "cli.torch_profile", "--out", str(trace), "--", *command[1:]]
+        argv = [sys.executable, "-m", "srtscope.cli.torch_profile", "--out", str(trace), "--", *command[1:]]
     else:
         env[TORCH_PROFILE_ENV] = str(trace)
         argv = list(command)

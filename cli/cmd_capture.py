@@ -6,7 +6,7 @@ from typing import List
 
 import typer
 
-from cli.capture import Backend, capture
+from srtscope.cli.capture import Backend, capture
 
 
 def register(app: typer.Typer) -> None:

@@ -13,7 +13,7 @@ from typing import Any, List, Optional
 import typer
 from rich.console import Console
 
-from cli.errors import Exit, fail
+from srtscope.cli.errors import Exit, fail
 
 
 class SavedDiagnosis:
@@ -40,7 +40,7 @@ def _saved(path: Path) -> SavedDiagnosis | None:
 
 
 def _diagnosis(arg: str, threshold_us: float, console: Console) -> Any:
-    from cli.cmd_diagnose import run_diagnosis
+    from srtscope.cli.cmd_diagnose import run_diagnosis
 
     paths = [Path(p) for p in arg.split(",") if p]
     if not paths:
@@ -71,7 +71,7 @@ def register(app: typer.Typer) -> None:
                                            help="Smallest gap counted as a bubble, in us."),
     ) -> None:
         """Diagnose two captures and show the figures side by side with their change."""
-        from analyzers.analyses.diff import compare
+        from srtscope.analyzers.analyses.diff import compare
 
         console = Console(stderr=as_json)
         b = _diagnosis(before, threshold_us, console)
@@ -90,7 +90,7 @@ def register(app: typer.Typer) -> None:
             doc["regressions"] = [f.name for f in regressions]
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         else:
-            from cli.render import render_compare
+            from srtscope.cli.render import render_compare
 
             rows = [f.to_json() for f in diff.figures
                     if not (f.before == 0 and f.after == 0)]

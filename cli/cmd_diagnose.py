@@ -9,8 +9,8 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from cli.errors import Exit, fail
-from cli.loading import load
+from srtscope.cli.errors import Exit, fail
+from srtscope.cli.loading import load
 
 
 def parse_steps(text: str | None) -> tuple[int, int] | None:
@@ -34,7 +34,7 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
 def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int] | None,
                   console: Console | None, quiet: bool):
     """Load + diagnose; returns the Diagnosis object."""
-    from analyzers.diagnose import DiagnoseInputError, DiagnoseParams, diagnose
+    from srtscope.analyzers.diagnose import DiagnoseInputError, DiagnoseParams, diagnose
 
     tl = load(paths, console, quiet)
     try:
@@ -66,11 +66,11 @@ def register(app: typer.Typer) -> None:
         diag = run_diagnosis(list(traces), threshold_us, parse_steps(steps), console, as_json)
         doc = diag.to_json()
         if markdown is not None:
-            from cli.markdown import diagnosis_markdown
+            from srtscope.cli.markdown import diagnosis_markdown
 
             _write_text(markdown, diagnosis_markdown(doc))
         if perfetto is not None:
-            from cli.perfetto import write_perfetto
+            from srtscope.cli.perfetto import write_perfetto
 
             try:
                 write_perfetto(diag, perfetto)
@@ -79,7 +79,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             return
-        from cli.render import render_diagnosis
+        from srtscope.cli.render import render_diagnosis
 
         render_diagnosis(doc, console)
 

@@ -11,8 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.errors import fail
-from probes.stages import Stage
+from srtscope.cli.errors import fail
+from srtscope.probes.stages import Stage
 
 
 class WorkloadName(str, Enum):
@@ -117,8 +117,8 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", help="Model and workload seed."),
     ) -> None:
         """Run the reference engine with probes on, write its traces, and diagnose them."""
-        from cli.cmd_diagnose import run_diagnosis
-        from cli.engine_run import EngineRunSpec, run_engine
+        from srtscope.cli.cmd_diagnose import run_diagnosis
+        from srtscope.cli.engine_run import EngineRunSpec, run_engine
 
         try:
             spec = EngineRunSpec(workload=workload.value, requests=requests,
@@ -147,7 +147,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             return
-        from cli.render import render_diagnosis
+        from srtscope.cli.render import render_diagnosis
 
         console.print(_report_table(result.report, f"engine run: {spec.workload}, "
                                                    f"{spec.requests} requests"))

@@ -28,7 +28,7 @@ class EngineRunSpec:
             raise ValueError(f"tp: must be >= 1, got {self.tp}")
 
     def engine_config(self) -> Any:
-        from engine.config import EngineConfig, FaultInjection, ModelConfig
+        from srtscope.engine.config import EngineConfig, FaultInjection, ModelConfig
 
         return EngineConfig(model=ModelConfig(seed=self.seed), device=self.device,
                             enable_overlap=self.overlap, enable_mixed_chunk=self.mixed_chunk,
@@ -36,7 +36,7 @@ class EngineRunSpec:
                             tp_size=self.tp, seed=self.seed, inject=FaultInjection(**self.inject))
 
     def workload_obj(self) -> Any:
-        from engine.workloads import make_workload
+        from srtscope.engine.workloads import make_workload
 
         n, m = self.requests, self.max_new_tokens
         kwargs: dict[str, Any] = {
@@ -76,17 +76,17 @@ def run_engine(config: Any, workload: Any, out: Path) -> EngineRunResult:
     for old in out.glob("probe.rank*.json"):
         old.unlink()
     if config.tp_size > 1:
-        from engine.tp_launch import run_tp_workload
+        from srtscope.engine.tp_launch import run_tp_workload
 
         # each rank captures itself (probes.torch_capture.from_env): they are separate processes
         report, paths = run_tp_workload(config, workload, out)
         return EngineRunResult(report, sorted(out.glob("probe.rank*.json")),
                                sorted(out.glob("chrome.rank*.json")))
-    from engine.engine import Engine
-    from engine.workloads import run_workload
-    from probes.nvml import NvmlSampler
-    from probes.recorder import Recorder, set_recorder
-    from probes.torch_capture import from_env
+    from srtscope.engine.engine import Engine
+    from srtscope.engine.workloads import run_workload
+    from srtscope.probes.nvml import NvmlSampler
+    from srtscope.probes.recorder import Recorder, set_recorder
+    from srtscope.probes.torch_capture import from_env
 
     rec = Recorder()
     set_recorder(rec)

@@ -7,14 +7,14 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cli.errors import Exit, fail
+from srtscope.cli.errors import Exit, fail
 
 LARGE_BYTES = 50 * 2**20  # show a progress bar from this total input size
 
 
 def load(paths: list[Path], console: Console | None = None, quiet: bool = False) -> Any:
     """Read one or more trace files into a Timeline; bad input exits 2 with one line."""
-    from analyzers.readers import TraceError, load_timeline
+    from srtscope.analyzers.readers import TraceError, load_timeline
 
     if not paths:
         fail("no trace given")

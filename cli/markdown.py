@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analyzers.units import fmt_ns, fmt_pct
+from srtscope.analyzers.units import fmt_ns, fmt_pct
 
 
 def diagnosis_markdown(d: dict[str, Any]) -> str:

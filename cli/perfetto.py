@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from analyzers.results import BUBBLE_CLASSES
+from srtscope.analyzers.results import BUBBLE_CLASSES
 
 # legacy trace-viewer colour names, for viewers that honour ``cname``
 _CNAME = {"scheduler": "terrible", "prep": "bad", "kernel": "good", "sync": "yellow",

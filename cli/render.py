@@ -11,7 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from analyzers.units import fmt_ns, fmt_pct
+from srtscope.analyzers.units import fmt_ns, fmt_pct
 
 CLASS_STYLE = {"scheduler": "magenta", "prep": "yellow", "kernel": "cyan", "sync": "blue",
                "launch": "red", "unattributed": "grey50", "comm": "green"}

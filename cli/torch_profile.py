@@ -1,8 +1,8 @@
 """Run a Python script or module under torch.profiler and write its Kineto trace.
 
-    python -m cli.torch_profile --out trace.json.gz -- script.py ARGS...
-    python -m cli.torch_profile --out trace.json.gz -- -m package.module ARGS...
-    python -m cli.torch_profile --out trace.json.gz -- -c "CODE" ARGS...
+    python -m srtscope.cli.torch_profile --out trace.json.gz -- script.py ARGS...
+    python -m srtscope.cli.torch_profile --out trace.json.gz -- -m package.module ARGS...
+    python -m srtscope.cli.torch_profile --out trace.json.gz -- -c "CODE" ARGS...
 
 The trace is written when the script ends, raises, calls sys.exit, or is interrupted (Ctrl-C /
 SIGTERM), so an interrupted capture keeps what was recorded. The script's exit code is kept.
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from probes.torch_capture import TORCH_PROFILE_ENV, rank_traces, torch_profiling
+from srtscope.probes.torch_capture import TORCH_PROFILE_ENV, rank_traces, torch_profiling
 
 
 def _sigterm(signum: int, frame: object) -> None:
@@ -27,7 +27,7 @@ def _sigterm(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cli.torch_profile")
+    ap = argparse.ArgumentParser(prog="python -m srtscope.cli.torch_profile")
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("target", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)

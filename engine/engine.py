@@ -20,10 +20,10 @@ from typing import Any, Literal, Mapping, Sequence
 
 import torch
 
-from engine.config import EngineConfig
-from engine.request import Req, SamplingParams
-from engine.scheduler.loops import run_step
-from engine.scheduler.scheduler import Scheduler
+from srtscope.engine.config import EngineConfig
+from srtscope.engine.request import Req, SamplingParams
+from srtscope.engine.scheduler.loops import run_step
+from srtscope.engine.scheduler.scheduler import Scheduler
 
 logger = logging.getLogger("srtscope.engine")
 
@@ -50,14 +50,14 @@ class Engine:
                  req_pool_size: int | None = None) -> None:
         self.config = config or EngineConfig()
         if self.config.enable_probes:
-            from probes.ranges import enable, nvtx_status
+            from srtscope.probes.ranges import enable, nvtx_status
 
             on_cuda = self.config.resolved_device() == "cuda"
             if not enable(nvtx=on_cuda) and on_cuda:
                 logger.warning("NVTX ranges off (%s): stages reach the probe trace, not Nsight "
                                "Systems", nvtx_status())
         if worker is None:
-            from engine.runner.tp_worker import TpModelWorker
+            from srtscope.engine.runner.tp_worker import TpModelWorker
 
             worker = TpModelWorker(self.config)
         self.worker = worker
@@ -155,14 +155,14 @@ class Engine:
     def write_traces(self, out_dir: str | os.PathLike, rank: int = 0) -> dict[str, Path]:
         """Write the probe trace (``probe.rank<r>.json``) and a Chrome trace of what the process
         recorder holds. Requires probes (``config.enable_probes``)."""
-        from probes.export import probe_trace_name, write_chrome_trace, write_probe_trace
-        from probes.ranges import is_enabled
-        from probes.recorder import get_recorder
+        from srtscope.probes.export import probe_trace_name, write_chrome_trace, write_probe_trace
+        from srtscope.probes.ranges import is_enabled
+        from srtscope.probes.recorder import get_recorder
 
         if not self.config.enable_probes or not is_enabled():
             raise ValueError("enable_probes: probes are off, there is no trace to write")
         rec = get_recorder()
-        from probes.ranges import nvtx_status
+        from srtscope.probes.ranges import nvtx_status
 
         rec.meta.update(engine_config=_config_dict(self.config), device=str(self.worker.device),
                         nvtx=nvtx_status(),

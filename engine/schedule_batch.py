@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from engine.forward_batch import ForwardBatch, ForwardMode, SamplingBatchInfo
-from engine.mem.allocator import TokenSlotAllocator
-from engine.mem.req_to_token import ReqToTokenPool
-from engine.request import Req
+from srtscope.engine.forward_batch import ForwardBatch, ForwardMode, SamplingBatchInfo
+from srtscope.engine.mem.allocator import TokenSlotAllocator
+from srtscope.engine.mem.req_to_token import ReqToTokenPool
+from srtscope.engine.request import Req
 
 
 class OutOfSlotsError(RuntimeError):

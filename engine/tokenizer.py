@@ -10,7 +10,7 @@ import json
 import os
 from typing import Any, Iterable
 
-from engine.config import BOS_ID, EOS_ID, PAD_ID
+from srtscope.engine.config import BOS_ID, EOS_ID, PAD_ID
 
 
 class ByteTokenizer:

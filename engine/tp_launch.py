@@ -2,7 +2,7 @@
 module entry point for ranks that ``torchrun`` starts, on one machine or several:
 
     torchrun --nnodes 2 --nproc-per-node 1 --node-rank K --master-addr HOST --master-port 29500 \\
-        -m engine.tp_launch --workload shared-prefix --requests 32 --out runs/tp2
+        -m srtscope.engine.tp_launch --workload shared-prefix --requests 32 --out runs/tp2
 
 Each rank writes ``probe.rank<r>.json`` and ``chrome.rank<r>.json`` into its own ``--out``; rank 0
 also writes ``report.json``.
@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.config import EngineConfig, FaultInjection, ModelConfig
-from engine.distributed.launch import launch_ranks
-from engine.workloads import GENERATORS, Workload, make_workload
+from srtscope.engine.config import EngineConfig, FaultInjection, ModelConfig
+from srtscope.engine.distributed.launch import launch_ranks
+from srtscope.engine.workloads import GENERATORS, Workload, make_workload
 
 
 def run_tp_workload(config: EngineConfig, workload: Workload, out: Path, timeout_s: float = 120.0,
@@ -68,9 +68,9 @@ def _workload_kwargs(a: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """One rank under torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK)."""
-    from engine.distributed.rank import run_rank, spec_from_env
+    from srtscope.engine.distributed.rank import run_rank, spec_from_env
 
-    ap = argparse.ArgumentParser(prog="python -m engine.tp_launch", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m srtscope.engine.tp_launch", description=main.__doc__)
     ap.add_argument("--workload", default="shared-prefix", choices=list(GENERATORS))
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--max-new-tokens", type=int, default=16)

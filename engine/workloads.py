@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from engine.request import FinishKind, Req, SamplingParams
+from srtscope.engine.request import FinishKind, Req, SamplingParams
 
 Followups = Callable[["WorkItem", list[int]], list["WorkItem"]]
 

@@ -2,9 +2,9 @@
 
 Imports nothing else of srtscope; the engine emits through it and the analyzers read its taxonomy.
 """
-from probes.stages import Stage, StageClass, resolve_stage, stage_class, format_message, parse_message
-from probes.recorder import Recorder, get_recorder, SpanRecord, CounterRecord
-from probes.ranges import stage, enable, disable, is_enabled
+from srtscope.probes.stages import Stage, StageClass, resolve_stage, stage_class, format_message, parse_message
+from srtscope.probes.recorder import Recorder, get_recorder, SpanRecord, CounterRecord
+from srtscope.probes.ranges import stage, enable, disable, is_enabled
 
 __all__ = [
     "Stage", "StageClass", "resolve_stage", "stage_class", "format_message", "parse_message",

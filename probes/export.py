@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from probes.recorder import Recorder
+from srtscope.probes.recorder import Recorder
 
 FORMAT = "srtscope-probe"
 VERSION = 1

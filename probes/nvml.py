@@ -10,7 +10,7 @@ import threading
 from time import perf_counter_ns
 from typing import Any
 
-from probes.recorder import Recorder, get_recorder
+from srtscope.probes.recorder import Recorder, get_recorder
 
 log = logging.getLogger("srtscope.probes")
 

@@ -18,8 +18,8 @@ import threading
 from time import perf_counter_ns
 from typing import Any, Callable
 
-from probes import recorder as _recorder_mod
-from probes.stages import DOMAIN, format_message
+from srtscope.probes import recorder as _recorder_mod
+from srtscope.probes.stages import DOMAIN, format_message
 
 
 class _State:

@@ -58,7 +58,7 @@ def torch_profiling(out: Path, skip_export: Callable[[], bool] | None = None) ->
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from probes.ranges import torch_annotations
+    from srtscope.probes.ranges import torch_annotations
 
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available():

@@ -46,10 +46,10 @@ timeout 300 "$PY" -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tail -n 2
 rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || { echo "gpu tests: exit $rc"; status=1; }
 
-SRT=("$PY" -m cli.app)
+SRT=("$PY" -m srtscope)
 run_case () {  # name, extra run args...
   local name="$1"; shift
-  local run=(-m cli.app run --device "$DEVICE" --workload shared-prefix --requests "$REQUESTS"
+  local run=(-m srtscope run --device "$DEVICE" --workload shared-prefix --requests "$REQUESTS"
              --max-new-tokens 24 --json "$@")
   echo "== run: $name"
   # the engine's own probe trace first, uncaptured: its figures stand even if a capture fails

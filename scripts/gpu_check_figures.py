@@ -28,7 +28,7 @@ def _load(path: Path) -> Any:
 
 def _kineto_stages(path: Path) -> int:
     """How many distinct srtscope stage names the Kineto trace's host annotations carry."""
-    from probes.stages import resolve_stage
+    from srtscope.probes.stages import resolve_stage
 
     try:
         events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]

@@ -19,8 +19,8 @@ def real_traces() -> Path:
 @pytest.fixture
 def recorder():
     """A fresh process-wide recorder with probes enabled (NVTX off); restored afterwards."""
-    from probes import ranges
-    from probes.recorder import Recorder, set_recorder
+    from srtscope.probes import ranges
+    from srtscope.probes.recorder import Recorder, set_recorder
 
     rec = Recorder()
     old = set_recorder(rec)
@@ -38,8 +38,8 @@ def recorder():
 def probes_off():
     """After the test: probes disabled and the process recorder emptied (engines enable probes)."""
     yield
-    from probes import disable
-    from probes.recorder import get_recorder
+    from srtscope.probes import disable
+    from srtscope.probes.recorder import get_recorder
 
     disable()
     get_recorder().clear()

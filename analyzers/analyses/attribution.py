@@ -22,12 +22,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analyzers import intervals as iv
-from analyzers.columns import group_rows, isin, str_codes
-from analyzers.names import range_family
-from analyzers.results import BUBBLE_CLASSES
-from analyzers.timeline import ApiKind, Timeline
-from probes.stages import StageClass, resolve_stage
+from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.columns import group_rows, isin, str_codes
+from srtscope.analyzers.names import range_family
+from srtscope.analyzers.results import BUBBLE_CLASSES
+from srtscope.analyzers.timeline import ApiKind, Timeline
+from srtscope.probes.stages import StageClass, resolve_stage
 
 _STAGE_CLASSES = (StageClass.SCHEDULER, StageClass.PREP, StageClass.KERNEL, StageClass.SYNC)
 

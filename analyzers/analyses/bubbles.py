@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzers import intervals as iv
-from analyzers.columns import group_rows
-from analyzers.results import HistogramBin
-from analyzers.timeline import Timeline
+from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.columns import group_rows
+from srtscope.analyzers.results import HistogramBin
+from srtscope.analyzers.timeline import Timeline
 
 #: Histogram bin edges, µs (the last bin is open-ended).
 HIST_EDGES_US: tuple[int, ...] = (0, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 50_000)

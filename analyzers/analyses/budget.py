@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzers import intervals as iv
-from analyzers.analyses.comm import split_compute
-from analyzers.results import BUBBLE_CLASSES, BudgetResult
-from analyzers.timeline import DeviceKind, Timeline
+from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.analyses.comm import split_compute
+from srtscope.analyzers.results import BUBBLE_CLASSES, BudgetResult
+from srtscope.analyzers.timeline import DeviceKind, Timeline
 
 BUDGET_COLUMNS = ("step", "rank", "device", "wall_ns", "compute_ns", "exposed_comm_ns",
                   *(f"{c}_ns" for c in BUBBLE_CLASSES), "other_ns")

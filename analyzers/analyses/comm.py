@@ -13,13 +13,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzers import intervals as iv
-from analyzers.columns import group_rows, str_codes
-from analyzers.analyses.attribution import innermost_segments, stage_names
-from analyzers.names import is_comm_kernel
-from analyzers.results import CommResult
-from analyzers.timeline import DeviceKind, Timeline
-from probes.stages import Stage, resolve_stage
+from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.columns import group_rows, str_codes
+from srtscope.analyzers.analyses.attribution import innermost_segments, stage_names
+from srtscope.analyzers.names import is_comm_kernel
+from srtscope.analyzers.results import CommResult
+from srtscope.analyzers.timeline import DeviceKind, Timeline
+from srtscope.probes.stages import Stage, resolve_stage
 
 COLLECTIVE_COLUMNS = ("index", "name", "start_ns", "skew_ns", "transfer_ns", "straggler_rank",
                       "straggler_device")

@@ -4,10 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from analyzers.results import BUBBLE_CLASSES
+from srtscope.analyzers.results import BUBBLE_CLASSES
 
 if TYPE_CHECKING:
-    from analyzers.results import Diagnosis
+    from srtscope.analyzers.results import Diagnosis
 
 Better = Literal["lower", "higher", "neutral"]
 

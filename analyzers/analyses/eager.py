@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzers.results import EagerResult
+from srtscope.analyzers.results import EagerResult
 
 _EXTEND_MODES = ("prefill", "extend", "mixed")
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analyzers import intervals as iv
-from analyzers.columns import isin, str_codes
-from analyzers.analyses.attribution import _blocking_mask, _default_threads
-from analyzers.timeline import ApiKind, DeviceKind, Timeline
-from probes.stages import Stage, resolve_stage
+from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.columns import isin, str_codes
+from srtscope.analyzers.analyses.attribution import _blocking_mask, _default_threads
+from srtscope.analyzers.timeline import ApiKind, DeviceKind, Timeline
+from srtscope.probes.stages import Stage, resolve_stage
 
 STEP_COLUMNS = ("step", "rank", "pid", "tid", "start_ns", "end_ns", "wall_ns", "mode", "bs", "padded_bs",
                 "tokens", "exec", "reason", "busy_ns", "launches", "graph_launches", "graph_kernels")

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analyzers.results import BubbleResult, CommResult, EagerResult, Finding, Verdict
-from analyzers.timeline import TimelineMeta, WarningCode
+from srtscope.analyzers.results import BubbleResult, CommResult, EagerResult, Finding, Verdict
+from srtscope.analyzers.timeline import TimelineMeta, WarningCode
 
 _ADEQUACY = (WarningCode.NO_NVTX, WarningCode.GRAPH_NOT_PER_NODE, WarningCode.LOW_NVTX_COVERAGE,
              WarningCode.WINDOW_CUT, WarningCode.NO_API, WarningCode.UNKNOWN_SCHEMA, WarningCode.NO_KERNELS)

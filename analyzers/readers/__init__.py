@@ -1,6 +1,6 @@
 """Trace readers: every supported format into one ``Timeline``.
 
-    from analyzers.readers import load_timeline, TraceError
+    from srtscope.analyzers.readers import load_timeline, TraceError
     tl = load_timeline(["rank0.sqlite", "rank1.sqlite"])
 
 Formats are detected from content (``detect.py``). Several files (one per rank) are merged. Every
@@ -15,9 +15,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from analyzers.readers.detect import detect_format
-from analyzers.readers.errors import TraceError
-from analyzers.timeline import SourceFormat, Timeline, TimelineError, merge_timelines
+from srtscope.analyzers.readers.detect import detect_format
+from srtscope.analyzers.readers.errors import TraceError
+from srtscope.analyzers.timeline import SourceFormat, Timeline, TimelineError, merge_timelines
 
 __all__ = ["load_timeline", "read_one", "detect_format", "TraceError"]
 
@@ -37,13 +37,13 @@ def read_one(path: str | Path, rank: int = 0, allow_no_kernels: bool = False) ->
     try:
         fmt = detect_format(path)
         if fmt is SourceFormat.NSYS_SQLITE:
-            from analyzers.readers.nsys_sqlite import read_nsys
+            from srtscope.analyzers.readers.nsys_sqlite import read_nsys
             tl = read_nsys(path, rank)
         elif fmt is SourceFormat.KINETO:
-            from analyzers.readers.kineto import read_kineto
+            from srtscope.analyzers.readers.kineto import read_kineto
             tl = read_kineto(path, rank)
         else:
-            from analyzers.readers.probe import read_probe
+            from srtscope.analyzers.readers.probe import read_probe
             tl = read_probe(path, rank)
     except TraceError:
         raise
@@ -85,8 +85,8 @@ def _scan_progress(progress: Progress | None, path: Path, index: int, count: int
     if progress is None or detect_format_quiet(path) is not SourceFormat.NSYS_SQLITE:
         yield
         return
-    from analyzers.readers.columnar import report_scans
-    from analyzers.readers.nsys_sqlite import scan_estimate
+    from srtscope.analyzers.readers.columnar import report_scans
+    from srtscope.analyzers.readers.nsys_sqlite import scan_estimate
 
     total = scan_estimate(path)
     if total <= 0:

@@ -24,14 +24,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzers.names import api_kind, hip_to_cuda, strip_api_suffix
-from analyzers.readers.errors import TraceError
-from analyzers.readers.jsonstream import JsonStreamError, iter_trace, us_to_ns
-from analyzers.readers.labels import split_labels
-from analyzers.readers.stand_in import forward_stand_ins, note_stand_ins
-from analyzers.timeline import (GPU_DOMAIN, ApiKind, DeviceInfo, DeviceKind, SourceFormat, Timeline,
+from srtscope.analyzers.names import api_kind, hip_to_cuda, strip_api_suffix
+from srtscope.analyzers.readers.errors import TraceError
+from srtscope.analyzers.readers.jsonstream import JsonStreamError, iter_trace, us_to_ns
+from srtscope.analyzers.readers.labels import split_labels
+from srtscope.analyzers.readers.stand_in import forward_stand_ins, note_stand_ins
+from srtscope.analyzers.timeline import (GPU_DOMAIN, ApiKind, DeviceInfo, DeviceKind, SourceFormat, Timeline,
                                 TimelineMeta, Traced, WarningCode)
-from probes.stages import resolve_stage
+from srtscope.probes.stages import resolve_stage
 
 _DEVICE_CATS = {"kernel": DeviceKind.KERNEL, "Kernel": DeviceKind.KERNEL,
                 "gpu_memcpy": DeviceKind.MEMCPY, "Memcpy": DeviceKind.MEMCPY,

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from probes.stages import parse_message
+from srtscope.probes.stages import parse_message
 
 
 def split_label(label: str) -> tuple[str, dict[str, str] | None]:

@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzers.names import api_kind, strip_api_suffix
-from analyzers.readers.columnar import (CHUNK, cat_from_codes, concat_sorted, factorize,
+from srtscope.analyzers.names import api_kind, strip_api_suffix
+from srtscope.analyzers.readers.columnar import (CHUNK, cat_from_codes, concat_sorted, factorize,
                                         fetch_ints, nesting_depth, sort_columns)
-from analyzers.readers.errors import TraceError
-from analyzers.readers.labels import split_labels
-from analyzers.timeline import (ApiKind, DeviceInfo, DeviceKind, SourceFormat, Timeline,
+from srtscope.analyzers.readers.errors import TraceError
+from srtscope.analyzers.readers.labels import split_labels
+from srtscope.analyzers.timeline import (ApiKind, DeviceInfo, DeviceKind, SourceFormat, Timeline,
                                 TimelineMeta, Traced, WarningCode, validate_table)
 
 KNOWN_SCHEMAS = frozenset({"2.9.1", "3.1.2", "3.1.7", "3.13.2", "3.16.1", "3.17.1", "3.20.2",

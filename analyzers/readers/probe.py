@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzers.readers.errors import TraceError
-from analyzers.readers.stand_in import forward_stand_ins, note_stand_ins
-from analyzers.timeline import SourceFormat, Timeline, TimelineMeta, Traced, WarningCode
-from probes.export import FORMAT, VERSION
-from probes.stages import DOMAIN
+from srtscope.analyzers.readers.errors import TraceError
+from srtscope.analyzers.readers.stand_in import forward_stand_ins, note_stand_ins
+from srtscope.analyzers.timeline import SourceFormat, Timeline, TimelineMeta, Traced, WarningCode
+from srtscope.probes.export import FORMAT, VERSION
+from srtscope.probes.stages import DOMAIN
 
 
 def _load(path: Path) -> dict[str, Any]:

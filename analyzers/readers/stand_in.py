@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzers.timeline import GPU_DOMAIN, DeviceKind, TimelineMeta, Traced, WarningCode
-from probes.stages import Stage
+from srtscope.analyzers.timeline import GPU_DOMAIN, DeviceKind, TimelineMeta, Traced, WarningCode
+from srtscope.probes.stages import Stage
 
 FORWARD_STAGES = (Stage.RUN_EAGER.value, Stage.RUN_GRAPH_REPLAY.value, Stage.COMM_ALL_REDUCE.value)
 

@@ -23,8 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threshold-us", type=float, default=None)
     args = ap.parse_args(argv)
 
-    from analyzers.diagnose import DiagnoseParams, diagnose
-    from analyzers.readers import load_timeline
+    from srtscope.analyzers.diagnose import DiagnoseParams, diagnose
+    from srtscope.analyzers.readers import load_timeline
 
     tl = load_timeline(args.traces)
     params = DiagnoseParams() if args.threshold_us is None else DiagnoseParams(threshold_us=args.threshold_us)

@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from engine.attention.base import AttentionBackend
-from engine.attention.flashinfer_backend import flashinfer_available
-from engine.attention.torch_native import TorchNativeAttnBackend
+from srtscope.engine.attention.base import AttentionBackend
+from srtscope.engine.attention.flashinfer_backend import flashinfer_available
+from srtscope.engine.attention.torch_native import TorchNativeAttnBackend
 
 
 def select_attention_backend(requested: str, device: torch.device | str,
@@ -44,7 +44,7 @@ def create_attention_backend(requested: str, kv_pool: Any, num_heads: int, num_k
                              graph_width: int = 2048) -> tuple[AttentionBackend, str]:
     name, reason = select_attention_backend(requested, device, dtype)
     if name == "flashinfer":
-        from engine.attention.flashinfer_backend import FlashInferAttnBackend
+        from srtscope.engine.attention.flashinfer_backend import FlashInferAttnBackend
 
         return FlashInferAttnBackend(kv_pool, num_heads, num_kv_heads, head_dim, device,
                                      graph_width=graph_width), reason

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from engine.attention.base import AttentionBackend, batch_lens
-from engine.forward_batch import ForwardMode
+from srtscope.engine.attention.base import AttentionBackend, batch_lens
+from srtscope.engine.forward_batch import ForwardMode
 
 _WORKSPACE_BYTES = 128 * 1024 * 1024
 

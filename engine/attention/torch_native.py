@@ -17,8 +17,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engine.attention.base import AttentionBackend, batch_lens
-from engine.forward_batch import ForwardMode
+from srtscope.engine.attention.base import AttentionBackend, batch_lens
+from srtscope.engine.forward_batch import ForwardMode
 
 try:  # enable_gqa arrived in torch 2.5
     F.scaled_dot_product_attention(torch.zeros(1, 2, 1, 2), torch.zeros(1, 1, 1, 2),

@@ -16,8 +16,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from engine.config import EngineConfig
-from engine.distributed.rank import RankSpec, run_rank
+from srtscope.engine.config import EngineConfig
+from srtscope.engine.distributed.rank import RankSpec, run_rank
 
 FAILURE_GRACE_S = 3.0   # after a first failure, how long the other ranks may take to report
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from engine.config import EngineConfig
-from engine.distributed.sync import TpStop, TpSync
+from srtscope.engine.config import EngineConfig
+from srtscope.engine.distributed.sync import TpStop, TpSync
 
 
 @dataclass(frozen=True)
@@ -87,11 +87,11 @@ def run_rank(config: EngineConfig, workload: Any, out: Path, spec: RankSpec) -> 
     """Run this rank to the end of the workload; returns a summary (rank 0: with the report)."""
     import torch.distributed as dist
 
-    from engine.engine import Engine
-    from engine.runner.tp_worker import TpModelWorker
-    from engine.workloads import run_workload
-    from probes.recorder import Recorder, set_recorder
-    from probes.torch_capture import from_env
+    from srtscope.engine.engine import Engine
+    from srtscope.engine.runner.tp_worker import TpModelWorker
+    from srtscope.engine.workloads import run_workload
+    from srtscope.probes.recorder import Recorder, set_recorder
+    from srtscope.probes.torch_capture import from_env
 
     if config.tp_size != spec.world_size:
         raise ValueError(f"tp_size: config says {config.tp_size}, the launcher started "

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from engine.request import Req
+from srtscope.engine.request import Req
 
 
 _STOP = object()   # the stop signal (sent as a header flag, never pickled)

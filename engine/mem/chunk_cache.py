@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from engine.mem.allocator import TokenSlotAllocator
-from engine.mem.radix_cache import MatchResult
-from engine.mem.req_to_token import ReqToTokenPool
+from srtscope.engine.mem.allocator import TokenSlotAllocator
+from srtscope.engine.mem.radix_cache import MatchResult
+from srtscope.engine.mem.req_to_token import ReqToTokenPool
 
 if TYPE_CHECKING:
-    from engine.request import Req
+    from srtscope.engine.request import Req
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 

@@ -13,11 +13,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.config import ModelConfig
-from engine.model.layers import (ColumnParallelLinear, ParallelLMHead, RMSNorm, RowParallelLinear,
+from srtscope.engine.config import ModelConfig
+from srtscope.engine.model.layers import (ColumnParallelLinear, ParallelLMHead, RMSNorm, RowParallelLinear,
                                  VocabParallelEmbedding)
-from engine.model.parallel import TPState, shard_range
-from engine.model.rotary import RotaryEmbedding
+from srtscope.engine.model.parallel import TPState, shard_range
+from srtscope.engine.model.rotary import RotaryEmbedding
 
 
 class LlamaAttention(nn.Module):

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from probes.ranges import is_enabled, stage
+from srtscope.probes.ranges import is_enabled, stage
 
 
 @dataclass

@@ -16,7 +16,7 @@ import os
 
 import torch
 
-from engine.config import ModelConfig
+from srtscope.engine.config import ModelConfig
 
 # ModelConfig field <- HF config.json key
 _HF_KEYS = {
@@ -155,8 +155,8 @@ def load_into(model, sd: dict[str, torch.Tensor]) -> None:
 
 def build_model(cfg: ModelConfig, tp=None, device: torch.device | str = "cpu"):
     """A ``LlamaForCausalLM`` for ``cfg`` (random from its seed, or from ``cfg.weights_path``)."""
-    from engine.mem.kv_pool import resolve_dtype
-    from engine.model.llama import LlamaForCausalLM
+    from srtscope.engine.mem.kv_pool import resolve_dtype
+    from srtscope.engine.model.llama import LlamaForCausalLM
 
     dtype = resolve_dtype(cfg.dtype)
     model = LlamaForCausalLM(cfg, tp, dtype=dtype, device=device)

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from engine.forward_batch import ForwardBatch, ForwardMode
+from srtscope.engine.forward_batch import ForwardBatch, ForwardMode
 
 DEFAULT_CAPTURE_BS: list[int] = [1, 2, 4, 8] + list(range(16, 257, 8))
 

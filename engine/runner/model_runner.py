@@ -14,14 +14,14 @@ from typing import Any
 
 import torch
 
-from engine.attention.factory import create_attention_backend
-from engine.config import EngineConfig, ModelConfig
-from engine.forward_batch import ForwardBatch, ForwardMode
-from engine.mem.kv_pool import KVPool, resolve_dtype
-from engine.model.parallel import TPState
-from engine.model.weights import build_model
-from engine.runner.graph_runner import GraphRunner, capture_bs_list
-from probes.ranges import is_enabled, stage
+from srtscope.engine.attention.factory import create_attention_backend
+from srtscope.engine.config import EngineConfig, ModelConfig
+from srtscope.engine.forward_batch import ForwardBatch, ForwardMode
+from srtscope.engine.mem.kv_pool import KVPool, resolve_dtype
+from srtscope.engine.model.parallel import TPState
+from srtscope.engine.model.weights import build_model
+from srtscope.engine.runner.graph_runner import GraphRunner, capture_bs_list
+from srtscope.probes.ranges import is_enabled, stage
 
 
 logger = logging.getLogger("srtscope.engine")

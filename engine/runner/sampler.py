@@ -12,8 +12,8 @@ from typing import Sequence
 
 import torch
 
-from engine.forward_batch import SamplingBatchInfo
-from probes.ranges import stage
+from srtscope.engine.forward_batch import SamplingBatchInfo
+from srtscope.probes.ranges import stage
 
 _MASK64 = (1 << 64) - 1
 

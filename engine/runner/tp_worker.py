@@ -12,14 +12,14 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.config import EngineConfig, ModelConfig
-from engine.forward_batch import ForwardBatch, ForwardMode
-from engine.mem.kv_pool import KVPool, resolve_dtype
-from engine.model.parallel import TPState
-from engine.model.weights import model_config_from_hf
-from engine.runner.model_runner import ModelRunner
-from engine.runner.sampler import Sampler
-from engine.tokenizer import get_tokenizer
+from srtscope.engine.config import EngineConfig, ModelConfig
+from srtscope.engine.forward_batch import ForwardBatch, ForwardMode
+from srtscope.engine.mem.kv_pool import KVPool, resolve_dtype
+from srtscope.engine.model.parallel import TPState
+from srtscope.engine.model.weights import model_config_from_hf
+from srtscope.engine.runner.model_runner import ModelRunner
+from srtscope.engine.runner.sampler import Sampler
+from srtscope.engine.tokenizer import get_tokenizer
 
 
 @dataclass

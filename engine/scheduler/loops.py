@@ -9,11 +9,11 @@ overlap: recv -> schedule t+1 -> prep + launch t+1 (worker thread) -> wait t -> 
 """
 from __future__ import annotations
 
-from engine.forward_batch import ForwardMode
-from engine.schedule_batch import ScheduleBatch
-from engine.scheduler.scheduler import Scheduler
-from probes.ranges import stage
-from probes.stages import Stage
+from srtscope.engine.forward_batch import ForwardMode
+from srtscope.engine.schedule_batch import ScheduleBatch
+from srtscope.engine.scheduler.scheduler import Scheduler
+from srtscope.probes.ranges import stage
+from srtscope.probes.stages import Stage
 
 _LOOP = Stage.LOOP_STEP.value
 _RECV = Stage.SCHED_RECV.value

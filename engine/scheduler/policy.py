@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.request import Req
+from srtscope.engine.request import Req
 
 LPM_MAX_QUEUE = 128
 
@@ -34,8 +34,8 @@ class InBatchPrefixFilter:
     admission round is about to compute (they hit the cache one round later)."""
 
     def __init__(self, tree_cache, threshold: int = IN_BATCH_PREFIX_TOKENS) -> None:
-        from engine.mem.allocator import TokenSlotAllocator
-        from engine.mem.radix_cache import RadixCache
+        from srtscope.engine.mem.allocator import TokenSlotAllocator
+        from srtscope.engine.mem.radix_cache import RadixCache
 
         self.tree_cache = tree_cache
         self.threshold = threshold

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from engine.request import Req
+from srtscope.engine.request import Req
 
 #: cap on max_new_tokens when reserving KV for it (SGLang's CLIP_MAX_NEW_TOKENS)
 CLIP_MAX_NEW_TOKENS = 4096

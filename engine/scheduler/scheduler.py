@@ -18,19 +18,19 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from engine.config import EngineConfig
-from engine.forward_batch import ForwardMode
-from engine.mem.allocator import TokenSlotAllocator
-from engine.mem.chunk_cache import ChunkCache
-from engine.mem.radix_cache import RadixCache
-from engine.mem.req_to_token import ReqToTokenPool
-from engine.request import Req, SamplingParams, validate_prompt
-from engine.schedule_batch import LaunchedStep, ScheduleBatch
-from engine.scheduler.policy import InBatchPrefixFilter, sort_waiting
-from engine.scheduler.prefill_adder import CLIP_MAX_NEW_TOKENS, AddResult, PrefillAdder
-from engine.scheduler.worker_client import Pending, WorkerClient
-from probes.ranges import stage
-from probes.stages import Stage
+from srtscope.engine.config import EngineConfig
+from srtscope.engine.forward_batch import ForwardMode
+from srtscope.engine.mem.allocator import TokenSlotAllocator
+from srtscope.engine.mem.chunk_cache import ChunkCache
+from srtscope.engine.mem.radix_cache import RadixCache
+from srtscope.engine.mem.req_to_token import ReqToTokenPool
+from srtscope.engine.request import Req, SamplingParams, validate_prompt
+from srtscope.engine.schedule_batch import LaunchedStep, ScheduleBatch
+from srtscope.engine.scheduler.policy import InBatchPrefixFilter, sort_waiting
+from srtscope.engine.scheduler.prefill_adder import CLIP_MAX_NEW_TOKENS, AddResult, PrefillAdder
+from srtscope.engine.scheduler.worker_client import Pending, WorkerClient
+from srtscope.probes.ranges import stage
+from srtscope.probes.stages import Stage
 
 _PREP = Stage.PREP_BATCH.value
 _RESULT = Stage.SCHED_RESULT.value

@@ -23,11 +23,11 @@ from typing import Any
 
 import torch
 
-from engine.forward_batch import ForwardBatch
-from engine.mem.req_to_token import ReqToTokenPool
-from engine.scheduler.stream_staging import CudaStreams, TensorStager, host_tensors
-from probes.ranges import stage
-from probes.stages import Stage
+from srtscope.engine.forward_batch import ForwardBatch
+from srtscope.engine.mem.req_to_token import ReqToTokenPool
+from srtscope.engine.scheduler.stream_staging import CudaStreams, TensorStager, host_tensors
+from srtscope.probes.ranges import stage
+from srtscope.probes.stages import Stage
 
 _PREP = Stage.PREP_BATCH.value
 _SYNC = Stage.SYNC_WAIT.value

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analyzers.names import api_kind
-from analyzers.timeline import DeviceKind, SourceFormat, Timeline, TimelineMeta, Traced
+from srtscope.analyzers.names import api_kind
+from srtscope.analyzers.timeline import DeviceKind, SourceFormat, Timeline, TimelineMeta, Traced
 
 US = 1000
 

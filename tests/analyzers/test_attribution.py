@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from analyzers.analyses.attribution import (BurstRule, attribute, innermost_segments,
+from srtscope.analyzers.analyses.attribution import (BurstRule, attribute, innermost_segments,
                                             launching_threads)
-from analyzers.analyses.bubbles import find_bubbles
-from analyzers.timeline import DeviceKind, SourceFormat
+from srtscope.analyzers.analyses.bubbles import find_bubbles
+from srtscope.analyzers.timeline import DeviceKind, SourceFormat
 from tests.analyzers._tl import api, kernel, rng, timeline
 
 US = 1000

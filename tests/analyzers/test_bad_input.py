@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyzers.readers import TraceError, load_timeline
-from analyzers.timeline import Timeline
+from srtscope.analyzers.readers import TraceError, load_timeline
+from srtscope.analyzers.timeline import Timeline
 from sample_traces.nsys_schema import NsysWriter
 
 REAL = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "real"

@@ -1,7 +1,7 @@
 """Bubbles: gaps in the union of a device's streams, inside its active window only."""
 import numpy as np
 
-from analyzers.analyses.bubbles import find_bubbles, histogram
+from srtscope.analyzers.analyses.bubbles import find_bubbles, histogram
 from tests.analyzers._tl import kernel, timeline
 
 US = 1000

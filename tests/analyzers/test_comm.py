@@ -1,7 +1,7 @@
 """Communication: exposed time, cross-rank skew (collectives matched by their end times), the
 straggler and its host."""
-from analyzers.analyses.comm import comm_mask, communication
-from analyzers.timeline import DeviceKind, SourceFormat
+from srtscope.analyzers.analyses.comm import comm_mask, communication
+from srtscope.analyzers.timeline import DeviceKind, SourceFormat
 from tests.analyzers._tl import kernel, rng, timeline
 
 US = 1000
@@ -91,7 +91,7 @@ def test_no_comm():
 def test_probe_reader_shape_comm_rows_are_stand_ins_and_skew_counts_as_lost():
     # scenario: TP=2 probe traces as the probe reader builds them: forward AND comm.all_reduce spans
     # are cpu_forward device rows; rank 1 sleeps before each all-reduce (the injected straggler)
-    from analyzers.diagnose import diagnose
+    from srtscope.analyzers.diagnose import diagnose
     cpu = DeviceKind.CPU_FORWARD.value
     dev, rgs = [], []
     for i in range(4):

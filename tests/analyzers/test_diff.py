@@ -1,8 +1,8 @@
 """Diff of two diagnoses: figures side by side, deltas, and the CI regression gate."""
 import pytest
 
-from analyzers.analyses.diff import FigureDelta
-from analyzers.diagnose import compare, diagnose
+from srtscope.analyzers.analyses.diff import FigureDelta
+from srtscope.analyzers.diagnose import compare, diagnose
 from tests.analyzers._tl import api, kernel, rng, timeline
 
 US = 1000

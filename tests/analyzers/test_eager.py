@@ -1,7 +1,7 @@
 """Eager fallback: decode steps run eagerly where graphs were used elsewhere; reason and cost."""
 import pandas as pd
 
-from analyzers.analyses.eager import eager_fallback, eager_reasons
+from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons
 
 US = 1000
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from analyzers.diagnose import diagnose
-from analyzers.readers import load_timeline
+from srtscope.analyzers.diagnose import diagnose
+from srtscope.analyzers.readers import load_timeline
 
 SCHED, FWD, PID = 10, 11, 4242
 

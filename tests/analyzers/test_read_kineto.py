@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from analyzers.readers import TraceError, load_timeline
-from analyzers.readers.detect import detect_format
-from analyzers.readers.jsonstream import us_to_ns
-from analyzers.readers.kineto import read_kineto
-from analyzers.timeline import GPU_DOMAIN, DeviceKind, SourceFormat, Traced, WarningCode
+from srtscope.analyzers.readers import TraceError, load_timeline
+from srtscope.analyzers.readers.detect import detect_format
+from srtscope.analyzers.readers.jsonstream import us_to_ns
+from srtscope.analyzers.readers.kineto import read_kineto
+from srtscope.analyzers.timeline import GPU_DOMAIN, DeviceKind, SourceFormat, Traced, WarningCode
 
 REAL = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "real"
 KINETO = REAL / "kineto"
@@ -215,7 +215,7 @@ def test_flows_link_events_without_args_correlation(tmp_path):
 @pytest.mark.parametrize("chunk", [7, 64, 1 << 20])
 def test_stream_parser_across_chunk_boundaries(chunk):
     import io
-    from analyzers.readers.jsonstream import iter_trace
+    from srtscope.analyzers.readers.jsonstream import iter_trace
     doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "x" * 50}],
            "traceEvents": [{"ph": "X", "ts": f"@{i}", "dur": 1234567,
                             "name": f"k{i}", "args": {"s": "a,b]}" * 5}} for i in range(40)],

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyzers.readers import TraceError, load_timeline
-from analyzers.readers.nsys_sqlite import read_nsys
-from analyzers.timeline import DeviceKind, SourceFormat, Traced, WarningCode
+from srtscope.analyzers.readers import TraceError, load_timeline
+from srtscope.analyzers.readers.nsys_sqlite import read_nsys
+from srtscope.analyzers.timeline import DeviceKind, SourceFormat, Traced, WarningCode
 from sample_traces.nsys_schema import NsysWriter
 
 REAL = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "real"
@@ -280,7 +280,7 @@ def test_progress_reports_fractions(tmp_path):
 
 
 def test_progress_within_one_big_file(tmp_path, monkeypatch):
-    from analyzers.readers import columnar
+    from srtscope.analyzers.readers import columnar
 
     monkeypatch.setattr(columnar, "CHUNK", 64)  # many chunks from a small file
     a = _scenario(tmp_path / "r0.sqlite")
@@ -307,7 +307,7 @@ def test_api_only_helper_process_gets_no_rank_of_its_own():
     ([(0, 10), (2, 4), (20, 30)], [0, 1, 0]),
 ])
 def test_nesting_depth(intervals, expected):
-    from analyzers.readers.columnar import nesting_depth
+    from srtscope.analyzers.readers.columnar import nesting_depth
     s = np.array([a for a, _ in intervals], np.int64)
     e = np.array([b for _, b in intervals], np.int64)
     # the same pattern on two threads, interleaved in time, gives the same depths

@@ -6,13 +6,13 @@ import time
 
 import pytest
 
-from analyzers.readers import TraceError, load_timeline
-from analyzers.readers.detect import detect_format
-from analyzers.timeline import DeviceKind, SourceFormat, Traced, WarningCode
-from probes import Recorder, stage
-from probes.export import probe_trace_name, write_probe_trace
-from probes.ranges import disable, enable
-from probes.recorder import set_recorder
+from srtscope.analyzers.readers import TraceError, load_timeline
+from srtscope.analyzers.readers.detect import detect_format
+from srtscope.analyzers.timeline import DeviceKind, SourceFormat, Traced, WarningCode
+from srtscope.probes import Recorder, stage
+from srtscope.probes.export import probe_trace_name, write_probe_trace
+from srtscope.probes.ranges import disable, enable
+from srtscope.probes.recorder import set_recorder
 
 
 @pytest.fixture

@@ -3,10 +3,10 @@ import json
 
 import pytest
 
-readers = pytest.importorskip("analyzers.readers", reason="trace readers not importable yet")
+readers = pytest.importorskip("srtscope.analyzers.readers", reason="trace readers not importable yet")
 
-from analyzers.diagnose import diagnose  # noqa: E402
-from analyzers.results import BOTTLENECKS, BUBBLE_CLASSES  # noqa: E402
+from srtscope.analyzers.diagnose import diagnose  # noqa: E402
+from srtscope.analyzers.results import BOTTLENECKS, BUBBLE_CLASSES  # noqa: E402
 from tests.conftest import REAL_TRACES  # noqa: E402
 
 FILES = sorted([*REAL_TRACES.glob("nsys/*.sqlite"), *REAL_TRACES.glob("kineto/*.json.gz")]) \

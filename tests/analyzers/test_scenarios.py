@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 generate = pytest.importorskip("sample_traces.generate", reason="needs sample_traces.nsys_schema")
-readers = pytest.importorskip("analyzers.readers", reason="trace readers not importable yet")
+readers = pytest.importorskip("srtscope.analyzers.readers", reason="trace readers not importable yet")
 
-from analyzers.diagnose import diagnose  # noqa: E402
+from srtscope.analyzers.diagnose import diagnose  # noqa: E402
 
 COMMITTED = Path(generate.__file__).resolve().parent
 NAMES = [s.name for s in generate.SCENARIOS]
@@ -106,8 +106,8 @@ def test_unknown_scenario_is_a_clear_error(tmp_path):
     ("result_us", "sched.result", "scheduler"),
 ])
 def test_engine_probe_trace_injected_delay(tmp_path, recorder, field, stage, bottleneck):
-    eng_mod = pytest.importorskip("engine.engine", reason="reference engine not importable")
-    from engine.config import EngineConfig, FaultInjection
+    eng_mod = pytest.importorskip("srtscope.engine.engine", reason="reference engine not importable")
+    from srtscope.engine.config import EngineConfig, FaultInjection
 
     delay_us = 40_000                    # large against a tiny CPU forward: the verdict must name it
     cfg = EngineConfig(device="cpu", enable_probes=True, inject=FaultInjection(**{field: delay_us}))

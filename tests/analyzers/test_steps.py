@@ -1,8 +1,8 @@
 """Steps: loop.step / SGLang ranges / no-NVTX fallbacks, and what each step ran."""
 import pytest
 
-from analyzers.analyses.steps import StepRule, find_steps
-from analyzers.timeline import GPU_DOMAIN
+from srtscope.analyzers.analyses.steps import StepRule, find_steps
+from srtscope.analyzers.timeline import GPU_DOMAIN
 from tests.analyzers._tl import api, kernel, rng, timeline
 
 US = 1000

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from analyzers.diagnose import DiagnoseParams, diagnose
-from analyzers.results import Verdict
-from analyzers.timeline import WarningCode
+from srtscope.analyzers.diagnose import DiagnoseParams, diagnose
+from srtscope.analyzers.results import Verdict
+from srtscope.analyzers.timeline import WarningCode
 from tests.analyzers._tl import api, kernel, rng, timeline
 
 US = 1000

@@ -62,7 +62,7 @@ def test_generated_kineto_is_read_by_srtscope(tmp_path):
     out = tmp_path / "k.json.gz"
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers" / "gen_kineto.py"), "--kernels", "300",
                     str(out)], check=True, capture_output=True)
-    from analyzers.readers import load_timeline
+    from srtscope.analyzers.readers import load_timeline
     tl = load_timeline([out])
     assert len(tl.device) >= 288          # 2 steps x 24 layers x 6 kernels, plus copies
     assert set(tl.device["stream"].unique()) >= {7, 20}

@@ -54,7 +54,7 @@ def nsys_on_path(tmp_path):
 
 
 def srtscope(env: dict, *args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli.app", *map(str, args)], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "srtscope.cli.app", *map(str, args)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
 
 

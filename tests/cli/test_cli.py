@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.app import app
+from srtscope.cli.app import app
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_traces"
@@ -155,7 +155,7 @@ def test_capture_torch_passes_exit_code_and_writes_kineto(tmp_path):
     ("run.v2", "run.v2"),                         # a dot inside the name is not an extension
 ])
 def test_nsys_plan_names_report_and_export_alike(tmp_path, out, name):
-    from cli.capture import nsys_plan
+    from srtscope.cli.capture import nsys_plan
 
     plan = nsys_plan("/usr/bin/nsys", tmp_path / out, ["python", "x.py"])
     assert plan.report == tmp_path / f"{name}.nsys-rep" and plan.sqlite == tmp_path / f"{name}.sqlite"
@@ -163,7 +163,7 @@ def test_nsys_plan_names_report_and_export_alike(tmp_path, out, name):
 
 
 def test_nsys_plan_flags(tmp_path):
-    from cli.capture import nsys_plan
+    from srtscope.cli.capture import nsys_plan
 
     plan = nsys_plan("/usr/bin/nsys", tmp_path / "cap", ["python", "serve.py", "--x", "a b"],
                      capture_range=True)
@@ -264,7 +264,7 @@ def test_run_with_injected_prep_delay_names_prep(tmp_path):
 def test_capture_torch_of_an_engine_run(tmp_path):
     trace = tmp_path / "engine.json.gz"
     r = invoke("capture", "--backend", "torch", "--out", trace, "--",
-               "python", "-m", "cli.app", "run", "--requests", "2", "--max-new-tokens", "3",
+               "python", "-m", "srtscope.cli.app", "run", "--requests", "2", "--max-new-tokens", "3",
                "--device", "cpu", "--overlap", "--out", tmp_path / "run", "--json")
     assert r.exit_code == 0, r.stderr
     assert trace.exists() and (tmp_path / "run" / "probe.rank0.json").exists()
@@ -289,7 +289,7 @@ def test_capture_torch_of_a_tp_run_writes_one_trace_per_rank(tmp_path):
     # scenario: ranks are separate processes; each captures itself, named by its rank
     trace = tmp_path / "tp.json.gz"
     r = invoke("capture", "--backend", "torch", "--out", trace, "--",
-               "python", "-m", "cli.app", "run", "--tp", "2", "--requests", "2", "--max-new-tokens", "2",
+               "python", "-m", "srtscope.cli.app", "run", "--tp", "2", "--requests", "2", "--max-new-tokens", "2",
                "--device", "cpu", "--out", tmp_path / "run", "--json")
     assert r.exit_code == 0, r.stderr
     # the launcher only waited: no trace of its own, so `diagnose tp*.json.gz` reads the ranks
@@ -320,6 +320,6 @@ def test_capture_torch_reports_only_the_traces_it_wrote(tmp_path):
 @pytest.mark.parametrize("name, ranked", [
     ("t.json.gz", "t.rank1.json.gz"), ("t.json", "t.rank1.json"), ("cap", "cap.rank1.json.gz")])
 def test_rank_trace_path(name, ranked):
-    from probes.torch_capture import rank_trace_path
+    from srtscope.probes.torch_capture import rank_trace_path
 
     assert rank_trace_path(Path("/x") / name, 1) == Path("/x") / ranked

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.config import EOS_ID, EngineConfig
-from engine.tokenizer import ByteTokenizer
+from srtscope.engine.config import EOS_ID, EngineConfig
+from srtscope.engine.tokenizer import ByteTokenizer
 
 
 @dataclass
@@ -61,7 +61,7 @@ class FakeWorker:
 def drain(s, max_steps: int = 10_000) -> None:
     """Run event-loop iterations until the scheduler is idle (failing if it never is), then check
     the idle invariant."""
-    from engine.scheduler.loops import run_step
+    from srtscope.engine.scheduler.loops import run_step
 
     for _ in range(max_steps):
         if s.is_idle():

@@ -11,10 +11,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from worker_helpers import MiniBatcher  # noqa: E402
 
-from engine.attention.factory import create_attention_backend, select_attention_backend  # noqa: E402
-from engine.attention.torch_native import TorchNativeAttnBackend  # noqa: E402
-from engine.forward_batch import ForwardMode  # noqa: E402
-from engine.mem.kv_pool import KVPool  # noqa: E402
+from srtscope.engine.attention.factory import create_attention_backend, select_attention_backend  # noqa: E402
+from srtscope.engine.attention.torch_native import TorchNativeAttnBackend  # noqa: E402
+from srtscope.engine.forward_batch import ForwardMode  # noqa: E402
+from srtscope.engine.mem.kv_pool import KVPool  # noqa: E402
 
 
 def _naive(q, kbuf, vbuf, rows_slots, prefix_lens, new_lens, scale):
@@ -73,7 +73,7 @@ def test_factory_on_cpu():
 
 
 def test_flashinfer_module_imports_without_cuda():
-    mod = importlib.import_module("engine.attention.flashinfer_backend")
+    mod = importlib.import_module("srtscope.engine.attention.flashinfer_backend")
     ok, why = mod.flashinfer_available()
     if not torch.cuda.is_available():
         assert not ok and "CUDA" in why
@@ -82,7 +82,7 @@ def test_flashinfer_module_imports_without_cuda():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_flashinfer_matches_torch_native_on_cuda():
-    mod = importlib.import_module("engine.attention.flashinfer_backend")
+    mod = importlib.import_module("srtscope.engine.attention.flashinfer_backend")
     ok, why = mod.flashinfer_available()
     if not ok:
         pytest.skip(why)

@@ -7,12 +7,12 @@ import json
 import pytest
 import torch
 
-import probes
-from engine.config import EngineConfig, FaultInjection
-from engine.engine import Engine
-from engine.runner.tp_worker import TpModelWorker
-from probes.recorder import get_recorder
-from probes.stages import Stage
+from srtscope import probes
+from srtscope.engine.config import EngineConfig, FaultInjection
+from srtscope.engine.engine import Engine
+from srtscope.engine.runner.tp_worker import TpModelWorker
+from srtscope.probes.recorder import get_recorder
+from srtscope.probes.stages import Stage
 from tests.engine.sched_helpers import byte_prompt
 
 pytestmark = pytest.mark.usefixtures("probes_off")

@@ -7,9 +7,9 @@ import pickle
 
 import pytest
 
-from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.workloads import make_workload, run_workload
+from srtscope.engine.config import EngineConfig
+from srtscope.engine.engine import Engine
+from srtscope.engine.workloads import make_workload, run_workload
 from tests.engine.sched_helpers import FakeWorker
 
 CFG = EngineConfig(device="cpu", max_total_tokens=3000, max_running_requests=16,

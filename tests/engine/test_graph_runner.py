@@ -10,11 +10,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from worker_helpers import MiniBatcher  # noqa: E402
 
-from engine.config import EngineConfig  # noqa: E402
-from engine.forward_batch import ForwardMode  # noqa: E402
-from engine.runner.graph_runner import (DEFAULT_CAPTURE_BS, GraphRunner, capture_bs_list,  # noqa: E402
+from srtscope.engine.config import EngineConfig  # noqa: E402
+from srtscope.engine.forward_batch import ForwardMode  # noqa: E402
+from srtscope.engine.runner.graph_runner import (DEFAULT_CAPTURE_BS, GraphRunner, capture_bs_list,  # noqa: E402
                                         pad_forward_batch)
-from engine.runner.tp_worker import TpModelWorker  # noqa: E402
+from srtscope.engine.runner.tp_worker import TpModelWorker  # noqa: E402
 
 
 def test_capture_list_like_sglang_default():
@@ -93,7 +93,7 @@ def test_pad_rejects_extend(worker):
                                                ("auto", "bfloat16", 1e-1)])
 def test_cuda_graph_replay_equals_eager(backend, dtype, tol):
     """Every captured size and sizes that pad; 'auto' in bf16 takes FlashInfer when importable."""
-    from engine.config import ModelConfig
+    from srtscope.engine.config import ModelConfig
 
     cfg = EngineConfig(device="cuda", max_total_tokens=8192, cuda_graph_max_bs=16,
                        attention_backend=backend, context_length=256, model=ModelConfig(dtype=dtype))
@@ -159,8 +159,8 @@ def test_simulated_capture_and_replay_on_cpu():
     res = w.forward_batch_generation(mb.decode({i: 3 for i in range(17)}))
     assert (res.graph_used, res.eager_reason, res.padded_bs) == (False, "bs_over_max", 17)
     # probes: run.graph_replay carries bs and padded_bs
-    from probes import ranges
-    from probes import recorder as rec
+    from srtscope.probes import ranges
+    from srtscope.probes import recorder as rec
 
     rec._DEFAULT.clear()
     ranges.enable(nvtx=False)

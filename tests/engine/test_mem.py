@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.mem.allocator import TokenSlotAllocator
-from engine.mem.req_to_token import ReqToTokenPool
+from srtscope.engine.mem.allocator import TokenSlotAllocator
+from srtscope.engine.mem.req_to_token import ReqToTokenPool
 
 
 def test_slot_zero_is_never_handed_out():

@@ -10,15 +10,15 @@ import random
 import pytest
 import torch
 
-import probes
-from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.forward_batch import ForwardMode
-from engine.runner.tp_worker import TpModelWorker
-from engine.scheduler.loops import run_step
-from engine.scheduler.scheduler import Scheduler
-from probes.recorder import get_recorder
-from probes.stages import Stage
+from srtscope import probes
+from srtscope.engine.config import EngineConfig
+from srtscope.engine.engine import Engine
+from srtscope.engine.forward_batch import ForwardMode
+from srtscope.engine.runner.tp_worker import TpModelWorker
+from srtscope.engine.scheduler.loops import run_step
+from srtscope.engine.scheduler.scheduler import Scheduler
+from srtscope.probes.recorder import get_recorder
+from srtscope.probes.stages import Stage
 from tests.engine.sched_helpers import FakeWorker, byte_prompt, drain
 
 pytestmark = pytest.mark.usefixtures("probes_off")

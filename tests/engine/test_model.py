@@ -10,10 +10,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from worker_helpers import MiniBatcher, reference_logits  # noqa: E402
 
-from engine.config import EngineConfig, ModelConfig  # noqa: E402
-from engine.forward_batch import ForwardMode  # noqa: E402
-from engine.model.weights import random_state_dict  # noqa: E402
-from engine.runner.tp_worker import TpModelWorker  # noqa: E402
+from srtscope.engine.config import EngineConfig, ModelConfig  # noqa: E402
+from srtscope.engine.forward_batch import ForwardMode  # noqa: E402
+from srtscope.engine.model.weights import random_state_dict  # noqa: E402
+from srtscope.engine.runner.tp_worker import TpModelWorker  # noqa: E402
 
 ATOL = 2e-4
 
@@ -107,7 +107,7 @@ def test_shared_prefix_slots_through_req_to_token(worker, sd):
 
 def test_idle_batch(worker):
     empty = torch.empty(0, dtype=torch.int64)
-    from engine.forward_batch import ForwardBatch
+    from srtscope.engine.forward_batch import ForwardBatch
 
     fb = ForwardBatch(ForwardMode.IDLE, 0, empty, empty, empty, empty,
                       torch.zeros(1, 8, dtype=torch.int32), empty)

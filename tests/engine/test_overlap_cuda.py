@@ -9,10 +9,10 @@ import dataclasses
 import pytest
 import torch
 
-from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.runner.tp_worker import TpModelWorker
-from engine.scheduler.stream_staging import CudaStreams
+from srtscope.engine.config import EngineConfig
+from srtscope.engine.engine import Engine
+from srtscope.engine.runner.tp_worker import TpModelWorker
+from srtscope.engine.scheduler.stream_staging import CudaStreams
 from tests.engine.sched_helpers import byte_prompt
 
 pytestmark = [pytest.mark.gpu,

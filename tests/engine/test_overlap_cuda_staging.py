@@ -9,13 +9,13 @@ import dataclasses
 import pytest
 import torch
 
-from engine.config import EngineConfig
-from engine.forward_batch import ForwardBatch, ForwardMode
-from engine.runner.sampler import make_sampling_info
-from engine.runner.tp_worker import TpModelWorker
-from engine.scheduler.scheduler import Scheduler
-from engine.scheduler.stream_staging import ALIGN, StagingRing, TensorStager, host_tensors, layout
-from engine.scheduler.worker_client import WorkerClient
+from srtscope.engine.config import EngineConfig
+from srtscope.engine.forward_batch import ForwardBatch, ForwardMode
+from srtscope.engine.runner.sampler import make_sampling_info
+from srtscope.engine.runner.tp_worker import TpModelWorker
+from srtscope.engine.scheduler.scheduler import Scheduler
+from srtscope.engine.scheduler.stream_staging import ALIGN, StagingRing, TensorStager, host_tensors, layout
+from srtscope.engine.scheduler.worker_client import WorkerClient
 from tests.engine.sched_helpers import FakeWorker, byte_prompt, drain
 
 torch.set_num_threads(1)

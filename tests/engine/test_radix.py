@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.mem.allocator import TokenSlotAllocator
-from engine.mem.chunk_cache import ChunkCache
-from engine.mem.radix_cache import RadixCache
-from engine.mem.req_to_token import ReqToTokenPool
-from engine.request import Req, SamplingParams
+from srtscope.engine.mem.allocator import TokenSlotAllocator
+from srtscope.engine.mem.chunk_cache import ChunkCache
+from srtscope.engine.mem.radix_cache import RadixCache
+from srtscope.engine.mem.req_to_token import ReqToTokenPool
+from srtscope.engine.request import Req, SamplingParams
 
 
 def make(size: int = 64):

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.request import FinishKind, Req, SamplingParams, SamplingParamsError, validate_prompt
-from engine.tokenizer import ByteTokenizer
+from srtscope.engine.request import FinishKind, Req, SamplingParams, SamplingParamsError, validate_prompt
+from srtscope.engine.tokenizer import ByteTokenizer
 
 EOS = 257
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.runner.sampler import Sampler, make_sampling_info, seeded_uniform
+from srtscope.engine.runner.sampler import Sampler, make_sampling_info, seeded_uniform
 
 
 def _logits(bs: int = 6, vocab: int = 50, seed: int = 0) -> torch.Tensor:

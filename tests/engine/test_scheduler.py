@@ -10,11 +10,11 @@ import random
 
 import pytest
 
-from engine.config import EngineConfig
-from engine.forward_batch import ForwardMode
-from engine.request import FinishKind
-from engine.scheduler.loops import run_step
-from engine.scheduler.scheduler import Scheduler
+from srtscope.engine.config import EngineConfig
+from srtscope.engine.forward_batch import ForwardMode
+from srtscope.engine.request import FinishKind
+from srtscope.engine.scheduler.loops import run_step
+from srtscope.engine.scheduler.scheduler import Scheduler
 from tests.engine.sched_helpers import FakeWorker, byte_prompt, drain
 
 BASE = EngineConfig(device="cpu", max_total_tokens=4096, max_running_requests=16,

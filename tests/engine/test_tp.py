@@ -16,11 +16,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from tp_helpers import consensus_rank_main, fake_batch, mixed_workload  # noqa: E402
 
-from engine.config import EngineConfig, FaultInjection  # noqa: E402
-from engine.distributed.sync import batch_composition, batch_hash  # noqa: E402
-from engine.engine import Engine  # noqa: E402
-from engine.tp_launch import run_tp_workload  # noqa: E402
-from engine.workloads import make_workload, run_workload  # noqa: E402
+from srtscope.engine.config import EngineConfig, FaultInjection  # noqa: E402
+from srtscope.engine.distributed.sync import batch_composition, batch_hash  # noqa: E402
+from srtscope.engine.engine import Engine  # noqa: E402
+from srtscope.engine.tp_launch import run_tp_workload  # noqa: E402
+from srtscope.engine.workloads import make_workload, run_workload  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,7 +38,7 @@ def _spans(path: Path, name: str) -> list[tuple[int, int, dict]]:
 
 @pytest.fixture(scope="module")
 def tp1_outputs():
-    from probes.recorder import Recorder, set_recorder
+    from srtscope.probes.recorder import Recorder, set_recorder
 
     set_recorder(Recorder())
     with Engine(_config()) as eng:
@@ -71,10 +71,10 @@ def test_tp2_greedy_equals_tp1_and_every_rank_ends_idle(tmp_path, tp1_outputs, o
 
 
 def test_straggler_lengthens_the_other_ranks_all_reduce(tmp_path):
-    from analyzers.analyses.comm import communication
-    from analyzers.diagnose import diagnose
-    from analyzers.readers.probe import read_probe
-    from analyzers.timeline import merge_timelines
+    from srtscope.analyzers.analyses.comm import communication
+    from srtscope.analyzers.diagnose import diagnose
+    from srtscope.analyzers.readers.probe import read_probe
+    from srtscope.analyzers.timeline import merge_timelines
 
     cfg = _config(tp_size=2, inject=FaultInjection(straggler_rank=1, straggler_us=3000))
     wl = make_workload("shared-prefix", num_requests=3, system_len=16, max_new_tokens=4)
@@ -132,7 +132,7 @@ def test_batch_hash_is_stable_and_sees_the_last_token():
 
 
 def test_multi_turn_at_tp2_equals_tp1(tmp_path):
-    from probes.recorder import Recorder, set_recorder
+    from srtscope.probes.recorder import Recorder, set_recorder
 
     kw = dict(num_sessions=3, turns=3, system_len=24, user_len=(4, 12), max_new_tokens=5)
     set_recorder(Recorder())
@@ -160,7 +160,7 @@ def test_unpicklable_workload_is_refused(tmp_path):
 def test_torchrun_entry_point(tmp_path):
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    cmd = [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "engine.tp_launch",
+    cmd = [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "srtscope.engine.tp_launch",
            "--device", "cpu", "--requests", "3", "--max-new-tokens", "4", "--out", str(tmp_path)]
     # NOTE: one retry: torchrun's c10d rendezvous can time out on a heavily loaded 2-core machine;
     # a second failure is a real failure.
@@ -181,9 +181,9 @@ def test_sampling_info_of_a_step_is_not_rewritten_by_the_next():
     step t's output_lens even after step t+1 was prepared from the same ScheduleBatch."""
     import torch
 
-    from engine.forward_batch import ForwardMode
-    from engine.request import Req, SamplingParams
-    from engine.schedule_batch import ScheduleBatch
+    from srtscope.engine.forward_batch import ForwardMode
+    from srtscope.engine.request import Req, SamplingParams
+    from srtscope.engine.schedule_batch import ScheduleBatch
 
     req = Req([1, 2, 3], SamplingParams(temperature=0.5, seed=7), kv_len=4)
     batch = ScheduleBatch([req], ForwardMode.DECODE)

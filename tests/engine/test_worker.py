@@ -11,13 +11,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from worker_helpers import MiniBatcher  # noqa: E402
 
-from engine.config import BOS_ID, EOS_ID, EngineConfig, ModelConfig  # noqa: E402
-from engine.mem.kv_pool import KVPool  # noqa: E402
-from engine.runner.sampler import make_sampling_info  # noqa: E402
-from engine.runner.tp_worker import GenerationBatchResult, TpModelWorker  # noqa: E402
-from engine.tokenizer import ByteTokenizer, get_tokenizer  # noqa: E402
-from probes import ranges  # noqa: E402
-from probes import recorder as rec  # noqa: E402
+from srtscope.engine.config import BOS_ID, EOS_ID, EngineConfig, ModelConfig  # noqa: E402
+from srtscope.engine.mem.kv_pool import KVPool  # noqa: E402
+from srtscope.engine.runner.sampler import make_sampling_info  # noqa: E402
+from srtscope.engine.runner.tp_worker import GenerationBatchResult, TpModelWorker  # noqa: E402
+from srtscope.engine.tokenizer import ByteTokenizer, get_tokenizer  # noqa: E402
+from srtscope.probes import ranges  # noqa: E402
+from srtscope.probes import recorder as rec  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
-from engine.forward_batch import ForwardMode
-from engine.request import SamplingParams
-from engine.workloads import WorkItem, Workload
+from srtscope.engine.forward_batch import ForwardMode
+from srtscope.engine.request import SamplingParams
+from srtscope.engine.workloads import WorkItem, Workload
 
 
 def mixed_workload(n: int = 6, max_new_tokens: int = 6, seed: int = 0) -> Workload:
@@ -41,7 +41,7 @@ def consensus_rank_main(rank: int, world: int, port: int, out_q) -> None:
 
     import torch.distributed as dist
 
-    from engine.distributed.sync import TpDivergence, TpSync
+    from srtscope.engine.distributed.sync import TpDivergence, TpSync
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=timedelta(seconds=60))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from engine.config import ModelConfig
-from engine.forward_batch import ForwardBatch, ForwardMode
+from srtscope.engine.config import ModelConfig
+from srtscope.engine.forward_batch import ForwardBatch, ForwardMode
 
 
 class MiniBatcher:
@@ -106,10 +106,10 @@ def tp_rank_main(rank: int, world: int, port: int, cfg_kwargs: dict, prompts: di
     (rank, [logits per step], comm spans) on ``out_q``."""
     import torch.distributed as dist
 
-    from engine.config import EngineConfig
-    from engine.runner.tp_worker import TpModelWorker
-    from probes import ranges
-    from probes import recorder as rec
+    from srtscope.engine.config import EngineConfig
+    from srtscope.engine.runner.tp_worker import TpModelWorker
+    from srtscope.probes import ranges
+    from srtscope.probes import recorder as rec
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)

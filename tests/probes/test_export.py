@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from probes import export
-from probes.ranges import stage
+from srtscope.probes import export
+from srtscope.probes.ranges import stage
 
 
 def _record(recorder):

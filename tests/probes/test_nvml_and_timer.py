@@ -3,8 +3,8 @@ import sys
 
 import pytest
 
-from probes.cuda_timer import DeviceTimer, cuda_available
-from probes.nvml import NvmlSampler
+from srtscope.probes.cuda_timer import DeviceTimer, cuda_available
+from srtscope.probes.nvml import NvmlSampler
 
 
 def test_nvml_absent_records_nothing_and_says_why(recorder, monkeypatch):

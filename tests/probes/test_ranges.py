@@ -1,8 +1,8 @@
 """Ranges: nesting and ordering, threads kept apart, attributes, decorator, disabled cost path."""
 import threading
 
-from probes import ranges
-from probes.ranges import record_span, stage
+from srtscope.probes import ranges
+from srtscope.probes.ranges import record_span, stage
 
 
 def test_nesting_order_and_depth(recorder):

@@ -1,7 +1,7 @@
 """The stage taxonomy: classes, aliases of real engines, message encoding."""
 import pytest
 
-from probes.stages import ALIASES, Stage, StageClass, format_message, parse_message, resolve_stage, stage_class
+from srtscope.probes.stages import ALIASES, Stage, StageClass, format_message, parse_message, resolve_stage, stage_class
 
 
 @pytest.mark.parametrize("name, stage, cls", [
