@@ -1,15 +1,24 @@
-# Two entry points: `make demo` (engine on the CPU + diagnosis) and `make test`.
+# Entry points: `make demo` (engine on the CPU + diagnosis), `make lint` (ruff + mypy) and
+# `make test` (lint, then pytest).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.srtscope-installed
+# Where torch comes from, e.g. TORCH_INDEX=https://download.pytorch.org/whl/cpu (the CPU builds;
+# PyPI's default torch wheel is a CUDA build). Empty: pip's own configuration decides.
+TORCH_INDEX ?=
 
-.PHONY: demo test install clean
+.PHONY: demo lint test install clean
 
+# torch first, pinned to a version (TORCH_VERSION, default 2.13.0), so that the unpinned
+# dependency is already satisfied. The pin names no build: which wheel comes is up to pip's
+# configuration. On the project's machines pip's find-links (/opt/wheels, see `pip config list`)
+# holds the local 2.13.0+cpu wheel, which pip takes; elsewhere PyPI's default wheel is a CUDA
+# build. TORCH_INDEX adds --index-url for this one install only.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	# torch first, pinned to the CPU build, so that the unpinned dependency is already satisfied
-	$(PY) -m pip install -q --disable-pip-version-check "torch==$${TORCH_VERSION:-2.13.0}"
+	$(PY) -m pip install -q --disable-pip-version-check $(if $(TORCH_INDEX),--index-url "$(TORCH_INDEX)") \
+		"torch==$${TORCH_VERSION:-2.13.0}"
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	touch $(STAMP)
 
@@ -18,7 +27,13 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/srtscope run --out runs/demo
 
-test: $(STAMP)
+# ruff and mypy as configured in pyproject.toml; mypy checks the package as srtscope.* (see
+# scripts/typecheck.py for why not the folders by path)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) scripts/typecheck.py
+
+test: lint
 	$(PY) -m pytest -q
 
 clean:

@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                 if r.out is not None:
                     findings += [dict(x, _file=f.name) for x in r.out.get("findings", [])]
                 else:
-                    errs.append(f"{f.name}: rc={r.rc} {r.stderr.strip().splitlines()[-1][:100] if r.stderr.strip() else ''}")
+                    last = r.stderr.strip().splitlines()[-1][:100] if r.stderr.strip() else ""
+                    errs.append(f"{f.name}: rc={r.rc} {last}")
             if errs and not findings:
                 n_ok, n_said = "failed", "; ".join(errs)
             else:

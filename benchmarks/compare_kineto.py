@@ -67,7 +67,8 @@ def explain(diff: float | None, diff_norounding: float | None) -> str:
     if diff_norounding is not None and diff_norounding <= 5:
         return (f"HTA rounds ns timestamps to whole µs (ts up, end down): {diff:.1f}% -> "
                 f"{diff_norounding:.1f}% without it")
-    return f"differs {diff:.1f}% (no rounding: {'—' if diff_norounding is None else f'{diff_norounding:.1f}%'}) — see README"
+    plain = "—" if diff_norounding is None else f"{diff_norounding:.1f}%"
+    return f"differs {diff:.1f}% (no rounding: {plain}) — see README"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
                                      "stream_idle_ns": s_str, "window_ns": s_win,
                                      "verdict": (srt.out or {}).get("verdict", {}).get("bottleneck"),
                                      "failure": srt.failure()},
-                        "hta": {"wall_s": hta.wall, "cpu_s": hta.cpu, "rss_mb": hta.rss, "out": h, "failure": hta.failure()},
+                        "hta": {"wall_s": hta.wall, "cpu_s": hta.cpu, "rss_mb": hta.rss, "out": h,
+                                "failure": hta.failure()},
                         "hta_no_rounding": hn,
                         "diff_pct": {"device": d_dev, "stream": d_str,
                                      "device_no_rounding": dn_dev, "stream_no_rounding": dn_str}})

@@ -94,8 +94,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"{cold.runs[-1].maxrss_mb:.0f} MiB rc={cold.runs[-1].rc}", flush=True)
                 if not args.no_warm and cold.runs[-1].ok:
                     warm.runs.append(C.run_wait4(nsys_cmd + ["--cache", "warm"], env=C.peer_env()))
-                    print(f"#   run {i + 1}: nsys-ai warm {warm.runs[-1].wall_s:.1f} s (cpu {warm.runs[-1].cpu_s:.1f} s) "
-                          f"{warm.runs[-1].maxrss_mb:.0f} MiB rc={warm.runs[-1].rc}", flush=True)
+                    last = warm.runs[-1]
+                    print(f"#   run {i + 1}: nsys-ai warm {last.wall_s:.1f} s (cpu {last.cpu_s:.1f} s) "
+                          f"{last.maxrss_mb:.0f} MiB rc={last.rc}", flush=True)
         C.rm_tree(cache_dir)
         cache_dir.with_name(cache_dir.name + ".build.lock").unlink(missing_ok=True)   # nsys-ai leaves it
 
@@ -123,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"nccl {C.fmt_ms(o.get('nccl_ns'))}" if s.ok_runs else f"FAILED {s.failure()}"])
         rows.append([label, "nsys recipes", "—", "—", "—", "—", "—", "—", "unavailable: nsys binary not installed"])
         results.append({"size_mb": mb, "kernels": nk, "path": str(path), "runs": n,
-                        "srtscope": {"wall_s": srt.wall, "cpu_s": srt.cpu, "rss_mb": srt.rss, "all": [r.__dict__ | {"out": None} for r in srt.runs],
+                        "srtscope": {"wall_s": srt.wall, "cpu_s": srt.cpu, "rss_mb": srt.rss,
+                                     "all": [r.__dict__ | {"out": None} for r in srt.runs],
                                      "bubbles": b.get("count"), "bubble_ns": b.get("total_ns"), "idle_ns": idle_srt,
                                      "comm_ns": (so.get("comm") or {}).get("total_ns")},
                         "nsys_ai_cold": {"wall_s": cold.wall, "cpu_s": cold.cpu, "rss_mb": cold.rss, "out": cold.out,

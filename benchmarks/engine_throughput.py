@@ -27,9 +27,9 @@ from srtscope.engine.engine import Engine
 from srtscope.engine.forward_batch import ForwardMode
 from srtscope.engine.mem.allocator import TokenSlotAllocator
 from srtscope.engine.mem.req_to_token import ReqToTokenPool
+from srtscope.engine.request import Req
 from srtscope.engine.runner.tp_worker import TpModelWorker
 from srtscope.engine.schedule_batch import ScheduleBatch
-from srtscope.engine.request import Req
 from srtscope.engine.workloads import WorkItem, run_workload, shared_prefix
 from srtscope.probes.recorder import get_recorder
 from srtscope.probes.stages import Stage
@@ -53,7 +53,7 @@ def naive_generate(worker: TpModelWorker, items: list[WorkItem], static_bs: int,
                 r.prefix_indices = None
                 r.extend_input_len = r.seq_len
             pool._free = list(range(static_bs))[::-1]
-            for r in reqs:
+            for _ in reqs:
                 pool.alloc()
             total = sum(r.seq_len for r in reqs)
             slots = alloc.alloc(total)
@@ -158,7 +158,7 @@ def main() -> None:
         print(f"{name:<26}{rep.wall_s:>9.2f}{rep.output_tok_per_s:>11.1f}"
               f"{rep.output_tok_per_s / naive_tps:>9.1f}x{rep.cache_hit_rate:>10.2f}"
               f"{rep.prefill_tokens:>13}")
-    print(f"{'naive (static bs=%d)' % args.static_bs:<26}{naive_s:>9.2f}{naive_tps:>11.1f}"
+    print(f"{f'naive (static bs={args.static_bs})':<26}{naive_s:>9.2f}{naive_tps:>11.1f}"
           f"{1.0:>9.1f}x{0.0:>10.2f}{'all, per token':>15}")
     print(f"greedy outputs engine == naive: {match:.0%} of requests")
 

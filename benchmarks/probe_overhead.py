@@ -17,8 +17,8 @@ from time import perf_counter_ns
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from srtscope.probes import ranges  # noqa: E402
-from srtscope.probes.recorder import Recorder, set_recorder  # noqa: E402
 from srtscope.probes.ranges import stage  # noqa: E402
+from srtscope.probes.recorder import Recorder, set_recorder  # noqa: E402
 
 TARGET_US = {"disabled": 0.2, "enabled (recorder only)": 2.0, "enabled + NVTX calls": 2.0}
 

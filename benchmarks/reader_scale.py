@@ -28,7 +28,8 @@ tl = load_timeline([sys.argv[1]])
 dt = time.perf_counter() - t0
 rows = len(tl.device) + len(tl.api) + len(tl.ranges)
 ru = resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({"seconds": dt, "cpu_s": ru.ru_utime + ru.ru_stime, "rows": rows, "device": len(tl.device), "api": len(tl.api),
+print(json.dumps({"seconds": dt, "cpu_s": ru.ru_utime + ru.ru_stime, "rows": rows, "device": len(tl.device),
+                  "api": len(tl.api),
                   "ranges": len(tl.ranges),
                   "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """

@@ -6,8 +6,9 @@ NCCL on GPUs), from each rank's probe trace; tp=1 decode step time alongside.
 Per rank: decode steps (``loop.step`` with mode=decode), median step time, median summed
 ``comm.all_reduce`` time inside a step and collectives per step, and the share of decode step time
 spent in them; "ctrl ms": ``sched.recv`` + ``sched.schedule`` per step (the request broadcast and
-the batch-hash all-gather over the CPU group live there). Across ranks, per matched collective (k-th on rank 0 with k-th on rank 1): the
-shorter of the two durations ("transfer") and the difference ("wait" — one rank arriving first).
+the batch-hash all-gather over the CPU group live there). Across ranks, per matched collective
+(k-th on rank 0 with k-th on rank 1): the shorter of the two durations ("transfer") and the
+difference ("wait" — one rank arriving first).
 """
 from __future__ import annotations
 

@@ -7,12 +7,10 @@ from __future__ import annotations
 import os
 import sys
 from importlib import metadata
-from pathlib import Path
-from typing import List, Optional
 
 import typer
 
-from srtscope.cli.errors import Exit, fail
+from srtscope.cli.errors import Exit
 
 app = typer.Typer(
     name="srtscope",

@@ -16,7 +16,6 @@ from enum import Enum
 from pathlib import Path
 
 from srtscope.cli.errors import Exit, fail
-
 from srtscope.probes.torch_capture import TORCH_PROFILE_ENV, rank_traces
 
 NSYS_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite")  # stripped from --out to name the capture

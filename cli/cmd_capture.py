@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List
 
 import typer
 
@@ -13,7 +12,7 @@ def register(app: typer.Typer) -> None:
     @app.command("capture", context_settings={"allow_extra_args": True,
                                               "ignore_unknown_options": True})
     def capture_cmd(
-        command: List[str] = typer.Argument(None, help="The command to profile, after '--'."),
+        command: list[str] = typer.Argument(None, help="The command to profile, after '--'."),
         backend: Backend = typer.Option(Backend.NSYS, "--backend", "-b",
                                         help="nsys: Nsight Systems + SQLite export; "
                                              "torch: torch.profiler Kineto trace."),

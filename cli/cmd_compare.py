@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -61,10 +61,10 @@ def register(app: typer.Typer) -> None:
         before: str = typer.Argument(..., help="Baseline trace(s) (comma-separated ranks) or saved "
                                                "diagnosis JSON."),
         after: str = typer.Argument(..., help="New trace(s) or saved diagnosis JSON."),
-        fail_on_regression: Optional[float] = typer.Option(
+        fail_on_regression: float | None = typer.Option(
             None, "--fail-on-regression", min=0.0,
             help="Exit 3 when a figure got worse by more than PCT percent."),
-        figure: List[str] = typer.Option([], "--figure",
+        figure: list[str] = typer.Option([], "--figure",
                                          help="Gate only these figures (repeatable); default all."),
         as_json: bool = typer.Option(False, "--json", help="Print the diff as JSON only."),
         threshold_us: float = typer.Option(5.0, "--threshold-us", min=0.0,

@@ -5,7 +5,6 @@ import json
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import List
 
 import typer
 from rich.console import Console
@@ -105,7 +104,7 @@ def register(app: typer.Typer) -> None:
                                      help="Overlap scheduling of step t+1 with the forward of t."),
         mixed_chunk: bool = typer.Option(False, "--mixed-chunk/--no-mixed-chunk",
                                          help="Run decode requests inside prefill chunks."),
-        inject: List[str] = typer.Option([], "--inject",
+        inject: list[str] = typer.Option([], "--inject",
                                          help="Fault injection STAGE=US per step (sched, prep, "
                                               "result, straggler=US@RANK). Repeatable."),
         device: DeviceOpt = typer.Option(DeviceOpt.AUTO, "--device", help="auto, cpu or cuda."),

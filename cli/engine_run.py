@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,8 @@ class EngineRunSpec:
     def engine_config(self) -> Any:
         from srtscope.engine.config import EngineConfig, FaultInjection, ModelConfig
 
-        return EngineConfig(model=ModelConfig(seed=self.seed), device=self.device,
+        device = cast(Any, self.device)                 # a str; EngineConfig validates it
+        return EngineConfig(model=ModelConfig(seed=self.seed), device=device,
                             enable_overlap=self.overlap, enable_mixed_chunk=self.mixed_chunk,
                             cuda_graph_max_bs=self.cuda_graph_max_bs,
                             tp_size=self.tp, seed=self.seed, inject=FaultInjection(**self.inject))
@@ -39,14 +40,14 @@ class EngineRunSpec:
         from srtscope.engine.workloads import make_workload
 
         n, m = self.requests, self.max_new_tokens
-        kwargs: dict[str, Any] = {
+        by_workload: dict[str, dict[str, Any]] = {
             "shared-prefix": dict(num_requests=n, max_new_tokens=m),
             "multi-turn": dict(num_sessions=max(1, n // 4), turns=4, max_new_tokens=m),
             # depth 3, branching 2: 15 requests per root
             "agent-tree": dict(num_roots=max(1, round(n / 15)), max_new_tokens=m),
             "random": dict(num_requests=n, output_len=(1, m)),
-        }[self.workload]
-        return make_workload(self.workload, seed=self.seed, **kwargs)
+        }
+        return make_workload(self.workload, seed=self.seed, **by_workload[self.workload])
 
 
 @dataclass
@@ -92,8 +93,8 @@ def run_engine(config: Any, workload: Any, out: Path) -> EngineRunResult:
     set_recorder(rec)
     with Engine(config) as engine, from_env(), \
             NvmlSampler(rec, interval_s=0.05) as nvml:
-        report = run_workload(engine, workload)
+        wreport = run_workload(engine, workload)
         rec.meta["nvml"] = "sampled" if nvml.available else nvml.reason
         engine.check_invariants()
         paths = engine.write_traces(out)
-    return EngineRunResult(report.as_dict(), [paths["probe"]], [paths["chrome"]])
+    return EngineRunResult(wreport.as_dict(), [paths["probe"]], [paths["chrome"]])

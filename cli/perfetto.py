@@ -38,7 +38,7 @@ def perfetto_events(diag: Any) -> list[dict[str, Any]]:
                 events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                                "args": {"name": f"bubbles gpu{int(row.device)}"}})
             cause = BUBBLE_CLASSES[int(top[i])]
-            args = {f"{c}_us": round(float(parts[i, j]) / 1e3, 3)
+            args: dict[str, Any] = {f"{c}_us": round(float(parts[i, j]) / 1e3, 3)
                     for j, c in enumerate(BUBBLE_CLASSES) if parts[i, j]}
             args["top_stage"] = str(row.top_stage or "")
             events.append({"ph": "X", "name": f"bubble: {cause}", "cat": "bubble",

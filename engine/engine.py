@@ -14,9 +14,10 @@ import dataclasses
 import logging
 import operator
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal, cast
 
 import torch
 
@@ -108,7 +109,7 @@ class Engine:
             raise ValueError(f"on_error: expected 'raise' or 'return', got {on_error!r}")
         single = isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and prompts
                                               and isinstance(prompts[0], int))
-        plist = [prompts] if single else list(prompts)
+        plist = cast("list[Prompt]", [prompts] if single else list(prompts))
         if isinstance(sampling_params, (list, tuple)):
             if len(sampling_params) != len(plist):
                 raise ValueError(f"sampling_params: {len(sampling_params)} given for "
@@ -180,7 +181,7 @@ class Engine:
     def close(self) -> None:
         self.scheduler.close()
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -11,9 +11,10 @@ Token accounting (page size 1):
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 
 class SamplingParamsError(ValueError):
@@ -92,7 +93,7 @@ class SamplingParams:
         return self.temperature == 0.0 or self.top_k == 1
 
     @classmethod
-    def from_any(cls, value: "SamplingParams | Mapping[str, Any] | None") -> "SamplingParams":
+    def from_any(cls, value: SamplingParams | Mapping[str, Any] | None) -> SamplingParams:
         """Accept a SamplingParams, a dict of its fields (unknown keys rejected) or None."""
         if value is None:
             return cls()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,7 +46,7 @@ class LaunchedStep:
     reqs: tuple[Req, ...]
     sample_rows: tuple[int, ...]       # rows of reqs that receive a token
     future_base: int                   # overlap: future slot of sample row j is future_base + j
-    handle: object = None              # the worker client's pending result
+    handle: Any = None                 # the worker client's pending result
     num_tokens: int = 0
     num_decode_rows: int = 0           # mixed: the last rows are decode requests riding along
 
@@ -85,7 +86,7 @@ class ScheduleBatch:
             self.reqs = kept
             self._sampling = None
 
-    def merge(self, other: "ScheduleBatch") -> None:
+    def merge(self, other: ScheduleBatch) -> None:
         """Append other's requests (a finished prefill joining the running decode batch)."""
         self.reqs = self.reqs + [r for r in other.reqs if r is not other.chunked_req]
         self._sampling = None
@@ -189,8 +190,12 @@ class ScheduleBatch:
         reqs = self.reqs
         bs = len(reqs)
         placeholders = False
+        out_loc = self.out_cache_loc
+        assert out_loc is not None                      # set by the prepare_* step
+        rpi_cpu = np.array([r.req_pool_idx for r in reqs], dtype=np.int64)
+        extra: dict[str, Any] = {}
+        ids: list[int] = []
         if self.forward_mode == ForwardMode.DECODE:
-            ids = []
             for r in reqs:
                 if r.future_idx >= 0:
                     ids.append(-(r.future_idx + 1))
@@ -202,14 +207,12 @@ class ScheduleBatch:
             packed[0] = ids
             packed[1] = seq - 1
             packed[2] = seq
-            packed[3] = [r.req_pool_idx for r in reqs]
-            packed[4] = self.out_cache_loc
+            packed[3] = rpi_cpu
+            packed[4] = out_loc
             t = torch.from_numpy(packed).to(device, non_blocking=True)
             input_ids, positions, seq_lens, rpi, loc = t[0], t[1], t[2], t[3], t[4]
             seq_cpu = seq.tolist()
-            extra = {}
         else:
-            ids: list[int] = []
             pos: list[np.ndarray] = []
             first_decode = bs - self.num_decode_rows
             for i, (r, p, n) in enumerate(zip(reqs, self.prefix_lens, self.extend_lens)):
@@ -224,10 +227,10 @@ class ScheduleBatch:
             flat = np.empty(3 * ntok + 4 * bs, dtype=np.int64)
             flat[:ntok] = ids
             flat[ntok:2 * ntok] = np.concatenate(pos) if pos else []
-            flat[2 * ntok:3 * ntok] = self.out_cache_loc
+            flat[2 * ntok:3 * ntok] = out_loc
             o = 3 * ntok
             flat[o:o + bs] = seq_cpu
-            flat[o + bs:o + 2 * bs] = [r.req_pool_idx for r in reqs]
+            flat[o + bs:o + 2 * bs] = rpi_cpu
             flat[o + 2 * bs:o + 3 * bs] = self.prefix_lens
             flat[o + 3 * bs:o + 4 * bs] = self.extend_lens
             t = torch.from_numpy(flat).to(device, non_blocking=True)

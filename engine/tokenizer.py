@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from srtscope.engine.config import BOS_ID, EOS_ID, PAD_ID
 
@@ -97,6 +98,7 @@ class HFTokenizer:
 def get_tokenizer(model_config: Any) -> ByteTokenizer | HFTokenizer:
     """The byte tokenizer, or the HF tokenizer at ``model_config.tokenizer_path``."""
     path = getattr(model_config, "tokenizer_path", None)
+    tok: HFTokenizer | ByteTokenizer
     if path:
         tok = HFTokenizer(path)
         vocab = getattr(model_config, "vocab_size", None)

@@ -13,8 +13,9 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -62,7 +63,7 @@ def multi_turn(num_sessions: int = 8, turns: int = 4, system_len: int = 64,
     """Chat sessions: turn k+1's prompt is turn k's prompt + reply + a new user message."""
     rng = random.Random(seed)
     system = _tokens(rng, system_len)
-    first = NextTurn(turn=1, turns=turns, user_len=tuple(user_len), seed=seed)
+    first = NextTurn(turn=1, turns=turns, user_len=(user_len[0], user_len[1]), seed=seed)
     items = [WorkItem(system + _tokens(rng, rng.randint(*user_len)), _params(max_new_tokens),
                       followups=first, tag=f"s{i}/turn0") for i in range(num_sessions)]
     return Workload("multi-turn", items)
@@ -93,7 +94,7 @@ def agent_tree(num_roots: int = 2, depth: int = 3, branching: int = 2, root_len:
     """Tree-of-thought branching: each finished node spawns ``branching`` children whose prompts
     extend the node's prompt + output with a different continuation."""
     rng = random.Random(seed)
-    first = Branches(level=1, depth=depth, branching=branching, step_len=tuple(step_len),
+    first = Branches(level=1, depth=depth, branching=branching, step_len=(step_len[0], step_len[1]),
                      seed=seed)
     items = [WorkItem(_tokens(rng, root_len), _params(max_new_tokens), followups=first,
                       tag=f"root{i}") for i in range(num_roots)]
@@ -204,6 +205,7 @@ def run_workload(engine: Any, workload: Workload, max_steps: int = 10_000_000) -
         if item is None:
             return
         done.append(req)
+        assert req.finished_reason is not None          # on_finish: a finished request
         if item.followups is not None and req.finished_reason.kind is not FinishKind.ABORT:
             spawned.extend(item.followups(item, list(req.output_ids)))
 

@@ -2,9 +2,9 @@
 
 Imports nothing else of srtscope; the engine emits through it and the analyzers read its taxonomy.
 """
-from srtscope.probes.stages import Stage, StageClass, resolve_stage, stage_class, format_message, parse_message
-from srtscope.probes.recorder import Recorder, get_recorder, SpanRecord, CounterRecord
-from srtscope.probes.ranges import stage, enable, disable, is_enabled
+from srtscope.probes.ranges import disable, enable, is_enabled, stage
+from srtscope.probes.recorder import CounterRecord, Recorder, SpanRecord, get_recorder
+from srtscope.probes.stages import Stage, StageClass, format_message, parse_message, resolve_stage, stage_class
 
 __all__ = [
     "Stage", "StageClass", "resolve_stage", "stage_class", "format_message", "parse_message",

@@ -6,8 +6,9 @@ without blocking (``synchronize=True`` waits). Off CUDA every call is a no-op an
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 
 def cuda_available() -> bool:

@@ -135,7 +135,7 @@ class AutoFlusher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="srtscope-flush", daemon=True)
 
-    def start(self) -> "AutoFlusher":
+    def start(self) -> AutoFlusher:
         self._thread.start()
         return self
 

@@ -73,7 +73,7 @@ class NvmlSampler:
         self.samples += 1
         return n
 
-    def start(self) -> "NvmlSampler":
+    def start(self) -> NvmlSampler:
         self.available = self._init()
         if not self.available:
             log.info("srtscope: %s; no GPU counters recorded", self.reason)
@@ -99,7 +99,7 @@ class NvmlSampler:
                 pass
             self._nvml = None
 
-    def __enter__(self) -> "NvmlSampler":
+    def __enter__(self) -> NvmlSampler:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

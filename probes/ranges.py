@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Callable
 from time import perf_counter_ns
-from typing import Any, Callable
+from typing import Any
 
 from srtscope.probes import recorder as _recorder_mod
 from srtscope.probes.stages import DOMAIN, format_message
@@ -29,8 +30,8 @@ class _State:
         self.enabled = False
         self.nvtx = False
         self.nvtx_error: str | None = None
-        self.domain = None
-        self.torch_rf = None  # (enter, exit) of torch's record_function ops while annotating
+        self.domain: Any = None   # nvtx.Domain while NVTX is on
+        self.torch_rf: tuple[Any, Any] | None = None  # (enter, exit) of torch's record_function ops while annotating
 
 
 _STATE = _State()
@@ -120,7 +121,7 @@ class _NullRange:
     def __call__(self, fn: Callable) -> Callable:
         return _Decorator(self.name, {})(fn)
 
-    def __enter__(self) -> "_NullRange":
+    def __enter__(self) -> _NullRange:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -147,7 +148,7 @@ class _Range:
     def __call__(self, fn: Callable) -> Callable:
         return _Decorator(self.name, dict(self.attrs))(fn)
 
-    def __enter__(self) -> "_Range":
+    def __enter__(self) -> _Range:
         try:
             ts = _tls.s
         except AttributeError:

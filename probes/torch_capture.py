@@ -12,9 +12,10 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterator
+from typing import Any
 
 TORCH_PROFILE_ENV = "SRTSCOPE_TORCH_PROFILE"
 TRACE_SUFFIXES = (".json.gz", ".json")
@@ -74,22 +75,27 @@ def torch_profiling(out: Path, skip_export: Callable[[], bool] | None = None) ->
         torch_annotations(False)
         _active = False
         prof.__exit__(None, None, None)
-        if skip_export is not None and skip_export():
-            return
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp.json")
-        prof.export_chrome_trace(str(tmp))
-        if out.name.endswith(".gz"):
-            part = out.with_name(out.name + ".part")
-            with open(tmp, "rb") as src, gzip.open(part, "wb", compresslevel=5) as dst:
-                shutil.copyfileobj(src, dst)
-            tmp.unlink()
-            part.replace(out)
-        else:
-            tmp.replace(out)
+        # NOTE: no return in this finally: it would swallow the block's exception
+        if skip_export is None or not skip_export():
+            _export_chrome_trace(prof, out)
 
 
-def from_env(rank: int | None = None) -> ContextManager[None]:
+def _export_chrome_trace(prof: Any, out: Path) -> None:
+    """Write ``prof``'s trace to ``out`` atomically (gzip when it ends in ``.gz``)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp.json")
+    prof.export_chrome_trace(str(tmp))
+    if out.name.endswith(".gz"):
+        part = out.with_name(out.name + ".part")
+        with open(tmp, "rb") as src, gzip.open(part, "wb", compresslevel=5) as dst:
+            shutil.copyfileobj(src, dst)
+        tmp.unlink()
+        part.replace(out)
+    else:
+        tmp.replace(out)
+
+
+def from_env(rank: int | None = None) -> AbstractContextManager[None]:
     """``torch_profiling`` into the path ``TORCH_PROFILE_ENV`` names (per rank when ``rank`` is
     given), or a no-op when it is unset or this process is already being captured."""
     path = os.environ.get(TORCH_PROFILE_ENV)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -164,7 +164,7 @@ class NsysWriter:
                 self.con.executemany(f"INSERT INTO {name} VALUES (?,?,?)", rows)
 
     # -- helpers -----------------------------------------------------------------------------
-    def __enter__(self) -> "NsysWriter":
+    def __enter__(self) -> NsysWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

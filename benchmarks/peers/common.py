@@ -37,7 +37,8 @@ def cores() -> str:
 
 def banner(title: str) -> None:
     print(f"# {title}")
-    print(f"# machine: {cores()}; python {sys.version.split()[0]}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    print(f"# machine: {cores()}; python {sys.version.split()[0]}; {now}")
 
 
 # ---------------------------------------------------------------- peers

@@ -132,7 +132,7 @@ def generate(out: Path, kernels: int, layers: int = 24, seed: int = 0) -> dict:
             first = False
             n_ev += len(evs)
         fh.write('\n],\n"traceName": "gen_kineto", "displayTimeUnit": "ms", '
-                 f'"baseTimeNanoseconds": 0}}\n')
+                 '"baseTimeNanoseconds": 0}\n')
     return {"path": str(out), "steps": steps, "kernels": steps * per_step, "events": n_ev,
             "bytes": out.stat().st_size, "seconds": round(time.perf_counter() - t0, 1)}
 

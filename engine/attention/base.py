@@ -23,6 +23,10 @@ import torch
 class AttentionBackend:
     name = "base"
     supports_cuda_graph = False
+    # set by each backend's __init__
+    pool: Any
+    num_heads: int
+    head_dim: int
 
     def init_forward_metadata(self, fb: Any) -> None:
         raise NotImplementedError

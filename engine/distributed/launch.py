@@ -28,7 +28,7 @@ def _rank_entry(config: EngineConfig, workload: Any, out: str, spec: RankSpec, r
     except BaseException as exc:  # reported to the launcher, then a non-zero exit
         msg = str(exc).strip().splitlines()
         results.put(("error", spec.rank, f"{type(exc).__name__}: {msg[0] if msg else ''}"))
-        raise SystemExit(1)
+        raise SystemExit(1) from exc
     results.put(("ok", spec.rank, summary))
 
 

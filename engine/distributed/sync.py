@@ -15,7 +15,6 @@ import torch
 
 from srtscope.engine.request import Req
 
-
 _STOP = object()   # the stop signal (sent as a header flag, never pickled)
 
 

@@ -5,7 +5,8 @@ slots go straight back to the allocator, and a chunked request simply keeps its 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -59,13 +60,13 @@ class ChunkCache:
     def locked_nodes(self) -> list:
         return []
 
-    def cache_finished_req(self, req: "Req") -> None:
+    def cache_finished_req(self, req: Req) -> None:
         self.release_req(req)
 
-    def cache_unfinished_req(self, req: "Req") -> None:
+    def cache_unfinished_req(self, req: Req) -> None:
         req.prefix_len = req.kv_len
 
-    def release_req(self, req: "Req") -> None:
+    def release_req(self, req: Req) -> None:
         row = req.req_pool_idx
         if row is None:
             return

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,7 +32,7 @@ class TreeNode:
     __slots__ = ("children", "parent", "key", "value", "lock_ref", "last_access", "id")
     _ids = itertools.count()
 
-    def __init__(self, key: np.ndarray, value: np.ndarray, parent: "TreeNode | None") -> None:
+    def __init__(self, key: np.ndarray, value: np.ndarray, parent: TreeNode | None) -> None:
         self.children: dict[int, TreeNode] = {}
         self.parent = parent
         self.key = key          # int64 token ids
@@ -181,6 +182,7 @@ class RadixCache:
             freed += len(node.value)
             self._evictable -= len(node.key)
             parent = node.parent
+            assert parent is not None                   # evictable nodes are never the root
             del parent.children[int(node.key[0])]
             if parent is not self.root and not parent.children and parent.lock_ref == 0:
                 heapq.heappush(heap, (parent.last_access, parent.id, parent))
@@ -214,7 +216,7 @@ class RadixCache:
         return out
 
     # -- request hooks ---------------------------------------------------------------------------
-    def cache_finished_req(self, req: "Req") -> None:
+    def cache_finished_req(self, req: Req) -> None:
         """Insert a finished (or aborted/retracted) request's KV into the tree, free its duplicate
         and extra slots, unlock its prefix and free its row.
 
@@ -234,7 +236,7 @@ class RadixCache:
         req.req_pool_idx = None
         req.last_node = None
 
-    def cache_unfinished_req(self, req: "Req") -> None:
+    def cache_unfinished_req(self, req: Req) -> None:
         """Insert a still-running request's KV (e.g. a prefilled chunk) and re-point it at the
         tree: its row now reads the shared slots and its lock moves to the new deepest node."""
         row = req.req_pool_idx
@@ -254,7 +256,7 @@ class RadixCache:
         req.last_node = match.last_node
         req.prefix_len = n
 
-    def release_req(self, req: "Req") -> None:
+    def release_req(self, req: Req) -> None:
         """Free a request's private slots and row without caching them (retraction)."""
         row = req.req_pool_idx
         if row is None:

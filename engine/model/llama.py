@@ -14,8 +14,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from srtscope.engine.config import ModelConfig
-from srtscope.engine.model.layers import (ColumnParallelLinear, ParallelLMHead, RMSNorm, RowParallelLinear,
-                                 VocabParallelEmbedding)
+from srtscope.engine.model.layers import (
+    ColumnParallelLinear,
+    ParallelLMHead,
+    RMSNorm,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+)
 from srtscope.engine.model.parallel import TPState, shard_range
 from srtscope.engine.model.rotary import RotaryEmbedding
 
@@ -44,7 +49,7 @@ class LlamaAttention(nn.Module):
         q = q.reshape(t, self.num_heads, self.head_dim)
         k = k.reshape(t, self.num_kv_heads, self.head_dim)
         v = v.reshape(t, self.num_kv_heads, self.head_dim)
-        q, k = self.rotary.apply(cos_sin, q, k)
+        q, k = self.rotary.rotate(cos_sin, q, k)
         o = attn.forward(q, k, v, self.layer_id, fb)
         return self.o_proj(o.reshape(t, self.num_heads * self.head_dim))
 

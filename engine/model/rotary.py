@@ -12,6 +12,8 @@ class RotaryEmbedding(nn.Module):
         if head_dim % 2:
             raise ValueError(f"head_dim: rotary embeddings need an even head_dim, got {head_dim}")
         self.head_dim = head_dim
+        self.cos_cache: torch.Tensor
+        self.sin_cache: torch.Tensor
         inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
         t = torch.arange(max_position, dtype=torch.float64)
         freqs = torch.outer(t, inv_freq)
@@ -28,7 +30,7 @@ class RotaryEmbedding(nn.Module):
         """``[T, 1, head_dim]`` cos and sin for ``positions`` (computed once per forward)."""
         return self.cos_cache[positions].unsqueeze(1), self.sin_cache[positions].unsqueeze(1)
 
-    def apply(self, cos_sin: tuple[torch.Tensor, torch.Tensor], q: torch.Tensor, k: torch.Tensor
+    def rotate(self, cos_sin: tuple[torch.Tensor, torch.Tensor], q: torch.Tensor, k: torch.Tensor
               ) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = cos_sin
         return q * cos + self.rotate_half(q) * sin, k * cos + self.rotate_half(k) * sin
@@ -36,4 +38,4 @@ class RotaryEmbedding(nn.Module):
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         """q ``[T, heads, head_dim]``, k ``[T, kv_heads, head_dim]``, positions ``[T]``."""
-        return self.apply(self.cos_sin(positions), q, k)
+        return self.rotate(self.cos_sin(positions), q, k)

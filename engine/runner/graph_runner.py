@@ -69,7 +69,7 @@ class GraphRunner:
         self.on_cuda = on_cuda
         self.graphs: dict[int, Any] = {}
         self.outputs: dict[int, torch.Tensor] = {}
-        self.pool = None
+        self.pool: Any = None                  # the graphs' shared memory pool, after the first capture
         if on_cuda and not disabled and self.capture_bs and capture:
             self.capture()
 

@@ -23,7 +23,6 @@ from srtscope.engine.model.weights import build_model
 from srtscope.engine.runner.graph_runner import GraphRunner, capture_bs_list
 from srtscope.probes.ranges import is_enabled, stage
 
-
 logger = logging.getLogger("srtscope.engine")
 
 
@@ -73,6 +72,7 @@ class ModelRunner:
                 acc += n
                 ends.append(acc - 1)
             return torch.tensor(ends, dtype=torch.int64).to(self.device, non_blocking=True)
+        assert fb.extend_seq_lens is not None           # extend/mixed batches carry them
         return torch.cumsum(fb.extend_seq_lens.to(self.device, torch.int64), 0) - 1
 
     # ------------------------------------------------------------------ one step

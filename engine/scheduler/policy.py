@@ -39,7 +39,8 @@ class InBatchPrefixFilter:
 
         self.tree_cache = tree_cache
         self.threshold = threshold
-        self._trie = RadixCache(TokenSlotAllocator(1), None)   # keys only; values unused
+        # keys only, values unused: no req-to-token pool
+        self._trie = RadixCache(TokenSlotAllocator(1), None)  # type: ignore[arg-type]
 
     def should_defer(self, req: Req) -> bool:
         key = req.fill_ids[:-1]

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from srtscope.engine.config import EngineConfig
 from srtscope.engine.forward_batch import ForwardMode
@@ -95,7 +96,7 @@ class Scheduler:
         self.tp_sync: Any = None    # engine.distributed.sync.TpSync on a TP rank (tp_size > 1)
 
     # -- intake --------------------------------------------------------------------------------
-    def make_req(self, input_ids: list[int], params: SamplingParams | dict | None = None,
+    def make_req(self, input_ids: list[int], params: SamplingParams | Mapping[str, Any] | None = None,
                  rid: str = "") -> Req:
         """Validate and build a request (``ValueError`` naming the field; nothing is queued)."""
         sp = SamplingParams.from_any(params)
@@ -274,7 +275,7 @@ class Scheduler:
         self.stats.decode_tokens += batch.batch_size()
         return batch
 
-    _drain_hook: Callable[[], None] | None = None
+    _drain_hook: Callable[[], object] | None = None
 
     def _decode_fits(self, bs: int, steps: int = 1) -> bool:
         return self.allocator.available_size() + self.tree_cache.evictable_size() >= bs * steps
@@ -303,6 +304,7 @@ class Scheduler:
 
     def _retract_chunked(self) -> None:
         req, self.chunked_req = self.chunked_req, None
+        assert req is not None                          # called with a chunked request only
         self.tree_cache.cache_finished_req(req)
         req.reset_for_retract()
         self.waiting_queue.insert(0, req)

@@ -20,8 +20,9 @@ stream and event work. The module imports without CUDA; tests run the first two 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -141,14 +142,16 @@ class TensorStager:
         """Device views of ``tensors`` (same dtypes and shapes) and the slot they live in."""
         offsets, used = layout(tensors)
         slot = self.ring.acquire(max(used, 1))
+        host, dev = slot.host, slot.dev
+        assert host is not None and dev is not None     # acquire() gives an allocated slot
         for t, off in zip(tensors, offsets):
-            _view(slot.host, off, t).copy_(t)
+            _view(host, off, t).copy_(t)
         if used:
-            ev = self.copy(slot.dev[:used], slot.host[:used], slot.consumed)
+            ev = self.copy(dev[:used], host[:used], slot.consumed)
         else:
             ev = self.copy(None, None, slot.consumed)
         self.ring.mark_copied(slot, ev)
-        return slot, [_view(slot.dev, off, t) for t, off in zip(tensors, offsets)]
+        return slot, [_view(dev, off, t) for t, off in zip(tensors, offsets)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,8 +178,9 @@ def host_tensors(fb: Any, writes: tuple | None) -> tuple[list[torch.Tensor], Cal
 
     def rebuild(views: list[torch.Tensor]) -> tuple[Any, tuple | None]:
         k = len(fb_names)
-        kw = dict(zip(fb_names, views[:k]))
+        kw: dict[str, Any] = dict(zip(fb_names, views[:k]))
         if s_names:
+            assert sampling is not None
             kw["sampling"] = dataclasses.replace(sampling, **dict(zip(s_names,
                                                                       views[k:k + len(s_names)])))
         new_w = tuple(views[len(views) - n_w:]) if writes is not None else None
@@ -208,7 +212,7 @@ class CudaStreams:
         if wait_event is not None:
             cs.wait_event(wait_event)        # write-after-read: an earlier forward read ``dst``
         with torch.cuda.stream(cs):
-            if dst is not None:
+            if dst is not None and src is not None:
                 dst.copy_(src, non_blocking=True)
             ev = torch.cuda.Event()
             ev.record(cs)

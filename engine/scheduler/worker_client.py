@@ -108,6 +108,7 @@ class WorkerClient:
                 raise pending.error
             if pending.ids_ready is not None:
                 pending.ids_ready.synchronize()
+                assert pending.host_ids is not None      # set with ids_ready
                 return pending.host_ids.tolist()
             return pending.result.next_token_ids.tolist()
 
@@ -142,6 +143,7 @@ class WorkerClient:
         """Host inputs -> a ring slot's device arena (copy stream); the forward stream waits."""
         with stage(_PREP, part="h2d", step=p.fb.step):
             tensors, rebuild = host_tensors(p.fb, p.writes)
+            assert self.stager is not None          # _stage: the staged path only
             slot, views = self.stager.stage(tensors)
             fb, writes = rebuild(views)
             self.streams.forward_wait(slot.copied)   # read-after-write
@@ -172,7 +174,7 @@ class WorkerClient:
             p.result = result
         except BaseException as exc:  # surfaced to the scheduler thread in wait_tokens
             p.error = exc
-            if slot is not None:
+            if slot is not None and self.stager is not None:
                 self.streams.synchronize()   # nothing reads the slot any more
                 self.stager.ring.abandon(slot)
         finally:
@@ -181,5 +183,6 @@ class WorkerClient:
     def _finish_staged(self, p: Pending, slot: Any, result: Any) -> None:
         """Record the slot's ``consumed`` event and start the D2H copy of the sampled ids."""
         # after every kernel that read the slot's device arena (forward, sampling, future_buf)
+        assert self.stager is not None
         self.stager.ring.mark_consumed(slot, self.streams.record())
         p.host_ids, p.ids_ready = self.streams.to_host(result.next_token_ids)

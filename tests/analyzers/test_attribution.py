@@ -2,8 +2,7 @@
 import numpy as np
 import pytest
 
-from srtscope.analyzers.analyses.attribution import (BurstRule, attribute, innermost_segments,
-                                            launching_threads)
+from srtscope.analyzers.analyses.attribution import BurstRule, attribute, innermost_segments, launching_threads
 from srtscope.analyzers.analyses.bubbles import find_bubbles
 from srtscope.analyzers.timeline import DeviceKind, SourceFormat
 from tests.analyzers._tl import api, kernel, rng, timeline
@@ -12,11 +11,11 @@ US = 1000
 CLASSES = ["scheduler_ns", "prep_ns", "kernel_ns", "sync_ns", "launch_ns", "unattributed_ns"]
 
 
-def run(tl, rule=BurstRule()):
+def run(tl, rule: BurstRule | None = None):
     b, _, _ = find_bubbles(tl, 5 * US)
     pid, tid = launching_threads(tl, b["next_row"].to_numpy())
     q = b.assign(pid=pid, tid=tid)
-    cls, stages, _ = attribute(tl, q, rule)
+    cls, stages, _ = attribute(tl, q, rule or BurstRule())
     return q, cls, stages
 
 

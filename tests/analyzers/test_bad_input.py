@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sample_traces.nsys_schema import NsysWriter
 from srtscope.analyzers.readers import TraceError, load_timeline
 from srtscope.analyzers.timeline import Timeline
-from sample_traces.nsys_schema import NsysWriter
+from tests.conftest import REAL_TRACES as REAL
 
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "real"
-needs_real = pytest.mark.skipif(not REAL.is_dir(), reason=f"real traces not present at {REAL}")
+needs_real = pytest.mark.usefixtures("real_traces")   # conftest: skips without the shared traces
 HANG_GUARD_S = 120
 
 

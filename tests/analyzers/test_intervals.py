@@ -38,15 +38,18 @@ def test_gaps_only_inside_span_and_above_threshold():
 def test_random_against_brute_force():
     rng = np.random.default_rng(7)
     for _ in range(200):
-        a_s = rng.integers(0, 60, 6); a_e = a_s + rng.integers(0, 8, 6)
-        b_s = rng.integers(0, 60, 5); b_e = b_s + rng.integers(0, 8, 5)
+        a_s = rng.integers(0, 60, 6)
+        a_e = a_s + rng.integers(0, 8, 6)
+        b_s = rng.integers(0, 60, 5)
+        b_e = b_s + rng.integers(0, 8, 5)
         a, b = iv.union(a_s, a_e), iv.union(b_s, b_e)
         ga, gb = grid(a_s, a_e), grid(b_s, b_e)
         assert (as_grid(a) == ga).all()
         assert iv.total(a) == ga.sum()
         assert (as_grid(iv.intersect(a, b)) == (ga & gb)).all()
         assert (as_grid(iv.subtract(a, b)) == (ga & ~gb)).all()
-        q0 = rng.integers(0, 60, 4); q1 = q0 + rng.integers(0, 20, 4)
+        q0 = rng.integers(0, 60, 4)
+        q1 = q0 + rng.integers(0, 20, 4)
         want = [ga[x:y].sum() for x, y in zip(q0, q1)]
         assert iv.overlap(a, q0, q1).tolist() == want
         # normal form: sorted, disjoint, not touching

@@ -13,10 +13,10 @@ from srtscope.analyzers.readers.detect import detect_format
 from srtscope.analyzers.readers.jsonstream import us_to_ns
 from srtscope.analyzers.readers.kineto import read_kineto
 from srtscope.analyzers.timeline import GPU_DOMAIN, DeviceKind, SourceFormat, Traced, WarningCode
+from tests.conftest import REAL_TRACES as REAL
 
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "real"
 KINETO = REAL / "kineto"
-needs_real = pytest.mark.skipif(not KINETO.is_dir(), reason=f"real traces not present at {REAL}")
+needs_real = pytest.mark.usefixtures("real_traces")   # conftest: skips without the shared traces
 MANIFEST = json.loads((REAL / "manifest.json").read_text())["kineto"] if KINETO.is_dir() else {}
 TORCHREC = KINETO / "hta_torchrec_train_a100_rank0of16_cudagraph_nccl.json.gz"
 
@@ -215,6 +215,7 @@ def test_flows_link_events_without_args_correlation(tmp_path):
 @pytest.mark.parametrize("chunk", [7, 64, 1 << 20])
 def test_stream_parser_across_chunk_boundaries(chunk):
     import io
+
     from srtscope.analyzers.readers.jsonstream import iter_trace
     doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "x" * 50}],
            "traceEvents": [{"ph": "X", "ts": f"@{i}", "dur": 1234567,

@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sample_traces.nsys_schema import NsysWriter
 from srtscope.analyzers.readers import TraceError, load_timeline
 from srtscope.analyzers.readers.nsys_sqlite import read_nsys
 from srtscope.analyzers.timeline import DeviceKind, SourceFormat, Traced, WarningCode
-from sample_traces.nsys_schema import NsysWriter
+from tests.conftest import REAL_TRACES as REAL
 
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "real"
 NSYS = REAL / "nsys"
-needs_real = pytest.mark.skipif(not NSYS.is_dir(), reason=f"real traces not present at {REAL}")
+needs_real = pytest.mark.usefixtures("real_traces")   # conftest: skips without the shared traces
 MANIFEST = json.loads((REAL / "manifest.json").read_text())["nsys"] if NSYS.is_dir() else {}
 FILES = sorted(MANIFEST)
 

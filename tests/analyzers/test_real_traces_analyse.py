@@ -3,11 +3,12 @@ import json
 
 import pytest
 
-readers = pytest.importorskip("srtscope.analyzers.readers", reason="trace readers not importable yet")
+from srtscope.analyzers.diagnose import diagnose
+from srtscope.analyzers.readers import load_timeline
+from srtscope.analyzers.results import BOTTLENECKS, BUBBLE_CLASSES
+from tests.conftest import REAL_TRACES
 
-from srtscope.analyzers.diagnose import diagnose  # noqa: E402
-from srtscope.analyzers.results import BOTTLENECKS, BUBBLE_CLASSES  # noqa: E402
-from tests.conftest import REAL_TRACES  # noqa: E402
+pytestmark = pytest.mark.usefixtures("real_traces")   # conftest: skips without the shared traces
 
 FILES = sorted([*REAL_TRACES.glob("nsys/*.sqlite"), *REAL_TRACES.glob("kineto/*.json.gz")]) \
     if REAL_TRACES.is_dir() else []
@@ -15,13 +16,11 @@ _CACHE: dict[str, object] = {}
 
 
 def diag(name: str):
-    if not REAL_TRACES.is_dir():
-        pytest.skip(f"real traces not found at {REAL_TRACES}")
     if name not in _CACHE:
         path = next((p for p in FILES if p.name == name), None)
         if path is None:
             pytest.skip(f"{name} not in {REAL_TRACES}")
-        _CACHE[name] = diagnose(readers.load_timeline([path]))
+        _CACHE[name] = diagnose(load_timeline([path]))
     return _CACHE[name]
 
 

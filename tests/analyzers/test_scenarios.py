@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-generate = pytest.importorskip("sample_traces.generate", reason="needs sample_traces.nsys_schema")
-readers = pytest.importorskip("srtscope.analyzers.readers", reason="trace readers not importable yet")
-
-from srtscope.analyzers.diagnose import diagnose  # noqa: E402
+from sample_traces import generate
+from srtscope.analyzers.diagnose import diagnose
+from srtscope.analyzers.readers import load_timeline
+from srtscope.engine.engine import Engine
 
 COMMITTED = Path(generate.__file__).resolve().parent
 NAMES = [s.name for s in generate.SCENARIOS]
@@ -32,7 +32,7 @@ def expected(generated):
 
 @pytest.fixture(scope="module")
 def diagnoses(generated, expected):
-    return {n: diagnose(readers.load_timeline([generated / f for f in e["files"]]))
+    return {n: diagnose(load_timeline([generated / f for f in e["files"]]))
             for n, e in expected.items()}
 
 
@@ -106,15 +106,14 @@ def test_unknown_scenario_is_a_clear_error(tmp_path):
     ("result_us", "sched.result", "scheduler"),
 ])
 def test_engine_probe_trace_injected_delay(tmp_path, recorder, field, stage, bottleneck):
-    eng_mod = pytest.importorskip("srtscope.engine.engine", reason="reference engine not importable")
     from srtscope.engine.config import EngineConfig, FaultInjection
 
     delay_us = 40_000                    # large against a tiny CPU forward: the verdict must name it
     cfg = EngineConfig(device="cpu", enable_probes=True, inject=FaultInjection(**{field: delay_us}))
-    with eng_mod.Engine(cfg) as eng:
+    with Engine(cfg) as eng:
         eng.generate(["ab"], {"max_new_tokens": 5})
         paths = eng.write_traces(tmp_path)
-    tl = readers.load_timeline([paths["probe"]])
+    tl = load_timeline([paths["probe"]])
     d = diagnose(tl)
     assert d.verdict.bottleneck == bottleneck, d.verdict.summary
     assert next(iter(d.bubbles.by_stage)) == stage

@@ -6,7 +6,6 @@ venv is absent; everything else runs on tiny generated inputs.
 from __future__ import annotations
 
 import importlib.util
-import json
 import subprocess
 import sys
 from pathlib import Path

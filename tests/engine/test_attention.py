@@ -2,19 +2,15 @@
 from __future__ import annotations
 
 import importlib
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from worker_helpers import MiniBatcher  # noqa: E402
-
-from srtscope.engine.attention.factory import create_attention_backend, select_attention_backend  # noqa: E402
-from srtscope.engine.attention.torch_native import TorchNativeAttnBackend  # noqa: E402
-from srtscope.engine.forward_batch import ForwardMode  # noqa: E402
-from srtscope.engine.mem.kv_pool import KVPool  # noqa: E402
+from srtscope.engine.attention.factory import create_attention_backend, select_attention_backend
+from srtscope.engine.attention.torch_native import TorchNativeAttnBackend
+from srtscope.engine.forward_batch import ForwardMode
+from srtscope.engine.mem.kv_pool import KVPool
+from tests.engine.worker_helpers import MiniBatcher
 
 
 def _naive(q, kbuf, vbuf, rows_slots, prefix_lens, new_lens, scale):
@@ -94,8 +90,8 @@ def test_flashinfer_matches_torch_native_on_cuda():
     mb.extend({0: [0] * 30, 1: [0] * 3})
     pool.k_buffer[0].normal_(generator=g)
     pool.v_buffer[0].normal_(generator=g)
-    for mode, fb in ((ForwardMode.MIXED, mb.extend({0: [1] * 7, 1: [1], 3: [1] * 12}, mode=ForwardMode.MIXED)),
-                     (ForwardMode.DECODE, mb.decode({0: 1, 1: 1, 3: 1}))):
+    for _mode, fb in ((ForwardMode.MIXED, mb.extend({0: [1] * 7, 1: [1], 3: [1] * 12}, mode=ForwardMode.MIXED)),
+                      (ForwardMode.DECODE, mb.decode({0: 1, 1: 1, 3: 1}))):
         T = fb.num_tokens
         q = torch.randn(T, 8, 64, device="cuda", dtype=torch.float16, generator=g)
         k = torch.randn(T, 2, 64, device="cuda", dtype=torch.float16, generator=g)

@@ -7,7 +7,6 @@ import json
 import pytest
 import torch
 
-from srtscope import probes
 from srtscope.engine.config import EngineConfig, FaultInjection
 from srtscope.engine.engine import Engine
 from srtscope.engine.runner.tp_worker import TpModelWorker

@@ -1,20 +1,14 @@
 """Graph runner: capture list, can_run reasons, padding to the next bucket; real capture on CUDA."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from worker_helpers import MiniBatcher  # noqa: E402
-
-from srtscope.engine.config import EngineConfig  # noqa: E402
-from srtscope.engine.forward_batch import ForwardMode  # noqa: E402
-from srtscope.engine.runner.graph_runner import (DEFAULT_CAPTURE_BS, GraphRunner, capture_bs_list,  # noqa: E402
-                                        pad_forward_batch)
-from srtscope.engine.runner.tp_worker import TpModelWorker  # noqa: E402
+from srtscope.engine.config import EngineConfig
+from srtscope.engine.forward_batch import ForwardMode
+from srtscope.engine.runner.graph_runner import DEFAULT_CAPTURE_BS, GraphRunner, capture_bs_list, pad_forward_batch
+from srtscope.engine.runner.tp_worker import TpModelWorker
+from tests.engine.worker_helpers import MiniBatcher
 
 
 def test_capture_list_like_sglang_default():
@@ -146,7 +140,7 @@ def test_simulated_capture_and_replay_on_cpu():
         prompts = {i: list(range(3 * i + 1, 3 * i + 1 + 2 + 2 * i)) for i in range(bs)}
         res = w.forward_batch_generation(mb.extend(prompts))
         assert not res.graph_used and res.eager_reason == "extend"
-        for step in range(2):
+        for _ in range(2):
             fb = mb.decode({i: int(t) for i, t in enumerate(res.next_token_ids.tolist())})
             res = w.forward_batch_generation(fb)
             assert res.graph_used and res.eager_reason is None

@@ -10,7 +10,6 @@ import random
 import pytest
 import torch
 
-from srtscope import probes
 from srtscope.engine.config import EngineConfig
 from srtscope.engine.engine import Engine
 from srtscope.engine.forward_batch import ForwardMode

@@ -1,19 +1,14 @@
 """The engine model against a plain full-sequence causal forward of the same weights."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from worker_helpers import MiniBatcher, reference_logits  # noqa: E402
-
-from srtscope.engine.config import EngineConfig, ModelConfig  # noqa: E402
-from srtscope.engine.forward_batch import ForwardMode  # noqa: E402
-from srtscope.engine.model.weights import random_state_dict  # noqa: E402
-from srtscope.engine.runner.tp_worker import TpModelWorker  # noqa: E402
+from srtscope.engine.config import EngineConfig, ModelConfig
+from srtscope.engine.forward_batch import ForwardMode
+from srtscope.engine.model.weights import random_state_dict
+from srtscope.engine.runner.tp_worker import TpModelWorker
+from tests.engine.worker_helpers import MiniBatcher, reference_logits
 
 ATOL = 2e-4
 

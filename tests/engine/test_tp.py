@@ -13,14 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from tp_helpers import consensus_rank_main, fake_batch, mixed_workload  # noqa: E402
-
-from srtscope.engine.config import EngineConfig, FaultInjection  # noqa: E402
-from srtscope.engine.distributed.sync import batch_composition, batch_hash  # noqa: E402
-from srtscope.engine.engine import Engine  # noqa: E402
-from srtscope.engine.tp_launch import run_tp_workload  # noqa: E402
-from srtscope.engine.workloads import make_workload, run_workload  # noqa: E402
+from srtscope.engine.config import EngineConfig, FaultInjection
+from srtscope.engine.distributed.sync import batch_composition, batch_hash
+from srtscope.engine.engine import Engine
+from srtscope.engine.tp_launch import run_tp_workload
+from srtscope.engine.workloads import make_workload, run_workload
+from tests.engine.tp_helpers import consensus_rank_main, fake_batch, mixed_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -3,19 +3,14 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from worker_helpers import MiniBatcher, tp_rank_main  # noqa: E402
-
-from srtscope.engine.config import EngineConfig, ModelConfig  # noqa: E402
-from srtscope.engine.model.weights import (model_config_from_hf, random_state_dict, read_safetensors,  # noqa: E402
-                                  save_checkpoint)
-from srtscope.engine.runner.tp_worker import TpModelWorker  # noqa: E402
+from srtscope.engine.config import EngineConfig, ModelConfig
+from srtscope.engine.model.weights import model_config_from_hf, random_state_dict, read_safetensors, save_checkpoint
+from srtscope.engine.runner.tp_worker import TpModelWorker
+from tests.engine.worker_helpers import MiniBatcher, tp_rank_main
 
 PROMPTS = {0: list(range(5, 30)), 1: list(range(60, 67))}
 

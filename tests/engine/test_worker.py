@@ -2,22 +2,18 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from worker_helpers import MiniBatcher  # noqa: E402
-
-from srtscope.engine.config import BOS_ID, EOS_ID, EngineConfig, ModelConfig  # noqa: E402
-from srtscope.engine.mem.kv_pool import KVPool  # noqa: E402
-from srtscope.engine.runner.sampler import make_sampling_info  # noqa: E402
-from srtscope.engine.runner.tp_worker import GenerationBatchResult, TpModelWorker  # noqa: E402
-from srtscope.engine.tokenizer import ByteTokenizer, get_tokenizer  # noqa: E402
-from srtscope.probes import ranges  # noqa: E402
-from srtscope.probes import recorder as rec  # noqa: E402
+from srtscope.engine.config import BOS_ID, EOS_ID, EngineConfig, ModelConfig
+from srtscope.engine.mem.kv_pool import KVPool
+from srtscope.engine.runner.sampler import make_sampling_info
+from srtscope.engine.runner.tp_worker import GenerationBatchResult, TpModelWorker
+from srtscope.engine.tokenizer import ByteTokenizer, get_tokenizer
+from srtscope.probes import ranges
+from srtscope.probes import recorder as rec
+from tests.engine.worker_helpers import MiniBatcher
 
 
 @pytest.fixture(scope="module")
