@@ -6,6 +6,8 @@ row: on a categorical column only its few categories are turned into strings and
 """
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pandas as pd
 
@@ -64,7 +66,7 @@ def group_rows(df: pd.DataFrame, cols: list[str]) -> dict[tuple, np.ndarray]:
     span = [int(a.max()) - m + 1 for a, m in zip(arrs, lo)]
     size = int(np.prod(span, dtype=object))
     if size > 1 << 22:
-        return df.groupby(cols).indices
+        return cast("dict[tuple, np.ndarray]", df.groupby(cols).indices)   # keys: tuples of ints
     key = np.zeros(len(df), np.int64)
     for a, m, s in zip(arrs, lo, span):
         key *= s
@@ -72,7 +74,7 @@ def group_rows(df: pd.DataFrame, cols: list[str]) -> dict[tuple, np.ndarray]:
     counts = np.bincount(key, minlength=size)
     used = np.flatnonzero(counts)
     if len(used) > np.iinfo(np.int16).max:
-        return df.groupby(cols).indices
+        return cast("dict[tuple, np.ndarray]", df.groupby(cols).indices)   # keys: tuples of ints
     lut = np.zeros(size, np.int16)
     lut[used] = np.arange(len(used), dtype=np.int16)
     order = np.argsort(lut[key], kind="stable")

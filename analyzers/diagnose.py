@@ -4,23 +4,27 @@ Pure: no printing, no I/O. The CLI renders ``Diagnosis`` / ``DiagnosisDiff`` and
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.analyses.attribution import BurstRule, attribute, launching_threads
+from srtscope.analyzers.analyses.attribution import BUBBLE_CAUSES, BurstRule, attribute, launch_ends, launching_threads
 from srtscope.analyzers.analyses.bubbles import find_bubbles, histogram
 from srtscope.analyzers.analyses.budget import primary_devices, step_budget
+from srtscope.analyzers.analyses.capture import capture_adequacy
 from srtscope.analyzers.analyses.comm import comm_mask, communication
+from srtscope.analyzers.analyses.device_split import device_split
 from srtscope.analyzers.analyses.diff import DiagnosisDiff, FigureDelta, compare
-from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons
+from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons, fallback_mask
 from srtscope.analyzers.analyses.steps import StepRule, find_steps
 from srtscope.analyzers.analyses.verdict import decide
 from srtscope.analyzers.columns import isin, str_codes, sum_by
+from srtscope.analyzers.host_activity import HostActivity
 from srtscope.analyzers.results import BUBBLE_CLASSES, BubbleResult, CaptureInfo, Diagnosis, StepsResult
-from srtscope.analyzers.timeline import DeviceKind, Timeline
+from srtscope.analyzers.timeline import DeviceKind, Timeline, WarningCode
+from srtscope.analyzers.vocab import Cause
 
 __all__ = ["DiagnoseParams", "diagnose", "compare", "crop", "top_kernels", "DiagnosisDiff", "FigureDelta"]
 
@@ -119,10 +123,12 @@ def _pieces(bubbles: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
             row = np.where(ok, st.index.to_numpy()[cand], -1)
         parts.append(pd.DataFrame({"bubble": bidx[src], "rank": rank, "device": b["device"].to_numpy()[src],
                                    "pid": b["pid"].to_numpy()[src], "tid": b["tid"].to_numpy()[src],
-                                   "start_ns": ps, "end_ns": pe, "step_row": row}))
+                                   "start_ns": ps, "end_ns": pe, "step_row": row,
+                                   "queued_ns": b["queued_ns"].to_numpy()[src]}))
     if not parts:
         return pd.DataFrame({c: pd.Series([], dtype=np.int64) for c in
-                             ("bubble", "rank", "device", "pid", "tid", "start_ns", "end_ns", "step_row")})
+                             ("bubble", "rank", "device", "pid", "tid", "start_ns", "end_ns", "step_row",
+                              "queued_ns")})
     return pd.concat(parts, ignore_index=True)
 
 
@@ -153,14 +159,24 @@ def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams()) -> Diagnos
     """Every analysis over one Timeline, and the verdict."""
     tl, source, steps = _select_steps(tl, params)
     bubbles, by_device, by_stream = find_bubbles(tl, params.threshold_ns)
-    pid, tid = launching_threads(tl, bubbles["next_row"].to_numpy())
+    nxt = bubbles["next_row"].to_numpy()
+    pid, tid = launching_threads(tl, nxt)
     bubbles["pid"], bubbles["tid"] = pid, tid
+    bubbles["queued_ns"] = launch_ends(tl, nxt)
     pieces = _pieces(bubbles, steps)
-    classes, stages, user_ranges = attribute(tl, pieces, params.burst_rule)
-    pieces = pd.concat([pieces, classes], axis=1)
+    model = HostActivity(tl, params.burst_rule)
+    classes, stages, user_ranges = attribute(tl, pieces, params.burst_rule, model)
+    # launch-bound time in eager-fallback steps is the fallback's
+    fb_rows = steps.index.to_numpy()[fallback_mask(steps)]
+    in_fb = np.isin(pieces["step_row"].to_numpy(), fb_rows) if len(fb_rows) else np.zeros(len(pieces), bool)
+    lb, ef = f"cause.{Cause.LAUNCH_BOUND.value}_ns", f"cause.{Cause.EAGER_FALLBACK.value}_ns"
+    classes.loc[in_fb, ef] += classes.loc[in_fb, lb]
+    classes.loc[in_fb, lb] = 0
+    pieces = pd.concat([pieces.drop(columns=["queued_ns"]), classes], axis=1)
     ccols = [f"{c}_ns" for c in BUBBLE_CLASSES] + ["covered_ns"]
+    kcols = [f"cause.{c}_ns" for c in BUBBLE_CAUSES]
     per_bubble = pieces.groupby("bubble")[ccols].sum() if len(pieces) else pd.DataFrame(columns=ccols)
-    table = bubbles.drop(columns=["next_row"]).join(per_bubble)
+    table = bubbles.drop(columns=["next_row", "queued_ns"]).join(per_bubble)
     for c in ccols:
         table[c] = table[c].fillna(0).astype(np.int64)
     if stages.shape[1]:
@@ -171,6 +187,7 @@ def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams()) -> Diagnos
         table["top_stage"] = ""
     total = int(table["dur_ns"].sum())
     by_stage = stages.sum(axis=0).sort_values(ascending=False) if stages.shape[1] else pd.Series(dtype=np.int64)
+    by_cause = {c: int(pieces[k].sum()) for c, k in zip(BUBBLE_CAUSES, kcols)} if len(pieces) else {}
     bres = BubbleResult(
         count=len(table), total_ns=total, window_ns=int(by_device["window_ns"].sum()),
         busy_ns=int(by_device["busy_ns"].sum()),
@@ -179,7 +196,10 @@ def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams()) -> Diagnos
         by_user_range=user_ranges,
         histogram=histogram(table["dur_ns"].to_numpy()), threshold_ns=params.threshold_ns,
         nvtx_coverage=(float(table["covered_ns"].sum()) / total) if total and len(tl.host_ranges) else None,
-        table=table, by_device=by_device, by_stream=by_stream)
+        table=table, by_device=by_device, by_stream=by_stream,
+        by_cause={c: v for c, v in by_cause.items() if v > 0},
+        sub_threshold_ns=int(by_device["small_gap_ns"].sum()) if len(by_device) else 0,
+        sub_threshold_count=int(by_device["small_gap_count"].sum()) if len(by_device) else 0)
     reasons = eager_reasons(steps)
     sres = StepsResult(source, steps, {str(k): int(v) for k, v in reasons[reasons != ""].value_counts().items()})
     mask = comm_mask(tl.device)
@@ -187,8 +207,17 @@ def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams()) -> Diagnos
     eres = eager_fallback(steps)
     budget = step_budget(tl, steps, pieces, mask, primary_devices(by_device))
     tk = top_kernels(tl, params.top_kernels)
-    verdict = decide(tl.meta, bres, cres, eres, tk, budget.table, source, params.healthy_pct)
-    m = tl.meta
+    dres = device_split(tl, mask)
+    coverage, warnings = capture_adequacy(tl, model, dres, sres, bres)
+    m = replace(tl.meta, warnings=list(tl.meta.warnings))   # the trace's metadata stays as read
+    for w in warnings:
+        m.warn(w.code, w.message)
+    if m.has_warning(WarningCode.PARTIAL_RANKS):
+        cres = replace(cres, partial=True)
+    fb_share = (float(eres.eager_decode_steps) / max(len(steps), 1)) if len(steps) else 0.0
+    verdict = decide(m, bres, cres, eres, tk, budget.table, source, params.healthy_pct, device=dres,
+                     coverage=coverage, steps=sres, engine_evidence=model.has_engine_evidence,
+                     fallback_share=fb_share)
     names = {d.id: d.name for d in m.devices}
     seen = (tl.device[["rank", "device"]].drop_duplicates().sort_values(["rank", "device"])
             if len(tl.device) else pd.DataFrame(columns=["rank", "device"]))
@@ -199,7 +228,8 @@ def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams()) -> Diagnos
                           tool_version=m.tool_version, sources=tuple(m.sources), devices=devices,
                           ranks=tuple(m.ranks), window_ns=int((m.window_end_ns - m.window_start_ns) or (hi - lo)),
                           traced=tuple(sorted(t.value for t in m.traced)),
-                          warnings=tuple({"code": w.code.value, "message": w.message} for w in m.warnings))
+                          warnings=tuple({"code": w.code.value, "message": w.message} for w in m.warnings),
+                          world_size=int(m.world_size), coverage=coverage)
     p = asdict(params)
     p["step_range"] = list(params.step_range) if params.step_range else None
-    return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, p)
+    return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, p, dres)

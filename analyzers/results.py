@@ -6,15 +6,19 @@ stable keys, every time an integer number of nanoseconds, fractions as floats in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import pandas as pd
 
-Bottleneck = Literal["scheduler", "prep", "kernel"]
-BOTTLENECKS: tuple[str, ...] = ("scheduler", "prep", "kernel")
+from srtscope.analyzers.vocab import BUBBLE_CLASSES, Cause
+from srtscope.analyzers.vocab import Bottleneck as BottleneckClass
+
+Bottleneck = Literal["scheduler", "prep", "kernel", "host"]
+BOTTLENECKS: tuple[str, ...] = tuple(b.value for b in BottleneckClass)
+CAUSES: tuple[str, ...] = tuple(c.value for c in Cause)
 
 #: The classes a bubble's time is split into; they add up to the bubble exactly.
-BUBBLE_CLASSES: tuple[str, ...] = ("scheduler", "prep", "kernel", "sync", "launch", "unattributed")
+
 
 JSON_VERSION = 1
 
@@ -40,6 +44,17 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class Advice:
+    """One concrete next step, for one cause."""
+
+    cause: str
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cause": self.cause, "text": self.text}
+
+
+@dataclass(frozen=True)
 class Verdict:
     bottleneck: Bottleneck
     confidence: float                 # 0..1
@@ -48,18 +63,28 @@ class Verdict:
     caveats: tuple[str, ...] = ()
     healthy: bool = False
     scores_ns: dict[str, int] = field(default_factory=dict)   # lost time blamed on each bottleneck
+    cause: str = Cause.COMPUTE.value                          # the cause beneath the bottleneck
+    causes_ns: dict[str, int] = field(default_factory=dict)   # lost time per cause
+    advice: tuple[Advice, ...] = ()
 
     def __post_init__(self) -> None:
         if self.bottleneck not in BOTTLENECKS:
             raise ValueError(f"bottleneck must be one of {BOTTLENECKS}, got {self.bottleneck!r}")
+        if self.cause not in CAUSES:
+            raise ValueError(f"cause must be one of {CAUSES}, got {self.cause!r}")
+        if Cause(self.cause).bottleneck.value != self.bottleneck:
+            raise ValueError(f"cause {self.cause!r} does not belong to bottleneck {self.bottleneck!r}")
         if not 0.0 <= self.confidence <= 1.0:
             raise ValueError(f"confidence must be in 0..1, got {self.confidence}")
 
     def to_json(self) -> dict[str, Any]:
-        return {"bottleneck": self.bottleneck, "confidence": round(float(self.confidence), 3),
+        return {"bottleneck": self.bottleneck, "cause": self.cause,
+                "confidence": round(float(self.confidence), 3),
                 "summary": self.summary, "healthy": self.healthy,
                 "scores_ns": {k: _ns(v) for k, v in self.scores_ns.items()},
-                "evidence": [f.to_json() for f in self.evidence], "caveats": list(self.caveats)}
+                "causes_ns": {k: _ns(v) for k, v in self.causes_ns.items()},
+                "evidence": [f.to_json() for f in self.evidence], "caveats": list(self.caveats),
+                "advice": [a.to_json() for a in self.advice]}
 
 
 @dataclass(frozen=True)
@@ -96,6 +121,9 @@ class BubbleResult:
     by_stream: pd.DataFrame
     # unattributed time inside the trace's own non-stage ranges (innermost), largest first
     by_user_range: dict[str, int] = field(default_factory=dict)
+    by_cause: dict[str, int] = field(default_factory=dict)   # bubble time per cause (adds up to total)
+    sub_threshold_ns: int = 0            # idle time in gaps at or under the threshold (not bubbles)
+    sub_threshold_count: int = 0
 
     def to_json(self, top: int = 20) -> dict[str, Any]:
         largest = self.table.nlargest(top, "dur_ns") if len(self.table) else self.table
@@ -105,6 +133,8 @@ class BubbleResult:
             "idle_share": round(self.total_ns / self.window_ns, 4) if self.window_ns else 0.0,
             "threshold_ns": _ns(self.threshold_ns),
             "by_class": {c: _ns(self.by_class.get(c, 0)) for c in BUBBLE_CLASSES},
+            "by_cause": {k: _ns(v) for k, v in self.by_cause.items()},
+            "sub_threshold_ns": _ns(self.sub_threshold_ns), "sub_threshold_count": int(self.sub_threshold_count),
             "by_stage": {k: _ns(v) for k, v in self.by_stage.items()},
             "by_user_range": {k: _ns(v) for k, v in list(self.by_user_range.items())[:top]},
             "histogram": [b.to_json() for b in self.histogram],
@@ -120,7 +150,7 @@ class BubbleResult:
 class StepsResult:
     """Engine steps: ``table`` one row per step (see ``analyses.steps.STEP_COLUMNS``)."""
 
-    source: str                          # loop.step | sglang | sync | bursts | none
+    source: str                          # a StepSource value
     table: pd.DataFrame
     eager_reasons: dict[str, int]
 
@@ -128,13 +158,21 @@ class StepsResult:
     def count(self) -> int:
         return len(self.table)
 
+    @property
+    def per_rank(self) -> dict[int, int]:
+        """Steps per rank (steps are counted per rank; ``count`` sums them)."""
+        if len(self.table) == 0:
+            return {}
+        return {int(cast(int, k)): int(v) for k, v in self.table.groupby("rank").size().items()}
+
     def n_exec(self, kind: str) -> int:
         return int((self.table["exec"] == kind).sum()) if len(self.table) else 0
 
     def to_json(self, cap: int = 200) -> dict[str, Any]:
         cols = ["step", "rank", "start_ns", "wall_ns", "mode", "bs", "exec", "reason", "busy_ns",
                 "launches", "graph_launches", "graph_kernels"]
-        return {"count": self.count, "source": self.source, "graph": self.n_exec("graph"),
+        return {"count": self.count, "source": self.source,
+                "per_rank": {str(k): v for k, v in self.per_rank.items()}, "graph": self.n_exec("graph"),
                 "eager": self.n_exec("eager"), "idle": self.n_exec("idle"),
                 "eager_reasons": {k: int(v) for k, v in self.eager_reasons.items()},
                 "per_step_cap": cap, "per_step": _records(self.table[cols].head(cap))
@@ -187,9 +225,16 @@ class CommResult:
     straggler_device_busy: float | None   # share of that time its device was busy computing
     source: str                           # kernels | stand_in | ranges | none
     collectives: pd.DataFrame             # one row per matched collective
+    partial: bool = False                 # only some ranks of the job: skew and straggler unknown
 
     def to_json(self, cap: int = 50) -> dict[str, Any]:
         top = self.collectives.nlargest(cap, "skew_ns") if len(self.collectives) else self.collectives
+        if self.partial:
+            return {"total_ns": _ns(self.total_ns), "exposed_ns": _ns(self.exposed_ns), "skew_ns": None,
+                    "transfer_ns": _ns(self.transfer_ns), "kernels": self.n_kernels,
+                    "participants": self.participants, "straggler_rank": None, "straggler_device": None,
+                    "straggler_share": None, "straggler_host_stage": None, "straggler_device_busy": None,
+                    "source": self.source, "partial": True, "collectives_cap": cap, "collectives": []}
         return {"total_ns": _ns(self.total_ns), "exposed_ns": _ns(self.exposed_ns),
                 "skew_ns": _ns(self.skew_ns), "transfer_ns": _ns(self.transfer_ns),
                 "kernels": self.n_kernels, "participants": self.participants,
@@ -198,7 +243,7 @@ class CommResult:
                 else round(self.straggler_share, 4),
                 "straggler_host_stage": self.straggler_host_stage,
                 "straggler_device_busy": None if self.straggler_device_busy is None
-                else round(self.straggler_device_busy, 4), "source": self.source,
+                else round(self.straggler_device_busy, 4), "source": self.source, "partial": False,
                 "collectives_cap": cap, "collectives": _records(top)}
 
 
@@ -231,6 +276,58 @@ class BudgetResult:
 
 
 @dataclass(frozen=True)
+class CopyStat:
+    """Copies of one direction: summed duration, count, bytes (-1 unknown), GB/s, pageable part."""
+
+    ns: int
+    count: int
+    bytes: int
+    gbps: float | None
+    pageable_ns: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ns": _ns(self.ns), "count": int(self.count), "bytes": int(self.bytes),
+                "gbps": self.gbps, "pageable_ns": _ns(self.pageable_ns)}
+
+
+@dataclass(frozen=True)
+class DeviceResult:
+    """What device busy time was made of, summed over devices (parts may overlap each other)."""
+
+    busy_ns: int
+    kernel_ns: int                # compute kernels (collectives excluded)
+    comm_ns: int                  # collective kernels
+    memcpy_ns: int
+    memset_ns: int
+    exposed_memcpy_ns: int        # copy time with no kernel running on that device
+    memcpy: dict[str, CopyStat]   # by direction: HtoD, DtoH, DtoD, PtoP, HtoH, other
+
+    def to_json(self) -> dict[str, Any]:
+        return {"busy_ns": _ns(self.busy_ns), "kernel_ns": _ns(self.kernel_ns), "comm_ns": _ns(self.comm_ns),
+                "memcpy_ns": _ns(self.memcpy_ns), "memset_ns": _ns(self.memset_ns),
+                "exposed_memcpy_ns": _ns(self.exposed_memcpy_ns),
+                "memcpy": {k: v.to_json() for k, v in self.memcpy.items()}}
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How much of the capture the device was active, and what the host did outside it."""
+
+    capture_ns: int               # the capture's span (session bounds, or the trimmed window)
+    device_active_ns: int         # union over devices of their active windows
+    device_busy_share: float      # device busy / capture, summed over devices / devices
+    before_first_ns: int          # capture start -> first device activity
+    after_last_ns: int            # last device activity -> capture end
+    startup_api_ns: int           # allocation, set-up and first-use calls anywhere in the capture
+
+    def to_json(self) -> dict[str, Any]:
+        return {"capture_ns": _ns(self.capture_ns), "device_active_ns": _ns(self.device_active_ns),
+                "device_busy_share": round(self.device_busy_share, 4),
+                "before_first_ns": _ns(self.before_first_ns), "after_last_ns": _ns(self.after_last_ns),
+                "startup_api_ns": _ns(self.startup_api_ns)}
+
+
+@dataclass(frozen=True)
 class CaptureInfo:
     format: str
     tool_version: str
@@ -240,12 +337,15 @@ class CaptureInfo:
     window_ns: int
     traced: tuple[str, ...]
     warnings: tuple[dict[str, str], ...]
+    world_size: int = 1
+    coverage: Coverage | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"format": self.format, "tool_version": self.tool_version, "sources": list(self.sources),
                 "devices": [dict(d) for d in self.devices],
-                "ranks": list(self.ranks), "window_ns": _ns(self.window_ns),
-                "traced": list(self.traced), "warnings": [dict(w) for w in self.warnings]}
+                "ranks": list(self.ranks), "world_size": int(self.world_size), "window_ns": _ns(self.window_ns),
+                "traced": list(self.traced), "warnings": [dict(w) for w in self.warnings],
+                "coverage": None if self.coverage is None else self.coverage.to_json()}
 
 
 @dataclass(frozen=True)
@@ -259,6 +359,7 @@ class Diagnosis:
     top_kernels: pd.DataFrame            # name, count, total_ns, mean_ns, share
     capture: CaptureInfo
     params: dict[str, Any] = field(default_factory=dict)
+    device: DeviceResult | None = None
 
     def to_json(self) -> dict[str, Any]:
         steps = self.steps.to_json()
@@ -273,6 +374,7 @@ class Diagnosis:
                 "bubbles": self.bubbles.to_json(), "steps": steps,
                 "eager": self.eager.to_json(), "comm": self.comm.to_json(),
                 "budget": self.budget.to_json(), "top_kernels": _records(self.top_kernels),
+                "device": None if self.device is None else self.device.to_json(),
                 "capture": self.capture.to_json(), "params": dict(self.params)}
 
 

@@ -16,8 +16,8 @@ NOTE: -1 stands for "unknown" in integer columns (graph_id, graph_node, correlat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from enum import Enum
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,15 @@ class ApiKind(str, Enum):
     MEMCPY = "memcpy"              # cudaMemcpy*, cudaMemset*
     GRAPH_LAUNCH = "graph_launch"  # cudaGraphLaunch
     OTHER = "other"
+    ALLOC = "alloc"                # cudaMalloc, cudaHostAlloc, cudaFree, cuMemAlloc, ...
+    INIT = "init"                  # module loads, context creation, device/stream set-up
+    OS_IO = "os_io"                # OS runtime (nsys OSRT_API): file and socket I/O
+    OS_WAIT = "os_wait"            # OS runtime: poll, futex, condition waits, sleeps
+    OS_OTHER = "os_other"          # OS runtime: anything else
+
+    @property
+    def is_os(self) -> bool:
+        return self in (ApiKind.OS_IO, ApiKind.OS_WAIT, ApiKind.OS_OTHER)
 
 
 class Traced(str, Enum):
@@ -70,6 +79,11 @@ class WarningCode(str, Enum):
     UNKNOWN_SCHEMA = "unknown_schema"
     LOW_NVTX_COVERAGE = "low_nvtx_coverage"
     CPU_STAND_IN = "cpu_stand_in"
+    PARTIAL_RANKS = "partial_ranks"              # the job had more ranks than the files given
+    LOW_DEVICE_COVERAGE = "low_device_coverage"  # the device was active in little of the capture
+    COLD_START = "cold_start"                    # context creation, first allocations, module loads
+    SINGLE_ITERATION = "single_iteration"        # one step or one pass: nothing to average over
+    PYTHON_TRACING = "python_tracing"            # with_stack tracing inflates host time
     OTHER = "other"
 
 
@@ -98,6 +112,7 @@ DEVICE_COLUMNS: tuple[Column, ...] = (
     _c("graph_id", "int64", False, -1, "CUDA graph id when launched from a graph, else -1"),
     _c("graph_node", "int64", False, -1, "graph node id when traced per node, else -1"),
     _c("rank", "int64", False, 0, "distributed rank of the trace file"),
+    _c("bytes", "int64", False, -1, "bytes moved or set by a memcpy/memset, -1 when unknown"),
 )
 
 API_COLUMNS: tuple[Column, ...] = (
@@ -229,6 +244,15 @@ GPU_DOMAIN = "kineto.gpu"
 """Range domain of host annotations projected onto a GPU stream (Kineto ``gpu_user_annotation``);
 a name of its own, so that an app's NVTX domain called ``gpu`` is not mistaken for it."""
 
+OP_DOMAIN = "kineto.cpu_op"
+"""Range domain of framework operators (Kineto ``cpu_op``: ``aten::addmm``, ``vllm::moe_forward``)."""
+
+PYTHON_DOMAIN = "kineto.python"
+"""Range domain of Python frames (Kineto ``python_function``, recorded with ``with_stack=True``)."""
+
+#: domains that are not annotations a person or an engine opened: kept apart from ``host_ranges``
+DERIVED_DOMAINS = (GPU_DOMAIN, OP_DOMAIN, PYTHON_DOMAIN)
+
 
 @dataclass
 class Timeline:
@@ -243,20 +267,28 @@ class Timeline:
     @classmethod
     def build(cls, meta: TimelineMeta, device: pd.DataFrame | None = None,
               api: pd.DataFrame | None = None, ranges: pd.DataFrame | None = None,
-              counters: pd.DataFrame | None = None) -> "Timeline":
+              counters: pd.DataFrame | None = None) -> Timeline:
         return cls(validate_table(device, "device"), validate_table(api, "api"),
                    validate_table(ranges, "ranges"), validate_table(counters, "counters"), meta)
 
     @cached_property
     def host_ranges(self) -> pd.DataFrame:
-        """The ranges that host threads opened: ``ranges`` without the ``GPU_DOMAIN`` projections.
+        """The annotations host threads opened (NVTX, record_function, stage ranges): ``ranges``
+        without the ``DERIVED_DOMAINS`` (GPU projections, framework operators, Python frames).
 
         NOTE: every host-side analysis (stages, steps, attribution) reads these; the projections
-        repeat host annotations on a GPU stream and would count each step twice.
+        repeat host annotations on a GPU stream and would count each step twice, and operators and
+        frames are read by the host-activity model (``host_activity.py``) as layers of their own.
         """
         rg = self.ranges
-        gpu = rg["domain"].to_numpy() == GPU_DOMAIN
-        return rg[~gpu].reset_index(drop=True) if gpu.any() else rg
+        derived = np.isin(rg["domain"].to_numpy(), DERIVED_DOMAINS)
+        return rg[~derived].reset_index(drop=True) if derived.any() else rg
+
+    def domain_ranges(self, domain: str) -> pd.DataFrame:
+        """The ranges of one derived domain (``OP_DOMAIN``, ``PYTHON_DOMAIN``)."""
+        rg = self.ranges
+        m = rg["domain"].to_numpy() == domain
+        return rg[m].reset_index(drop=True) if m.any() else rg.iloc[:0]
 
     @property
     def span_ns(self) -> tuple[int, int]:

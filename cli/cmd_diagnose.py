@@ -4,12 +4,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 from rich.console import Console
 
-from srtscope.cli.errors import Exit, fail
+from srtscope.cli.errors import fail
 from srtscope.cli.loading import load
 
 
@@ -50,16 +49,16 @@ def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int]
 def register(app: typer.Typer) -> None:
     @app.command("diagnose")
     def diagnose_cmd(
-        traces: List[Path] = typer.Argument(..., help="nsys .sqlite, Kineto .json(.gz) or srtscope "
+        traces: list[Path] = typer.Argument(..., help="nsys .sqlite, Kineto .json(.gz) or srtscope "
                                                       "probe traces; several = one per rank."),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON contract only."),
-        markdown: Optional[Path] = typer.Option(None, "--markdown", help="Also write a Markdown report."),
-        perfetto: Optional[Path] = typer.Option(None, "--perfetto",
+        markdown: Path | None = typer.Option(None, "--markdown", help="Also write a Markdown report."),
+        perfetto: Path | None = typer.Option(None, "--perfetto",
                                                 help="Also write a Perfetto trace with bubbles "
                                                      "as slices coloured by cause."),
         threshold_us: float = typer.Option(5.0, "--threshold-us", min=0.0,
                                            help="Smallest gap counted as a bubble, in us."),
-        steps: Optional[str] = typer.Option(None, "--steps", help="Only steps A:B (B exclusive)."),
+        steps: str | None = typer.Option(None, "--steps", help="Only steps A:B (B exclusive)."),
     ) -> None:
         """Diagnose traces: verdict (scheduler / prep / kernel), bubbles, steps, communication."""
         console = Console(stderr=as_json)

@@ -9,11 +9,27 @@ from srtscope.analyzers.units import fmt_ns, fmt_pct
 def diagnosis_markdown(d: dict[str, Any]) -> str:
     v, b, s, c = d.get("verdict", {}), d.get("bubbles", {}), d.get("steps", {}), d.get("comm", {})
     cap = d.get("capture", {})
-    out = [f"# srtscope diagnosis", "",
-           f"**Bottleneck: {str(v.get('bottleneck', '?')).upper()}** "
+    out = ["# srtscope diagnosis", "",
+           f"**Bottleneck: {str(v.get('bottleneck', '?')).upper()} / {v.get('cause', '?')}** "
            f"(confidence {float(v.get('confidence', 0)):.0%}) — {v.get('summary', '')}", ""]
     for ev in v.get("evidence") or []:
         out.append(f"- {ev if isinstance(ev, str) else ev.get('text', ev)}")
+    if v.get("advice"):
+        out += ["", "## What to do next", ""]
+        for a in v["advice"]:
+            out.append(f"- **{a.get('cause')}**: {a.get('text')}")
+    dv = d.get("device") or {}
+    if dv.get("busy_ns"):
+        busy = int(dv["busy_ns"])
+        out += ["", "## Device busy time", "", "| part | time | share of busy | GB/s |", "|---|---:|---:|---:|",
+                f"| kernels | {fmt_ns(dv.get('kernel_ns'))} | {fmt_pct(int(dv.get('kernel_ns') or 0), busy)} | |"]
+        if dv.get("comm_ns"):
+            out.append(f"| collectives | {fmt_ns(dv['comm_ns'])} | {fmt_pct(int(dv['comm_ns']), busy)} | |")
+        for kind, cp in (dv.get("memcpy") or {}).items():
+            gbps = f"{cp['gbps']:.1f}" if cp.get("gbps") else ""
+            out.append(f"| memcpy {kind} | {fmt_ns(cp.get('ns'))} | {fmt_pct(int(cp.get('ns') or 0), busy)} | {gbps} |")
+        if dv.get("memset_ns"):
+            out.append(f"| memset | {fmt_ns(dv['memset_ns'])} | {fmt_pct(int(dv['memset_ns']), busy)} | |")
     out += ["", "## Capture", "",
             f"- format: {cap.get('format', '?')}; files: {len(cap.get('sources') or [])}; "
             f"ranks: {cap.get('ranks', [0])}"]
@@ -23,23 +39,32 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
     out += ["", "## Bubbles", "", f"{b.get('count', 0)} gaps, {fmt_ns(total)} idle.", "",
             "| class | time | share |", "|---|---:|---:|"]
     for cls, ns in sorted((b.get("by_class") or {}).items(), key=lambda kv: -int(kv[1])):
-        out.append(f"| {cls} | {fmt_ns(ns)} | {fmt_pct(int(ns), total)} |")
+        if int(ns):
+            out.append(f"| {cls} | {fmt_ns(ns)} | {fmt_pct(int(ns), total)} |")
+    if b.get("by_cause"):
+        out += ["", "| cause | time | share |", "|---|---:|---:|"]
+        for c_, ns in sorted(b["by_cause"].items(), key=lambda kv: -int(kv[1])):
+            out.append(f"| {c_} | {fmt_ns(ns)} | {fmt_pct(int(ns), total)} |")
     for name, ns in list((b.get("by_stage") or {}).items())[:6]:
         out.append(f"| in `{name}` | {fmt_ns(ns)} | {fmt_pct(int(ns), total)} |")
     for name, ns in list((b.get("by_user_range") or {}).items())[:4]:
         cell = str(name)[:60].replace("|", "\\|")
         out.append(f"| unattributed in `{cell}` | {fmt_ns(ns)} | {fmt_pct(int(ns), total)} |")
     out += ["", "## Steps", "",
-            f"{s.get('count', 0)} steps: {s.get('graph', 0)} graph replay, {s.get('eager', 0)} eager."]
+            f"{s.get('count', 0)} steps from {s.get('source', '?')} "
+            f"({', '.join(f'rank {r}: {n}' for r, n in (s.get('per_rank') or {}).items())}): "
+            f"{s.get('graph', 0)} graph replay, {s.get('eager', 0)} eager."]
     for reason, n in (s.get("eager_reasons") or {}).items():
         out.append(f"- eager ({reason}): {n}")
     if c.get("total_ns"):
         out += ["", "## Communication", "",
                 f"- collective time {fmt_ns(c.get('total_ns'))}, exposed {fmt_ns(c.get('exposed_ns'))}",
-                f"- arrival skew {fmt_ns(c.get('skew_ns'))}; straggler rank: {c.get('straggler_rank')}"]
+                (f"- arrival skew {fmt_ns(c.get('skew_ns'))}; straggler rank: "
+                 f"{c.get('straggler_rank') if c.get('straggler_rank') is not None else 'none'}"
+                 if c.get("skew_ns") is not None else "- arrival skew and straggler: unknown (partial ranks)")]
     ks = d.get("top_kernels") or []
     if ks:
-        out += ["", "## Top kernels", "", "| kernel | calls | time |", "|---|---:|---:|"]
+        out += ["", "## Top kernels (share of kernel time)", "", "| kernel | calls | time |", "|---|---:|---:|"]
         for k in ks[:10]:
             name = str(k.get("name", "?")).replace("|", "\\|")
             out.append(f"| `{name[:80]}` | {k.get('count', '')} | {fmt_ns(k.get('total_ns'))} |")

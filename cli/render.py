@@ -14,9 +14,10 @@ from rich.text import Text
 from srtscope.analyzers.units import fmt_ns, fmt_pct
 
 CLASS_STYLE = {"scheduler": "magenta", "prep": "yellow", "kernel": "cyan", "sync": "blue",
-               "launch": "red", "unattributed": "grey50", "comm": "green"}
+               "launch": "red", "unattributed": "grey50", "comm": "green", "host": "bright_red",
+               "queued": "green"}
 _STRIP_CHARS = {"scheduler": "S", "prep": "P", "kernel": "K", "sync": "Y", "launch": "L",
-                "unattributed": ".", "busy": "#", "comm": "C"}
+                "unattributed": ".", "busy": "#", "comm": "C", "host": "H", "queued": "Q"}
 
 
 def _table(title: str, *cols: str, justify_right: tuple[int, ...] = ()) -> Table:
@@ -57,12 +58,49 @@ def verdict_panel(d: dict[str, Any]) -> Panel:
     head = Text()
     head.append("Bottleneck: ", style="bold")
     head.append(str(bott).upper(), style=f"bold {CLASS_STYLE.get(bott, 'white')}")
+    if v.get("cause"):
+        head.append(f" / {v['cause']}", style="bold")
     head.append(f"   confidence {conf:.0%}\n")
     head.append(str(v.get("summary", "")))
     for ev in v.get("evidence") or []:
         head.append("\n  • ")
         head.append(ev if isinstance(ev, str) else str(ev.get("text", ev)))
+    for i, a in enumerate(v.get("advice") or []):
+        head.append("\n" if i else "\n\nWhat to do next:\n", style="bold")
+        head.append(f"  → [{a.get('cause')}] ", style="bold")
+        head.append(str(a.get("text", "")))
     return Panel(head, title="verdict", title_align="left", box=box.HEAVY)
+
+
+def device_table(d: dict[str, Any]) -> Table | None:
+    """What device busy time was: kernels, collectives, copies by direction, memsets."""
+    dv = d.get("device") or {}
+    busy = int(dv.get("busy_ns") or 0)
+    if not busy:
+        return None
+    t = _table(f"device busy time: {fmt_ns(busy)}", "part", "time", "share of busy", "bytes", "GB/s",
+               justify_right=(1, 2, 3, 4))
+    t.add_row("kernels (compute)", fmt_ns(dv.get("kernel_ns")), fmt_pct(int(dv.get("kernel_ns") or 0), busy), "", "")
+    if dv.get("comm_ns"):
+        t.add_row("collectives", fmt_ns(dv.get("comm_ns")), fmt_pct(int(dv["comm_ns"]), busy), "", "")
+    for kind, c in (dv.get("memcpy") or {}).items():
+        nb = int(c.get("bytes", -1))
+        t.add_row(f"memcpy {kind}" + (" (pageable)" if c.get("pageable_ns") else ""), fmt_ns(c.get("ns")),
+                  fmt_pct(int(c.get("ns") or 0), busy), _bytes(nb) if nb >= 0 else "?",
+                  f"{c['gbps']:.1f}" if c.get("gbps") else "")
+    if dv.get("memset_ns"):
+        t.add_row("memset", fmt_ns(dv.get("memset_ns")), fmt_pct(int(dv["memset_ns"]), busy), "", "")
+    if dv.get("exposed_memcpy_ns"):
+        t.add_row(Text("  copies with no kernel running", style="dim"), fmt_ns(dv.get("exposed_memcpy_ns")),
+                  fmt_pct(int(dv["exposed_memcpy_ns"]), busy), "", "")
+    return t
+
+
+def _bytes(n: int) -> str:
+    for unit, f in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= f:
+            return f"{n / f:.1f} {unit}"
+    return f"{n} B"
 
 
 def budget_table(d: dict[str, Any]) -> Table | None:
@@ -98,6 +136,15 @@ def bubbles_table(d: dict[str, Any]) -> Table:
         if int(ns) == 0:
             continue
         t.add_row(Text(cls, style=CLASS_STYLE.get(cls, "")), fmt_ns(ns), fmt_pct(int(ns), total))
+    causes = [(c, ns) for c, ns in (b.get("by_cause") or {}).items() if int(ns)]
+    if causes:
+        t.add_section()
+        for c, ns in sorted(causes, key=lambda kv: -int(kv[1])):
+            t.add_row(Text(f"  cause {c}", style="dim"), fmt_ns(ns), fmt_pct(int(ns), total))
+    if b.get("sub_threshold_ns"):
+        t.add_section()
+        t.add_row(Text(f"  + {b.get('sub_threshold_count', 0)} gaps ≤ threshold (not bubbles)", style="dim"),
+                  fmt_ns(b["sub_threshold_ns"]), "")
     by_stage = b.get("by_stage") or {}
     if by_stage:
         t.add_section()
@@ -117,7 +164,10 @@ def steps_table(d: dict[str, Any]) -> Table | None:
     s = d.get("steps") or {}
     if not s.get("count"):
         return None
-    t = _table(f"steps: {s.get('count')} ({s.get('graph', 0)} graph replay, "
+    per_rank = s.get("per_rank") or {}
+    n = max(per_rank.values()) if per_rank else s.get("count")
+    ranks = f" over {len(per_rank)} ranks ({s.get('count')} in all)" if len(per_rank) > 1 else ""
+    t = _table(f"steps: {n} per rank{ranks}, from {s.get('source', '?')} ({s.get('graph', 0)} graph replay, "
                f"{s.get('eager', 0)} eager)", "eager reason", "steps", justify_right=(1,))
     reasons = s.get("eager_reasons") or {}
     for reason, n in sorted(reasons.items(), key=lambda kv: -int(kv[1])):
@@ -152,11 +202,12 @@ def kernels_table(d: dict[str, Any], limit: int = 8) -> Table | None:
     ks = d.get("top_kernels") or []
     if not ks:
         return None
-    t = _table("top kernels", "kernel", "calls", "time", justify_right=(1, 2))
+    t = _table("top kernels (share of kernel time)", "kernel", "calls", "time", "share",
+               justify_right=(1, 2, 3))
     for k in ks[:limit]:
         name = str(k.get("name", "?"))
         t.add_row(name if len(name) <= 48 else name[:45] + "...", str(k.get("count", "")),
-                  fmt_ns(k.get("total_ns")))
+                  fmt_ns(k.get("total_ns")), f"{100 * float(k.get('share') or 0):.0f}%")
     return t
 
 
@@ -167,7 +218,7 @@ def step_strip(d: dict[str, Any], width: int = 60) -> Text | None:
         return None
     out = Text("per-step strip: what most of each step's time went to\n", style="bold")
     out.append("(# device busy  C comm  S scheduler  P prep  K kernel-side host  Y sync  L launch  "
-               ". unannotated  - idle)\n", style="dim")
+               "H host work  Q queued  . unannotated  - idle)\n", style="dim")
     for st in per[:width]:
         parts = {k: int(v) for k, v in (st.get("parts_ns") or {}).items()}
         if st.get("exec") == "idle" or not any(v for k, v in parts.items() if k != "other"):
@@ -188,7 +239,7 @@ def step_strip(d: dict[str, Any], width: int = 60) -> Text | None:
 def render_diagnosis(d: dict[str, Any], console: Console) -> None:
     console.print(capture_panel(d))
     console.print(verdict_panel(d))
-    for part in (budget_table(d), bubbles_table(d), steps_table(d), comm_table(d),
+    for part in (device_table(d), budget_table(d), bubbles_table(d), steps_table(d), comm_table(d),
                  kernels_table(d), step_strip(d)):
         if part is None:
             continue

@@ -94,6 +94,49 @@ ALIASES: dict[str, Stage] = {
     "sample_tokens": Stage.RUN_SAMPLE,
 }
 
+#: Engine functions that carry a stage when a trace has Python frames but no stage ranges (Kineto
+#: ``python_function`` events, ``with_stack=True``): the frame's function name -> the stage it is.
+ENGINE_FUNCTIONS: dict[str, Stage] = {
+    # SGLang
+    "recv_requests": Stage.SCHED_RECV,
+    "process_input_requests": Stage.SCHED_RECV,
+    "get_next_batch_to_run": Stage.SCHED_SCHEDULE,
+    "get_new_batch_prefill": Stage.SCHED_SCHEDULE,
+    "update_running_batch": Stage.SCHED_SCHEDULE,
+    "process_batch_result": Stage.SCHED_RESULT,
+    "process_batch_result_decode": Stage.SCHED_RESULT,
+    "process_batch_result_prefill": Stage.SCHED_RESULT,
+    "prepare_for_extend": Stage.PREP_BATCH,
+    "prepare_for_decode": Stage.PREP_BATCH,
+    "init_new": Stage.PREP_BATCH,                  # ForwardBatch.init_new
+    "init_forward_metadata": Stage.PREP_BATCH,
+    # vLLM V1
+    "schedule": Stage.SCHED_SCHEDULE,
+    "update_from_output": Stage.SCHED_RESULT,
+    "_update_states": Stage.PREP_BATCH,
+    "_prepare_inputs": Stage.PREP_BATCH,
+    "_prepare_input_ids": Stage.PREP_BATCH,
+    "_calc_spec_decode_metadata": Stage.PREP_BATCH,
+    "sample_tokens": Stage.RUN_SAMPLE,
+}
+
+
+def engine_function(frame: str) -> Stage | None:
+    """The stage of a Python frame name (``"path/file.py(123): func"`` or a bare ``func``), or None.
+
+    NOTE: with a path, only an engine's own files count (``schedule`` is a common name elsewhere).
+    """
+    if not frame:
+        return None
+    path, sep, func = frame.rpartition("): ")
+    if sep and not any(e in path for e in _ENGINE_PATHS):
+        return None
+    return ENGINE_FUNCTIONS.get((func if sep else frame).strip())
+
+
+_ENGINE_PATHS = ("sglang", "vllm", "srtscope", "engine/scheduler", "engine/runner")
+
+
 _BY_NAME: dict[str, Stage] = {s.value: s for s in Stage}
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sample_traces import capture_scenarios
 from sample_traces.nsys_schema import NsysWriter
 
 US = 1000
@@ -64,6 +65,7 @@ class Scenario:
     seed: int = 0
     injected: dict[str, Callable[[RankSpec], float]] = field(default_factory=dict)  # class -> µs per step
     checks: dict[str, object] = field(default_factory=dict)
+    cause: str = ""                    # the expected cause beneath the bottleneck (vocab.Cause)
 
 
 class _Rank:
@@ -273,31 +275,35 @@ def injected_ns(sc: Scenario) -> dict[str, int]:
 _BASE = RankSpec()
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("scheduler_bound", "scheduler", "scheduler-bound", 40, (replace(_BASE, sched_us=600),),
-             injected={"scheduler": lambda r: r.recv_us + r.sched_us + r.result_us}),
+             injected={"scheduler": lambda r: r.recv_us + r.sched_us + r.result_us}, cause="sched_cpu"),
     Scenario("prep_bound", "prep", "prep-bound", 40, (replace(_BASE, prep_us=700, names="sglang"),),
-             injected={"prep": lambda r: r.prep_us}),
+             injected={"prep": lambda r: r.prep_us}, cause="batch_prep"),
     Scenario("kernel_bound", "kernel", "kernel-bound", 40,
              (replace(_BASE, big_kernel_us=1500, sample_us=300, sample_sync=True),),
-             injected={"kernel": lambda r: r.sample_us}),
-    Scenario("eager_fallback", "kernel", "launch-bound", 24,
+             injected={"kernel": lambda r: r.sample_us}, cause="launch_bound"),
+    Scenario("eager_fallback", "kernel", "eager-fallback-bound", 24,
              (replace(_BASE, graph_max_bs=64, kernels=40, kernel_us=4, launch_gap_us=12),),
-             bs=(32, 48, 96, 128), checks={"eager_reason": "bs_over_max", "eager_decode_steps": 12}),
-    Scenario("host_sync_bound", "scheduler", "host-sync-bound", 40,
+             bs=(32, 48, 96, 128), checks={"eager_reason": "bs_over_max", "eager_decode_steps": 12},
+             cause="eager_fallback"),
+    # no stage ranges: the host is inside a blocking pageable copy while the copy engine waits on
+    # its staging -> the copies' fault (pin the memory), not the scheduler's
+    Scenario("host_sync_bound", "kernel", "copy-bound", 40,
              (replace(_BASE, nvtx=False, sync="pageable", pageable_gap_us=150, recv_us=0, sched_us=0,
                       prep_us=0, result_us=0, sample_us=0),),
-             injected={"sync": lambda r: (r.pageable_chunks - 1) * r.pageable_gap_us}),
+             injected={"sync": lambda r: (r.pageable_chunks - 1) * r.pageable_gap_us}, cause="memcpy"),
     Scenario("comm_straggler", "kernel", "communication-bound", 30,
              (replace(_BASE, comm_transfer_us=30), replace(_BASE, comm_transfer_us=30, kernel_us=90)),
-             checks={"straggler_rank": 1}),
+             checks={"straggler_rank": 1}, cause="straggler"),
     Scenario("launch_bound_eager", "kernel", "launch-bound", 20,
              (replace(_BASE, graph=False, kernels=60, kernel_us=3, launch_gap_us=10),),
-             injected={"launch": lambda r: r.kernels * (r.launch_gap_us + LAUNCH_US - r.kernel_us)}),
+             injected={"launch": lambda r: r.kernels * (r.launch_gap_us + LAUNCH_US - r.kernel_us)},
+             cause="launch_bound"),
     Scenario("healthy", "kernel", "healthy", 40, (replace(_BASE, kernel_us=120, overlap=True),),
-             checks={"healthy": True}),
+             checks={"healthy": True}, cause="compute"),
     # overlap-loop shape: the launching (forward) thread idles while the scheduler thread schedules
     Scenario("overlap_scheduler_bound", "scheduler", "scheduler-bound", 40,
              (replace(_BASE, sched_us=600, forward_thread=True),),
-             injected={"scheduler": lambda r: r.recv_us + r.sched_us + r.result_us}),
+             injected={"scheduler": lambda r: r.recv_us + r.sched_us + r.result_us}, cause="sched_cpu"),
 )
 
 
@@ -306,22 +312,28 @@ def expected(scenarios: tuple[Scenario, ...] = SCENARIOS) -> dict[str, dict]:
     for sc in scenarios:
         files = ([f"{sc.name}.rank{i}.sqlite" for i in range(len(sc.ranks))] if len(sc.ranks) > 1
                  else [f"{sc.name}.sqlite"])
-        out[sc.name] = {"files": files, "bottleneck": sc.bottleneck, "summary_prefix": sc.summary_prefix,
+        out[sc.name] = {"files": files, "bottleneck": sc.bottleneck, "cause": sc.cause,
+                        "summary_prefix": sc.summary_prefix,
                         "steps": sc.steps * len(sc.ranks), "injected_ns": injected_ns(sc),
                         "checks": dict(sc.checks)}
     return out
 
 
 def generate(out_dir: str | Path, names: tuple[str, ...] | None = None) -> dict[str, list[Path]]:
-    """Write every (or the named) scenario and ``expected.json`` into ``out_dir``."""
+    """Write every (or the named) scenario and ``expected.json`` into ``out_dir``: the engine
+    simulations here and the hand-built captures of ``capture_scenarios``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     chosen = tuple(s for s in SCENARIOS if names is None or s.name in names)
-    unknown = set(names or ()) - {s.name for s in SCENARIOS}
+    unknown = set(names or ()) - {s.name for s in SCENARIOS} - set(capture_scenarios.NAMES)
     if unknown:
         raise ValueError(f"unknown scenario(s): {', '.join(sorted(unknown))}")
     written = {sc.name: write(sc, out) for sc in chosen}
-    (out / "expected.json").write_text(json.dumps(expected(chosen), indent=1, sort_keys=True) + "\n")
+    exp = expected(chosen)
+    captures = capture_scenarios.write(out, names)
+    exp.update(captures)
+    written.update({n: [out / f for f in e["files"]] for n, e in captures.items()})
+    (out / "expected.json").write_text(json.dumps(exp, indent=1, sort_keys=True) + "\n")
     return written
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -84,6 +85,13 @@ _NVTX_COLS = (
     "doubleValue REAL", "uint32Value INTEGER", "int32Value INTEGER", "floatValue REAL",
     "jsonTextId INTEGER", "jsonText TEXT", "binaryData TEXT",
 )
+_OSRT_COLS = (
+    "start INTEGER NOT NULL", "end INTEGER NOT NULL", "eventClass INTEGER NOT NULL",
+    "globalTid INTEGER", "nameId INTEGER NOT NULL", "returnValue INTEGER NOT NULL",
+    "nestingLevel INTEGER", "callchainId INTEGER",
+)
+EVENT_CLASS_OSRT = 27
+SESSION_UTC_NS = 1_764_460_800_000_000_000      # 2025-11-30T00:00:00Z, the default session start
 _GPU_COLS = (
     "vmId INTEGER NOT NULL", "id INTEGER NOT NULL", "name TEXT", "busLocation TEXT",
     "isDiscrete INTEGER", "l2CacheSize INTEGER", "totalMemory INTEGER", "memoryBandwidth INTEGER",
@@ -133,7 +141,11 @@ class NsysWriter:
     """
 
     def __init__(self, path: str | os.PathLike, version: str = "2025.3.1",
-                 schema_version: str | None = None, capture_start_ns: int | None = None) -> None:
+                 schema_version: str | None = None, capture_start_ns: int | None = None,
+                 capture_end_ns: int | None = None, session_utc_ns: int = SESSION_UTC_NS) -> None:
+        """``capture_start_ns`` / ``capture_end_ns`` widen the session bounds (``ANALYSIS_DETAILS``)
+        beyond the events; ``session_utc_ns`` is the session's wall-clock start
+        (``TARGET_INFO_SESSION_START_TIME.utcEpochNs``)."""
         self.path = Path(path)
         if self.path.exists():
             self.path.unlink()
@@ -152,7 +164,8 @@ class NsysWriter:
         self._meta_export: dict[str, str] = {}
         self._meta_capture: list[tuple[str, str]] = []
         self._t_min: int | None = capture_start_ns
-        self._t_max: int | None = None
+        self._t_max: int | None = capture_end_ns
+        self.session_utc_ns = int(session_utc_ns)
         self._grid = 0
         self._graph_id_col = self._year >= 2026.1
         self._create("StringIds", ("id INTEGER NOT NULL PRIMARY KEY", "value TEXT NOT NULL"))
@@ -342,6 +355,20 @@ class NsysWriter:
         self.con.executemany("INSERT INTO NVTX_EVENTS (start,end,eventType,rangeId,text,globalTid,"
                              "endGlobalTid,textId,domainId) VALUES (?,?,?,?,?,?,?,?,?)", rows)
 
+    def add_osrt(self, start_ns, end_ns, names, pid=1000, tid=1000) -> None:
+        """OS runtime calls (``OSRT_API``, ``--trace=osrt``) on (pid, tid): ``write``, ``fsync``, ..."""
+        s, e = self._times(start_ns, end_ns, "add_osrt")
+        n = len(s)
+        name_ids = self.intern(names) if n else np.zeros(0, np.int64)
+        if len(name_ids) != n:
+            raise ValueError(f"add_osrt: {len(name_ids)} names for {n} rows")
+        gtid = global_tid(_col(pid, n, "pid"), _col(tid, n, "tid"))
+        self._note_pid(pid)
+        self._create("OSRT_API", _OSRT_COLS)
+        rows = zip(s.tolist(), e.tolist(), [EVENT_CLASS_OSRT] * n, gtid.tolist(), name_ids.tolist(),
+                   [0] * n, [0] * n, [None] * n)
+        self.con.executemany("INSERT INTO OSRT_API VALUES (?,?,?,?,?,?,?,?)", rows)
+
     def add_memcpy(self, start_ns, end_ns, bytes=0, copy_kind=1, device=0, stream=7, pid=1000,
                    correlation=None) -> None:
         """Memcpy rows; ``copy_kind`` 1 HtoD, 2 DtoH, 8 DtoD, 10 PtoP."""
@@ -428,8 +455,9 @@ class NsysWriter:
         con.execute("INSERT INTO ANALYSIS_DETAILS VALUES (?,?,?,?)", (HW_ID, t1 - t0, t0, t1))
         self._create("TARGET_INFO_SESSION_START_TIME",
                      ("utcEpochNs INTEGER", "utcTime TEXT", "localTime TEXT"))
+        utc = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(self.session_utc_ns // 1_000_000_000))
         con.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (?,?,?)",
-                    (1_764_460_800_000_000_000, "2025-11-30T00:00:00", "2025-11-30T00:00:00"))
+                    (self.session_utc_ns, utc, utc))
         self._create("PROCESSES", ("globalPid INTEGER", "pid INTEGER", "name TEXT"))
         con.executemany("INSERT INTO PROCESSES VALUES (?,?,?)",
                         [(int(global_tid(p, 0)), p, nm) for p, nm in self._processes.items()])

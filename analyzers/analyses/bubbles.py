@@ -41,7 +41,8 @@ def find_bubbles(tl: Timeline, threshold_ns: int) -> tuple[pd.DataFrame, pd.Data
     """(bubbles, by_device, by_stream).
 
     bubbles: ``BUBBLE_COLUMNS``; ``next_row`` is the device-table row that ends the bubble (the first
-    activity after it). by_device: rank, device, window_ns, busy_ns, bubble_count, bubble_ns, busy_pct.
+    activity after it). by_device: rank, device, window_ns, busy_ns, bubble_count, bubble_ns,
+    small_gap_count, small_gap_ns (gaps at or under the threshold: not bubbles), busy_pct.
     by_stream: rank, device, stream, busy_ns, gap_count, gap_ns (the per-stream view).
     """
     if threshold_ns < 0:
@@ -54,6 +55,8 @@ def find_bubbles(tl: Timeline, threshold_ns: int) -> tuple[pd.DataFrame, pd.Data
         window = int(u[1][-1] - u[0][0]) if len(u[0]) else 0
         busy = iv.total(u)
         gs, ge = iv.gaps(u, threshold_ns)
+        n_all = max(len(u[0]) - 1, 0)
+        small_ns = window - busy - int((ge - gs).sum())
         # next activity: the group's row whose start equals the gap's end (rows are start-sorted).
         rs = rows[np.argsort(starts_all[rows], kind="stable")]
         nxt = rs[np.searchsorted(starts_all[rs], ge, side="left")] if len(ge) else np.zeros(0, np.int64)
@@ -61,13 +64,14 @@ def find_bubbles(tl: Timeline, threshold_ns: int) -> tuple[pd.DataFrame, pd.Data
                                    "dur_ns": ge - gs, "next_row": nxt}))
         devrows.append({"rank": rank, "device": device, "window_ns": window, "busy_ns": busy,
                         "bubble_count": len(gs), "bubble_ns": int((ge - gs).sum()),
+                        "small_gap_count": n_all - len(gs), "small_gap_ns": small_ns,
                         "busy_pct": round(100.0 * busy / window, 2) if window else 0.0})
     bubbles = (pd.concat(parts, ignore_index=True) if parts
                else pd.DataFrame({c: pd.Series([], dtype=np.int64) for c in BUBBLE_COLUMNS}))
     for c in BUBBLE_COLUMNS:
         bubbles[c] = bubbles[c].astype(np.int64)
     by_device = pd.DataFrame(devrows, columns=["rank", "device", "window_ns", "busy_ns", "bubble_count",
-                                               "bubble_ns", "busy_pct"])
+                                               "bubble_ns", "small_gap_count", "small_gap_ns", "busy_pct"])
     return bubbles, by_device, stream_view(tl, threshold_ns)
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.columns import group_rows, str_codes
-from srtscope.analyzers.analyses.attribution import innermost_segments, stage_names
+from srtscope.analyzers.host_activity import innermost_segments, stage_names
 from srtscope.analyzers.names import is_comm_kernel
 from srtscope.analyzers.results import CommResult
 from srtscope.analyzers.timeline import DeviceKind, Timeline

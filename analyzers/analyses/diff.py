@@ -99,7 +99,7 @@ def _get(doc: dict[str, Any], path: tuple[str, ...]) -> float | int:
     return v if isinstance(v, (int, float)) and v is not None else 0
 
 
-def compare(before: "Diagnosis", after: "Diagnosis") -> DiagnosisDiff:
+def compare(before: Diagnosis, after: Diagnosis) -> DiagnosisDiff:
     """The figures of ``FIGURES`` for both diagnoses, side by side."""
     b, a = before.to_json(), after.to_json()
     figs = tuple(FigureDelta(name, _get(b, path), _get(a, path), better) for name, path, better in FIGURES)

@@ -33,6 +33,15 @@ def eager_reasons(steps: pd.DataFrame) -> pd.Series:
     return pd.Series(np.where(eager, out, ""), index=steps.index, dtype=object)
 
 
+def fallback_mask(steps: pd.DataFrame) -> np.ndarray:
+    """Steps that are an eager fallback: eager decode-like steps while some step replayed a graph."""
+    if len(steps) == 0:
+        return np.zeros(0, bool)
+    ex = steps["exec"].to_numpy()
+    decode_like = ~np.isin(steps["mode"].astype(str).to_numpy(), _EXTEND_MODES)
+    return (ex == "eager") & decode_like & bool((ex == "graph").any())
+
+
 def eager_fallback(steps: pd.DataFrame) -> EagerResult:
     if len(steps) == 0:
         return EagerResult(0, 0, {}, None, None, None, None, None, 0, ())

@@ -1,8 +1,10 @@
 """Steps: segment the run into engine steps and describe each one.
 
-Sources, first that applies per trace: ``loop.step`` ranges (attrs step/mode/bs/tokens); SGLang's
-scheduler ranges (a step starts at each top-level ``get_next_batch_to_run``); without NVTX, the
-launching thread's host synchronisation points, else its launch bursts separated by idle gaps.
+Sources, first that applies per trace (``vocab.StepSource``): ``loop.step`` ranges (attrs
+step/mode/bs/tokens); SGLang's scheduler ranges (a step starts at each top-level
+``get_next_batch_to_run``); torch.profiler's ``ProfilerStep#N``; vLLM's ``execute_*_context_*`` /
+``execute_*_generation_*`` ranges; without any marker, the launching thread's host synchronisation
+points, else its launch bursts separated by idle gaps.
 
 Per step: wall time, device busy (union over the rank's devices), launches, graph launches, kernels
 inside graphs, and ``exec``: graph (any graph launch / graph kernel / ``run.graph_replay``), eager
@@ -10,6 +12,7 @@ inside graphs, and ``exec``: graph (any graph launch / graph kernel / ``run.grap
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,8 +20,10 @@ import pandas as pd
 
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.columns import isin, str_codes
-from srtscope.analyzers.analyses.attribution import _blocking_mask, _default_threads
-from srtscope.analyzers.timeline import ApiKind, DeviceKind, Timeline
+from srtscope.analyzers.host_activity import blocking_mask as _blocking_mask
+from srtscope.analyzers.host_activity import default_threads as _default_threads
+from srtscope.analyzers.timeline import OP_DOMAIN, ApiKind, DeviceKind, Timeline
+from srtscope.analyzers.vocab import StepSource
 from srtscope.probes.stages import Stage, resolve_stage
 
 STEP_COLUMNS = ("step", "rank", "pid", "tid", "start_ns", "end_ns", "wall_ns", "mode", "bs", "padded_bs",
@@ -94,6 +99,10 @@ def _windows(tl: Timeline, stages: np.ndarray, rule: StepRule) -> tuple[str, pd.
             "rank", keep="last")
         df = df.merge(best[["rank", "pid", "tid"]], on=["rank", "pid", "tid"])
         return "sglang", _blank_attrs(df)
+    for marker, rx in ((StepSource.PROFILER_STEP, _PROFILER_STEP), (StepSource.VLLM, _VLLM_STEP)):
+        marked = _marker_steps(tl, rx)
+        if len(marked):
+            return marker.value, marked
     api = tl.api
     if len(api) == 0:
         return "none", _blank_attrs(pd.DataFrame(columns=["rank", "pid", "tid", "start_ns", "end_ns"]))
@@ -129,6 +138,36 @@ def _windows(tl: Timeline, stages: np.ndarray, rule: StepRule) -> tuple[str, pd.
     if not parts:
         return "none", _blank_attrs(pd.DataFrame(columns=["rank", "pid", "tid", "start_ns", "end_ns"]))
     return source, _blank_attrs(pd.concat(parts, ignore_index=True))
+
+
+_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_VLLM_STEP = re.compile(r"^execute_.*(_context_|_generation_)")
+
+
+def _marker_steps(tl: Timeline, rx: re.Pattern) -> pd.DataFrame:
+    """Steps from marker ranges (annotations or operators) whose name matches ``rx``: per rank, the
+    thread with the most of them; one step per range, numbered by the name's number when it has one."""
+    parts = []
+    for rg in (tl.host_ranges, tl.domain_ranges(OP_DOMAIN)):
+        if len(rg) == 0:
+            continue
+        codes, names = str_codes(rg["name"])
+        hit = np.array([bool(rx.search(str(n))) for n in names] + [False], dtype=bool)[codes]
+        if hit.any():
+            parts.append(rg[hit])
+    if not parts:
+        return pd.DataFrame()
+    r = pd.concat(parts, ignore_index=True).drop_duplicates(["rank", "start_ns", "end_ns"])
+    r = r[r["end_ns"] > r["start_ns"]]
+    if len(r) == 0:
+        return pd.DataFrame()
+    best = r.groupby(["rank", "pid", "tid"]).size().reset_index(name="n").sort_values("n").drop_duplicates(
+        "rank", keep="last")
+    r = r.merge(best[["rank", "pid", "tid"]], on=["rank", "pid", "tid"])
+    df = _blank_attrs(r[["rank", "pid", "tid", "start_ns", "end_ns"]].reset_index(drop=True))
+    num = [rx.match(str(n)) for n in r["name"].to_numpy()]
+    df["step"] = [int(m.group(1)) if m and m.groups() and m.group(1).isdigit() else -1 for m in num]
+    return df
 
 
 def _blank_attrs(df: pd.DataFrame) -> pd.DataFrame:

@@ -1,31 +1,56 @@
-"""Verdict: scheduler, prep or kernel — with a confidence, the evidence and the capture's caveats.
+"""Verdict: a bottleneck class and the cause beneath it, with a confidence, the evidence, the
+capture's caveats and what to do next.
 
-Lost time is bubble time plus exposed communication (plus, where the collectives are only host
-ranges, their arrival skew: the time the others wait; CPU stand-in collectives are exposed whole,
-wait included). It is blamed as: scheduler <- scheduler + sync bubbles (a host
-loop serialised on device results is the event loop's problem); prep <- prep bubbles; kernel <-
-kernel + launch bubbles + communication. Unattributed bubble time is blamed on nobody; it lowers the
-confidence, and when it outweighs every bottleneck the verdict is "host-bound, unannotated" under
-"scheduler" (the host loop) with a confidence of at most 0.5. A trace whose bubbles and exposed
-comm stay under ``healthy_pct`` of the active window is healthy: bottleneck "kernel" (the device
-is busy; only faster kernels help).
+Lost time, per cause (``vocab.Cause``), adds up from:
+- bubble time, by the cause the host-activity model gave each piece (``bubbles.by_cause``);
+- gaps at or under the bubble threshold (many tiny gaps between serially launched kernels):
+  ``launch_bound``, or ``eager_fallback`` for the share of steps that fell back to eager;
+- exposed communication (plus, where collectives are only host ranges, their arrival skew):
+  ``exposed_comm``, or ``straggler`` for the skew when one rank arrives last;
+- copy time with no kernel running (``device.exposed_memcpy_ns``): ``memcpy``.
+A class's score is the sum of its causes; scheduler or prep can only score with their own evidence
+(stage ranges, engine frames) — nothing is blamed by default, and host time nothing explains is
+``host`` / ``host_unattributed``, said as such.
 
-confidence = dominance of the top bottleneck x (0.4 + 0.6 x attributed share of lost time)
-             x capture adequacy (0.85 per adequacy warning, floor 0.4); healthy: 0.7..1 x adequacy.
+Healthy: device idle (bubbles + tiny gaps) and each of exposed communication and exposed copies
+under ``healthy_pct`` of the active window: ``kernel`` / ``compute``.
+
+confidence = dominance of the top class x (0.4 + 0.6 x evidenced share of lost time)
+             x capture adequacy (0.85 per adequacy warning, floor 0.4); healthy: 0.7..1 x adequacy;
+             at most 0.5 for ``host_unattributed``, at most ``CAP_THIN`` for a single iteration or a
+             low-coverage capture.
 """
 from __future__ import annotations
 
+from typing import cast
+
 import pandas as pd
 
-from srtscope.analyzers.results import BubbleResult, CommResult, EagerResult, Finding, Verdict
+from srtscope.analyzers.analyses.advice import advice_for
+from srtscope.analyzers.results import Bottleneck as BottleneckName
+from srtscope.analyzers.results import (
+    BubbleResult,
+    CommResult,
+    Coverage,
+    DeviceResult,
+    EagerResult,
+    Finding,
+    StepsResult,
+    Verdict,
+)
 from srtscope.analyzers.timeline import TimelineMeta, WarningCode
+from srtscope.analyzers.units import fmt_ns
+from srtscope.analyzers.vocab import Bottleneck, Cause
 
 _ADEQUACY = (WarningCode.NO_NVTX, WarningCode.GRAPH_NOT_PER_NODE, WarningCode.LOW_NVTX_COVERAGE,
-             WarningCode.WINDOW_CUT, WarningCode.NO_API, WarningCode.UNKNOWN_SCHEMA, WarningCode.NO_KERNELS)
+             WarningCode.WINDOW_CUT, WarningCode.NO_API, WarningCode.UNKNOWN_SCHEMA, WarningCode.NO_KERNELS,
+             WarningCode.PARTIAL_RANKS, WarningCode.COLD_START, WarningCode.PYTHON_TRACING)
+_THIN = (WarningCode.SINGLE_ITERATION, WarningCode.LOW_DEVICE_COVERAGE)
 LOW_COVERAGE = 0.5
+CAP_THIN = 0.6
 
 
-def _pct(a: int, b: int) -> float:
+def _pct(a: float, b: float) -> float:
     return 100.0 * a / b if b else 0.0
 
 
@@ -40,32 +65,172 @@ def caveats(meta: TimelineMeta, bubbles: BubbleResult, steps_source: str) -> tup
         problems += 1
     una = bubbles.by_class.get("unattributed", 0)
     if bubbles.total_ns and una > 0.25 * bubbles.total_ns:
-        out.append(f"unattributed: {_pct(una, bubbles.total_ns):.0f}% of bubble time has no stage range "
-                   "and no telling CUDA API state on the launching thread")
+        out.append(f"unattributed: {_pct(una, bubbles.total_ns):.0f}% of bubble time has no range, operator, "
+                   "frame or telling CUDA/OS call on the launching thread")
     if steps_source == "none":
-        out.append("no_steps: no engine steps found (no loop.step / scheduler ranges, no API calls)")
+        out.append("no_steps: no engine steps found (no step markers, no API calls)")
     return out, problems
+
+
+def lost_by_cause(bubbles: BubbleResult, comm: CommResult, device: DeviceResult | None,
+                  fallback_share: float, partial_ranks: bool) -> dict[str, int]:
+    """Lost time per cause (ns), every source of lost time included; zero causes left out."""
+    out = {c.value: 0 for c in Cause}
+    for c, ns in bubbles.by_cause.items():
+        out[c] += int(ns)
+    small = int(bubbles.sub_threshold_ns)
+    fb = int(round(small * min(max(fallback_share, 0.0), 1.0)))
+    out[Cause.EAGER_FALLBACK.value] += fb
+    out[Cause.LAUNCH_BOUND.value] += small - fb
+    skew = comm.skew_ns if comm.source == "ranges" else 0
+    comm_lost = comm.exposed_ns + skew
+    straggler = 0
+    if not partial_ranks and (comm.straggler_rank is not None or comm.straggler_device is not None):
+        straggler = min(comm.skew_ns, comm_lost)
+    out[Cause.STRAGGLER.value] += straggler
+    out[Cause.EXPOSED_COMM.value] += comm_lost - straggler
+    if device is not None:
+        out[Cause.MEMCPY.value] += int(device.exposed_memcpy_ns)
+    return {k: v for k, v in out.items() if v > 0}
 
 
 def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: EagerResult,
            top_kernels: pd.DataFrame, budget_table: pd.DataFrame, steps_source: str,
-           healthy_pct: float = 10.0) -> Verdict:
-    bc = bubbles.by_class
+           healthy_pct: float = 10.0, *, device: DeviceResult | None = None, coverage: Coverage | None = None,
+           steps: StepsResult | None = None, engine_evidence: bool = True,
+           fallback_share: float = 0.0) -> Verdict:
     window = bubbles.window_ns
-    # NOTE: with host ranges as collectives, waiting for a late rank is host time the ranges don't
-    # show as exposed; with CPU stand-ins the exposed time already holds that wait
-    comm_lost = comm.exposed_ns + (comm.skew_ns if comm.source == "ranges" else 0)
-    scores = {"scheduler": bc.get("scheduler", 0) + bc.get("sync", 0), "prep": bc.get("prep", 0),
-              "kernel": bc.get("kernel", 0) + bc.get("launch", 0) + comm_lost}
-    lost = bubbles.total_ns + comm_lost
+    partial = meta.has_warning(WarningCode.PARTIAL_RANKS)
+    causes = lost_by_cause(bubbles, comm, device, fallback_share, partial)
+    scores = {b.value: 0 for b in Bottleneck}
+    for c, ns in causes.items():
+        scores[Cause(c).bottleneck.value] += ns
+    lost = sum(causes.values())
     notes, problems = caveats(meta, bubbles, steps_source)
     adequacy = max(0.4, 0.85 ** problems)
-    ev: list[Finding] = [Finding("device_busy", f"device busy {_pct(bubbles.busy_ns, window):.1f}% of the "
-                                 "active window", _pct(bubbles.busy_ns, window), "pct"),
-                         Finding("bubbles", f"{bubbles.count} bubbles > {bubbles.threshold_ns // 1000} µs, "
-                                 f"{_pct(bubbles.total_ns, window):.1f}% of the window", bubbles.total_ns, "ns")]
-    for cls, ns in sorted(bc.items(), key=lambda kv: -kv[1])[:3]:
-        if ns > 0:
+    cap = CAP_THIN if any(meta.has_warning(w) for w in _THIN) else 1.0
+    ev = _evidence(bubbles, comm, eager, top_kernels, device, steps, causes, lost)
+
+    def verdict(b: str, cause: Cause, conf: float, summary: str, healthy: bool = False) -> Verdict:
+        return Verdict(cast(BottleneckName, b), round(min(max(conf, 0.0), cap, 1.0), 3), summary, tuple(ev),
+                       tuple(notes), healthy, scores, cause.value, causes,
+                       advice_for(cause, causes, eager, comm, device))
+
+    if window == 0:
+        return verdict("kernel", Cause.COMPUTE, 0.2 * adequacy, "no device activity: nothing to diagnose")
+    idle = bubbles.total_ns + bubbles.sub_threshold_ns
+    comm_lost = causes.get(Cause.EXPOSED_COMM.value, 0) + causes.get(Cause.STRAGGLER.value, 0)
+    copies = causes.get(Cause.MEMCPY.value, 0)
+    h = healthy_pct / 100.0 * window
+    if idle <= h and comm_lost <= h and copies <= h:
+        worst = max(idle, comm_lost, copies)
+        conf = (0.7 + 0.3 * (1 - worst / h)) * adequacy if h else 0.7 * adequacy
+        summary = f"healthy: device busy {_pct(bubbles.busy_ns, window):.0f}%"
+        if device is not None and device.busy_ns:
+            summary += (f" (kernels {_pct(device.kernel_ns, device.busy_ns):.0f}%, copies "
+                        f"{_pct(device.memcpy_ns, device.busy_ns):.0f}%, collectives "
+                        f"{_pct(device.comm_ns, device.busy_ns):.0f}% of busy time)")
+        if len(top_kernels):
+            summary += f"; time goes to kernels (top: {str(top_kernels.iloc[0]['name'])[:60]})"
+        return verdict("kernel", Cause.COMPUTE, conf, summary, True)
+    top = max(scores, key=lambda k: scores[k])
+    in_class = {c: ns for c, ns in causes.items() if Cause(c).bottleneck.value == top}
+    cause = Cause(max(in_class, key=lambda k: in_class[k]))
+    share = _pct(scores[top], lost)
+    una = causes.get(Cause.HOST_UNATTRIBUTED.value, 0)
+    evidenced = lost - una
+    dominance = scores[top] / lost if lost else 0.0
+    conf = dominance * (0.4 + 0.6 * evidenced / lost if lost else 0.4) * adequacy
+    bubble_pct = _pct(bubbles.total_ns, window)
+    if cause is Cause.HOST_UNATTRIBUTED:
+        conf = min(conf, 0.5)
+    summary = _summary(cause, share, bubbles, comm, eager, device, causes, lost, bubble_pct, engine_evidence)
+    if len(budget_table) and top in ("scheduler", "prep", "kernel"):
+        col = {"scheduler": "scheduler_ns", "prep": "prep_ns", "kernel": "kernel_ns"}[top]
+        if col in budget_table:
+            ex = budget_table.nlargest(3, col)
+            ex = ex[ex[col] > 0]
+            if len(ex):
+                ev.append(Finding("example_steps", "steps losing most to " + top + ": " +
+                                  ", ".join(f"{int(s)} (rank {int(r)})" for s, r in zip(ex["step"], ex["rank"])),
+                                  int(ex[col].sum()), "ns"))
+    return verdict(top, cause, conf, summary)
+
+
+def _summary(cause: Cause, share: float, bubbles: BubbleResult, comm: CommResult, eager: EagerResult,
+             device: DeviceResult | None, causes: dict[str, int], lost: int, bubble_pct: float,
+             engine_evidence: bool) -> str:
+    bc = bubbles.by_class
+    stage = next(iter(bubbles.by_stage), None)
+    tail = f" (device idle {bubble_pct:.0f}% of the window" + (f"; top stage {stage})" if stage else ")")
+    if cause is Cause.SCHED_CPU:
+        if bc.get("sync", 0) > bc.get("scheduler", 0):
+            return f"host-sync-bound: host blocked on the device during {share:.0f}% of lost time" + tail
+        return f"scheduler-bound: host scheduling during {share:.0f}% of lost time" + tail
+    if cause is Cause.BATCH_PREP:
+        return f"prep-bound: batch preparation during {share:.0f}% of lost time" + tail
+    if cause is Cause.EAGER_FALLBACK:
+        return (f"eager-fallback-bound: {eager.eager_decode_steps} decode steps ran eagerly while "
+                f"{eager.graph_steps} replayed graphs; launching them one kernel at a time costs "
+                f"{share:.0f}% of lost time" + tail)
+    if cause is Cause.LAUNCH_BOUND:
+        if bc.get("kernel", 0) > bc.get("launch", 0) and stage and engine_evidence:
+            return f"kernel-bound: host inside the forward/sampling during {share:.0f}% of lost time" + tail
+        small = bubbles.sub_threshold_ns
+        extra = (f"; {fmt_ns(small)} of it in {bubbles.sub_threshold_count} gaps under the bubble threshold"
+                 if small >= 0.25 * causes.get(Cause.LAUNCH_BOUND.value, 1) else "")
+        return (f"launch-bound: the device waits while the host runs model code and launches kernels, "
+                f"{share:.0f}% of lost time{extra}" + tail)
+    if cause is Cause.MEMCPY:
+        top = next(iter(device.memcpy.items()), None) if device is not None else None
+        what = ""
+        if top is not None:
+            k, st = top
+            what = f"; {k} {fmt_ns(st.ns)}" + (f" at {st.gbps:.1f} GB/s" if st.gbps else "")
+        return (f"copy-bound: copies the device could not hide behind kernels, {share:.0f}% of lost time"
+                f"{what} (kernels {_pct(device.kernel_ns, device.busy_ns) if device else 0:.0f}% of device busy)")
+    if cause in (Cause.EXPOSED_COMM, Cause.STRAGGLER):
+        who = (f"; straggler rank {comm.straggler_rank}" if comm.straggler_rank is not None else
+               f"; straggler device {comm.straggler_device}" if comm.straggler_device is not None else "")
+        return f"communication-bound: exposed/waiting collectives {share:.0f}% of lost time{who}" + tail
+    if cause is Cause.HOST_IO:
+        return f"host-bound, I/O: the device waits while the host reads, writes or loads data, {share:.0f}% " \
+               "of lost time" + tail
+    if cause is Cause.COLD_START:
+        return ("host-bound, cold start: allocation, set-up, module loading and first-use calls while the "
+                f"device idles, {share:.0f}% of lost time" + tail)
+    una = causes.get(Cause.HOST_UNATTRIBUTED.value, 0)
+    user = next(iter(bubbles.by_user_range.items()), None)
+    hint = (f"; {_pct(user[1], bubbles.total_ns):.0f}% of bubble time inside the trace's own range "
+            f"{user[0][:60]!r}, which names no stage" if user is not None and user[1] >= 0.1 * una
+            else "; add NVTX ranges (or record_function) around the host work to name it")
+    return (f"host-bound, unannotated: device idle {bubble_pct:.0f}% of the window while the launching "
+            f"thread ran code no range, operator or CUDA call explains ({_pct(una, lost):.0f}% of lost "
+            f"time){hint}")
+
+
+def _evidence(bubbles: BubbleResult, comm: CommResult, eager: EagerResult, top_kernels: pd.DataFrame,
+              device: DeviceResult | None, steps: StepsResult | None, causes: dict[str, int],
+              lost: int) -> list[Finding]:
+    window = bubbles.window_ns
+    ev = [Finding("device_busy", f"device busy {_pct(bubbles.busy_ns, window):.1f}% of the active window",
+                  _pct(bubbles.busy_ns, window), "pct"),
+          Finding("bubbles", f"{bubbles.count} bubbles > {bubbles.threshold_ns // 1000} µs, "
+                  f"{_pct(bubbles.total_ns, window):.1f}% of the window", bubbles.total_ns, "ns")]
+    if device is not None and device.busy_ns:
+        ev.append(Finding("device_split", f"device busy time: kernels {fmt_ns(device.kernel_ns)}, copies "
+                          f"{fmt_ns(device.memcpy_ns)} ({fmt_ns(device.exposed_memcpy_ns)} not hidden), memset "
+                          f"{fmt_ns(device.memset_ns)}, collectives {fmt_ns(device.comm_ns)}",
+                          device.busy_ns, "ns"))
+    if bubbles.sub_threshold_ns:
+        ev.append(Finding("sub_threshold", f"{bubbles.sub_threshold_count} gaps at or under "
+                          f"{bubbles.threshold_ns // 1000} µs add {fmt_ns(bubbles.sub_threshold_ns)} of idle time",
+                          bubbles.sub_threshold_ns, "ns"))
+    for c, ns in sorted(causes.items(), key=lambda kv: -kv[1])[:3]:
+        if _pct(ns, lost) >= 1:
+            ev.append(Finding(f"cause.{c}", f"{c}: {_pct(ns, lost):.0f}% of lost time", ns, "ns"))
+    for cls, ns in sorted(bubbles.by_class.items(), key=lambda kv: -kv[1])[:3]:
+        if _pct(ns, bubbles.total_ns) >= 1:
             ev.append(Finding(f"class.{cls}", f"{cls}: {_pct(ns, bubbles.total_ns):.0f}% of bubble time", ns, "ns"))
     for name, ns in list(bubbles.by_stage.items())[:3]:
         ev.append(Finding(f"stage.{name}", f"host in {name} during {_pct(ns, bubbles.total_ns):.0f}% of "
@@ -86,73 +251,17 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
         ev.append(Finding("eager_fallback", f"{eager.eager_decode_steps} decode steps ran eagerly while "
                           f"{eager.graph_steps} used graphs ({eager.reasons}); extra "
                           f"{eager.extra_ns / 1e6:.2f} ms", eager.extra_ns, "ns"))
+    user = next(iter(bubbles.by_user_range.items()), None)
+    una = bubbles.by_class.get("unattributed", 0)
+    if user is not None and una and user[1] >= 0.1 * una:
+        ev.append(Finding("user_range", f"host inside its own range {user[0][:60]!r} during "
+                          f"{_pct(user[1], bubbles.total_ns):.0f}% of bubble time (names no stage)", user[1], "ns"))
     if len(top_kernels):
         k = top_kernels.iloc[0]
         ev.append(Finding("top_kernel", f"top kernel {str(k['name'])[:80]}: {100 * k['share']:.0f}% of "
-                          "device time", int(k["total_ns"]), "ns"))
-
-    bubble_pct = _pct(bubbles.total_ns, window)
-    if window == 0:
-        return Verdict("kernel", round(0.2 * adequacy, 3), "no device activity: nothing to diagnose",
-                       tuple(ev), tuple(notes), False, scores)
-    if lost <= healthy_pct / 100.0 * window:
-        conf = (0.7 + 0.3 * (1 - lost / (healthy_pct / 100.0 * window))) * adequacy
-        summary = f"healthy: device busy {_pct(bubbles.busy_ns, window):.0f}%"
-        if len(top_kernels):
-            summary += f"; time goes to kernels (top: {str(top_kernels.iloc[0]['name'])[:60]})"
-        return Verdict("kernel", round(min(conf, 1.0), 3), summary, tuple(ev), tuple(notes), True, scores)
-    blamed = sum(scores.values())
-    una = bc.get("unattributed", 0)
-    if una >= max(scores.values()):
-        top = max(scores, key=lambda k: scores[k])
-        nxt = (f"; of the named time, {top} leads with {_pct(scores[top], lost):.0f}%"
-               if _pct(scores[top], lost) >= 1 else "")
-        conf = 0.5 * (una / lost) * adequacy
-        user = next(iter(bubbles.by_user_range.items()), None)
-        if user is not None and user[1] >= 0.1 * una:
-            ev.append(Finding("user_range", f"host inside its own range {user[0][:60]!r} during "
-                              f"{_pct(user[1], bubbles.total_ns):.0f}% of bubble time (names no stage)",
-                              user[1], "ns"))
-            advice = (f"; {_pct(user[1], bubbles.total_ns):.0f}% of bubble time inside the trace's own "
-                      f"range {user[0][:60]!r}, which names no stage")
-        else:
-            advice = "; add NVTX stage ranges to split scheduler from prep"
-        return Verdict("scheduler", round(min(conf, 0.5), 3),
-                       f"host-bound, unannotated: device idle {bubble_pct:.0f}% of the window while the "
-                       f"launching thread ran code no stage range or CUDA API state explains "
-                       f"({_pct(una, lost):.0f}% of lost time){nxt}{advice}",
-                       tuple(ev), tuple(notes), False, scores)
-    top = max(scores, key=lambda k: scores[k])
-    dominance = scores[top] / blamed
-    conf = dominance * (0.4 + 0.6 * min(blamed / lost, 1.0)) * adequacy
-    share = _pct(scores[top], lost)
-    stage = next(iter(bubbles.by_stage), None)
-    if top == "scheduler":
-        if bc.get("sync", 0) > bc.get("scheduler", 0):
-            summary = f"host-sync-bound: host blocked on the device during {share:.0f}% of lost time"
-        else:
-            summary = f"scheduler-bound: host scheduling during {share:.0f}% of lost time"
-    elif top == "prep":
-        summary = f"prep-bound: batch preparation during {share:.0f}% of lost time"
-    else:
-        parts = {"kernel": bc.get("kernel", 0), "launch": bc.get("launch", 0), "comm": comm_lost}
-        sub = max(parts, key=lambda k: parts[k])
-        if sub == "comm":
-            who = (f"; straggler rank {comm.straggler_rank}" if comm.straggler_rank is not None else
-                   f"; straggler device {comm.straggler_device}" if comm.straggler_device is not None else "")
-            summary = f"communication-bound: exposed/waiting collectives {share:.0f}% of lost time{who}"
-        elif sub == "launch":
-            summary = f"launch-bound: host launching kernels while the device idles, {share:.0f}% of lost time"
-        else:
-            summary = f"kernel-bound: host inside the forward/sampling during {share:.0f}% of lost time"
-    summary += f" (device idle {bubble_pct:.0f}% of the window"
-    summary += f"; top stage {stage})" if stage and top != "kernel" else ")"
-    if len(budget_table):
-        col = {"scheduler": "scheduler_ns", "prep": "prep_ns", "kernel": "kernel_ns"}[top]
-        ex = budget_table.nlargest(3, col)
-        ex = ex[ex[col] > 0]
-        if len(ex):
-            ev.append(Finding("example_steps", "steps losing most to " + top + ": " +
-                              ", ".join(f"{int(s)} (rank {int(r)})" for s, r in zip(ex["step"], ex["rank"])),
-                              int(ex[col].sum()), "ns"))
-    return Verdict(top, round(min(max(conf, 0.0), 1.0), 3), summary, tuple(ev), tuple(notes), False, scores)
+                          "kernel time", int(k["total_ns"]), "ns"))
+    if steps is not None and steps.count:
+        per = steps.per_rank
+        ev.append(Finding("steps", f"{max(per.values())} steps per rank over {len(per)} rank(s), from "
+                          f"{steps.source}", steps.count, "count"))
+    return ev

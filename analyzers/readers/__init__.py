@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 from srtscope.analyzers.readers.detect import detect_format
 from srtscope.analyzers.readers.errors import TraceError
@@ -112,13 +112,55 @@ def detect_format_quiet(path: Path) -> SourceFormat | None:
         return None
 
 
+def _span(tl: Timeline) -> tuple[int, int] | None:
+    """The span of a file's device activity (else of all its events); None when empty."""
+    for df in (tl.device, tl.api, tl.ranges):
+        if len(df):
+            return int(df["start_ns"].min()), int(df["end_ns"].max())
+    return None
+
+
+ONE_JOB_GAP_NS = 1_000_000_000
+
+
+def check_one_job(files: Sequence[Path], parts: Sequence[Timeline]) -> None:
+    """Refuse files that cannot be ranks of one job: declared world sizes that disagree, or time
+    spans that do not overlap (separate runs: merged, their skew would be the time between them)."""
+    declared = {p.meta.world_size for p in parts if p.meta.format.value == "kineto" and p.meta.world_size > 1}
+    if len(declared) > 1:
+        raise TraceError(files[0], f"these files cannot be ranks of one job: their world sizes differ "
+                                   f"({sorted(declared)}); diagnose them one at a time")
+    utc = [int(u) for p in parts if (u := p.meta.extra.get("nsys.utc_start_ns")) is not None]
+    spans: list[tuple[tuple[int, int], Path]]
+    if len(utc) == len(parts):
+        # nsys times events from each session's start: the sessions' wall-clock starts place them
+        spans = []
+        for u, p, f in zip(utc, parts, files):
+            d = max(p.meta.window_end_ns - p.meta.window_start_ns, 1)
+            spans.append(((u, u + d), f))
+    else:
+        spans = [(s, f) for s, f in zip(map(_span, parts), files) if s is not None]
+    lo = max(s[0] for s, _ in spans) if spans else 0
+    hi = min(s[1] for s, _ in spans) if spans else 0
+    longest = max((s[1] - s[0] for s, _ in spans), default=0)
+    # NOTE: ranks of one job run together; a gap longer than a second and than the longest file is
+    # another run (ranks simulated one after another in one process stay within the tolerance)
+    if spans and lo - hi > max(ONE_JOB_GAP_NS, longest):
+        first = min(spans, key=lambda x: x[0][1])
+        last = max(spans, key=lambda x: x[0][0])
+        raise TraceError(files[0], f"these files cannot be ranks of one job: {first[1].name} ends "
+                                   f"{(last[0][0] - first[0][1]) / 1e9:.3g} s before {last[1].name} starts "
+                                   "(separate runs or clocks); diagnose them one at a time")
+
+
 def load_timeline(paths: Sequence[str | Path] | str | Path, progress: Progress | None = None,
                   allow_no_kernels: bool = False) -> Timeline:
     """Read and merge trace files (a directory stands for its files).
 
     Rank of each file: Kineto ``distributedInfo.rank`` / probe ``meta.rank`` when present, else
     ``rank<N>`` in the file name, else its position among the files given. ``progress(fraction,
-    what)`` is called before each file (fraction of files done) and with 1.0 at the end. ``allow_no_kernels`` accepts traces without device activity (they
+    what)`` is called before each file (fraction of files done) and with 1.0 at the end.
+    ``allow_no_kernels`` accepts traces without device activity (they
     carry warning ``no_kernels``) instead of raising ``TraceError``.
     """
     if isinstance(paths, (str, Path)):
@@ -144,6 +186,8 @@ def load_timeline(paths: Sequence[str | Path] | str | Path, progress: Progress |
     if len(formats) > 1:
         raise TraceError(files[0], "files of different formats cannot be merged: "
                                    + ", ".join(sorted(f.value for f in formats)))
+    if len(parts) > 1:
+        check_one_job(files, parts)
     tl = merge_timelines(parts)
     if progress is not None:
         progress(1.0, "done")

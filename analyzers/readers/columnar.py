@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 import sqlite3
 import warnings
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 import numpy as np
 import pandas as pd

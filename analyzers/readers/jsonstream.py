@@ -8,7 +8,8 @@ with ns decimals convert to integer ns exactly; ``us_to_ns`` accepts both.
 from __future__ import annotations
 
 import json
-from typing import IO, Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import IO, Any
 
 _WS = " \t\r\n"
 _MAX_CUT = 64 << 20  # longest element text (chars) that may straddle a chunk boundary

@@ -4,13 +4,16 @@ Mapping (``ph: "X"`` events):
 - ``kernel``/``gpu_memcpy``/``gpu_memset`` (2021: ``Kernel``/``Memcpy``/``Memset``) -> device rows;
   device and stream from args (GPU events use pid = device, tid = stream, ``"stream 7"`` in 2021).
 - ``cuda_runtime``/``cuda_driver`` (2021: ``Runtime``) -> api rows; ROCm ``hip*`` names mapped to CUDA.
-- ``user_annotation`` -> ranges (domain ``""``); ``gpu_user_annotation`` -> ranges in domain ``GPU_DOMAIN`` (``"kineto.gpu"``)
-  on (pid = device, tid = stream), the same annotations projected onto the GPU stream.
-- ``cpu_op`` (2021: ``Operator``) -> ranges only when the op name is a known stage alias
-  (``probes.stages.resolve_stage``); the rest are dropped (tens of thousands of aten ops).
+- ``user_annotation`` -> ranges (domain ``""``); ``gpu_user_annotation`` -> ranges in domain
+  ``GPU_DOMAIN`` (``"kineto.gpu"``) on (pid = device, tid = stream), the same annotations projected
+  onto the GPU stream.
+- ``cpu_op`` (2021: ``Operator``) -> ranges: in the default domain when the op name is a known
+  stage alias (``probes.stages.resolve_stage``), else in ``OP_DOMAIN`` (framework operators, read
+  by the host-activity model); ``python_function`` -> ranges in ``PYTHON_DOMAIN``.
 Correlation is ``args.correlation`` on both sides (kernels of a ``cudaGraphLaunch`` carry the
 launch's correlation); where it is missing, the ``ac2g`` (2021: ``async``) flow whose start/finish
-sits on the event (same pid, tid, ts) supplies it. ``External id`` is not used: it can be stale. Device rows take the host pid of the API calls so (pid, correlation) joins.
+sits on the event (same pid, tid, ts) supplies it. ``External id`` is not used: it can be stale.
+Device rows take the host pid of the API calls so (pid, correlation) joins.
 Times: µs -> integer ns, plus ``baseTimeNanoseconds`` when present.
 """
 from __future__ import annotations
@@ -29,8 +32,19 @@ from srtscope.analyzers.readers.errors import TraceError
 from srtscope.analyzers.readers.jsonstream import JsonStreamError, iter_trace, us_to_ns
 from srtscope.analyzers.readers.labels import split_labels
 from srtscope.analyzers.readers.stand_in import forward_stand_ins, note_stand_ins
-from srtscope.analyzers.timeline import (GPU_DOMAIN, ApiKind, DeviceInfo, DeviceKind, SourceFormat, Timeline,
-                                TimelineMeta, Traced, WarningCode)
+from srtscope.analyzers.timeline import (
+    GPU_DOMAIN,
+    OP_DOMAIN,
+    PYTHON_DOMAIN,
+    ApiKind,
+    DeviceInfo,
+    DeviceKind,
+    SourceFormat,
+    Timeline,
+    TimelineMeta,
+    Traced,
+    WarningCode,
+)
 from srtscope.probes.stages import resolve_stage
 
 _DEVICE_CATS = {"kernel": DeviceKind.KERNEL, "Kernel": DeviceKind.KERNEL,
@@ -72,7 +86,7 @@ class _Cols:
         return len(next(iter(self.cols.values())))
 
 
-def _open_text(path: Path) -> io.TextIOBase:
+def _open_text(path: Path) -> io.TextIOWrapper:
     with open(path, "rb") as fh:
         gz = fh.read(2) == b"\x1f\x8b"
     raw = gzip.open(path, "rb") if gz else open(path, "rb")
@@ -83,7 +97,7 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
     """Read one Kineto trace. ``rank`` is used when the trace has no ``distributedInfo.rank``."""
     path = Path(path)
     header: dict[str, Any] = {}
-    dev = _Cols("start", "dur", "kind", "name", "device", "stream", "correlation")
+    dev = _Cols("start", "dur", "kind", "name", "device", "stream", "correlation", "bytes")
     api = _Cols("start", "dur", "pid", "tid", "name", "correlation")
     rng = _Cols("start", "dur", "pid", "tid", "name", "domain")
     cats: Counter[str] = Counter()
@@ -119,7 +133,7 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
                     dev.add(ev["ts"], ev.get("dur", 0), kind.value, str(ev.get("name", "")),
                             _int(args.get("device", ev.get("pid"))),
                             _int(args.get("stream", ev.get("tid"))),
-                            _int(args.get("correlation")))
+                            _int(args.get("correlation")), _int(args.get("bytes")))
                 elif cat in _API_CATS:
                     args = ev.get("args") or {}
                     if "correlation" not in args:
@@ -135,9 +149,11 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
                     keep = stage_ops.get(name)
                     if keep is None:
                         keep = stage_ops[name] = resolve_stage(name) is not None
-                    if keep:
-                        rng.add(ev["ts"], ev.get("dur", 0), _int(ev.get("pid")),
-                                _int(ev.get("tid")), name, "")
+                    rng.add(ev["ts"], ev.get("dur", 0), _int(ev.get("pid")),
+                            _int(ev.get("tid")), name, "" if keep else OP_DOMAIN)
+                elif cat == "python_function":
+                    rng.add(ev["ts"], ev.get("dur", 0), _int(ev.get("pid")), _int(ev.get("tid")),
+                            str(ev.get("name", "")), PYTHON_DOMAIN)
         except JsonStreamError as exc:
             raise TraceError(path, f"not a valid Kineto trace: {exc}") from None
         except KeyError as exc:
@@ -162,7 +178,7 @@ def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Col
            cats: Counter, thread_names: dict[str, str], n_events: int, rank: int) -> Timeline:
     base = header.get("baseTimeNanoseconds")
     base_ns = _int(base, 0) if base is not None else 0
-    dist = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
+    dist = di if isinstance(di := header.get("distributedInfo"), dict) else {}
     file_rank = _int(dist.get("rank"), rank) if "rank" in dist else rank
     world = _int(dist.get("world_size"), 1) if "world_size" in dist else 1
 
@@ -176,7 +192,8 @@ def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Col
         device = pd.DataFrame({"start_ns": s, "end_ns": e, "kind": pd.Categorical(c["kind"]),
                                "name": pd.Categorical(c["name"]), "device": c["device"],
                                "stream": c["stream"], "pid": host_pid,
-                               "correlation": c["correlation"], "rank": file_rank})
+                               "correlation": c["correlation"], "rank": file_rank,
+                               "bytes": c["bytes"]})
     if len(api):
         s, e = _times(api, base_ns)
         c = api.cols
@@ -204,7 +221,7 @@ def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Col
     schema = header.get("schemaVersion")
     meta = TimelineMeta(format=SourceFormat.KINETO, sources=[str(path)], ranks=[file_rank],
                         world_size=max(world, 1))
-    props = header.get("deviceProperties") if isinstance(header.get("deviceProperties"), list) else []
+    props = dp if isinstance(dp := header.get("deviceProperties"), list) else []
     by_id = {}
     for p in props:
         if isinstance(p, dict) and "id" in p:
@@ -250,7 +267,7 @@ def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Col
         meta.warn(WarningCode.NO_KERNELS, "no kernel events (profiler without CUDA activities?)")
     if api_df is None:
         meta.warn(WarningCode.NO_API, "no CUDA runtime events")
-    if ranges is None:
+    if ranges is None or not np.isin(ranges["domain"].astype(str).to_numpy(), ["", GPU_DOMAIN]).any():
         meta.warn(WarningCode.NO_NVTX, "no user annotations (record_function) or stage ranges")
     if len(graph_corr) and not graph_kernels:
         meta.warn(WarningCode.GRAPH_NOT_PER_NODE,

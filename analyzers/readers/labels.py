@@ -6,7 +6,8 @@ space in it is not our attribute separator.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,8 +36,9 @@ def split_labels(labels: Sequence[Any]) -> tuple[pd.Categorical, np.ndarray]:
     cats, name_codes = np.unique(np.asarray(names, dtype=object), return_inverse=True) \
         if names else (np.array([], dtype=object), np.zeros(0, np.int64))
     code_map = np.asarray(name_codes, dtype=np.int64).reshape(-1)
-    cat = pd.Categorical.from_codes(code_map[codes] if len(codes) else np.zeros(0, np.int64),
-                                    categories=list(cats))
+    # pandas-stubs wants an Index for categories; a list works at runtime
+    cat = pd.Categorical.from_codes(  # type: ignore[call-overload]
+        code_map[codes] if len(codes) else np.zeros(0, np.int64), categories=list(cats))
     attr_lut = np.empty(len(parsed), dtype=object)
     attr_lut[:] = [p[1] for p in parsed]
     attrs = attr_lut[codes] if len(codes) else np.empty(0, dtype=object)

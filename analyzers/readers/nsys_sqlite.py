@@ -17,13 +17,29 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers.names import api_kind, strip_api_suffix
-from srtscope.analyzers.readers.columnar import (CHUNK, cat_from_codes, concat_sorted, factorize,
-                                        fetch_ints, nesting_depth, sort_columns)
+from srtscope.analyzers.names import api_kind, os_kind, strip_api_suffix
+from srtscope.analyzers.readers.columnar import (
+    CHUNK,
+    cat_from_codes,
+    concat_sorted,
+    factorize,
+    fetch_ints,
+    nesting_depth,
+    sort_columns,
+)
 from srtscope.analyzers.readers.errors import TraceError
 from srtscope.analyzers.readers.labels import split_labels
-from srtscope.analyzers.timeline import (ApiKind, DeviceInfo, DeviceKind, SourceFormat, Timeline,
-                                TimelineMeta, Traced, WarningCode, validate_table)
+from srtscope.analyzers.timeline import (
+    ApiKind,
+    DeviceInfo,
+    DeviceKind,
+    SourceFormat,
+    Timeline,
+    TimelineMeta,
+    Traced,
+    WarningCode,
+    validate_table,
+)
 
 KNOWN_SCHEMAS = frozenset({"2.9.1", "3.1.2", "3.1.7", "3.13.2", "3.16.1", "3.17.1", "3.20.2",
                            "3.24.14", "3.25.0"})
@@ -34,7 +50,8 @@ _MASK24 = 0xFFFFFF
 
 
 def _kind_col(kind: DeviceKind, n: int) -> pd.Categorical:
-    return pd.Categorical.from_codes(np.zeros(n, np.int8), categories=[kind.value])
+    # pandas-stubs wants an Index for categories; a list works at runtime
+    return pd.Categorical.from_codes(np.zeros(n, np.int8), categories=[kind.value])  # type: ignore[call-overload]
 
 
 def connect_readonly(path: Path) -> sqlite3.Connection:
@@ -112,7 +129,7 @@ class _Reader:
         del name
         return {"start_ns": s, "end_ns": e, "kind": _kind_col(DeviceKind.KERNEL, len(s)),
                 "name": names, "device": dev, "stream": strm, "pid": (gpid >> 24) & _MASK24,
-                "correlation": corr, "graph_id": g, "graph_node": node}
+                "correlation": corr, "graph_id": g, "graph_node": node, "bytes": np.full(len(s), -1, np.int64)}
 
     def copies(self, table: str, kind: DeviceKind) -> dict | None:
         if not self.has(table):
@@ -120,10 +137,11 @@ class _Reader:
         cols = self.columns(table)
         ck = "copyKind" if "copyKind" in cols and kind is DeviceKind.MEMCPY else "0"
         gnode = "COALESCE(graphNodeId,-1)" if "graphNodeId" in cols else "-1"
-        s, e, dev, strm, corr, gpid, k, node = fetch_ints(
+        nbytes = "COALESCE(bytes,-1)" if "bytes" in cols else "-1"
+        s, e, dev, strm, corr, gpid, k, node, nb = fetch_ints(
             self.con, table, ["start", "end", "deviceId", "streamId",
                               "COALESCE(correlationId,-1)", "COALESCE(globalPid,0)",
-                              f"COALESCE({ck},0)", gnode])
+                              f"COALESCE({ck},0)", gnode, nbytes])
         inv, uniq = factorize(k)
         if kind is DeviceKind.MEMCPY:
             labels = [f"Memcpy {_COPY_KIND.get(int(u), str(u))}" for u in uniq.tolist()]
@@ -132,7 +150,7 @@ class _Reader:
         return {"start_ns": s, "end_ns": e, "kind": _kind_col(kind, len(s)),
                 "name": cat_from_codes(inv, labels), "device": dev, "stream": strm,
                 "pid": (gpid >> 24) & _MASK24, "correlation": corr,
-                "graph_id": np.full(len(s), -1, np.int64), "graph_node": node}
+                "graph_id": np.full(len(s), -1, np.int64), "graph_node": node, "bytes": nb}
 
     def graph_execs(self) -> dict | None:
         t = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
@@ -147,7 +165,8 @@ class _Reader:
         return {"start_ns": s, "end_ns": e, "kind": _kind_col(DeviceKind.GRAPH, len(s)),
                 "name": cat_from_codes(inv, [f"cudaGraph {u}" for u in uniq.tolist()]),
                 "device": dev, "stream": strm, "pid": (gpid >> 24) & _MASK24,
-                "correlation": corr, "graph_id": g, "graph_node": np.full(len(s), -1, np.int64)}
+                "correlation": corr, "graph_id": g, "graph_node": np.full(len(s), -1, np.int64),
+                "bytes": np.full(len(s), -1, np.int64)}
 
     def api(self) -> dict | None:
         t = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -166,6 +185,19 @@ class _Reader:
         return {"start_ns": s, "end_ns": e, "pid": (gtid >> 24) & _MASK24, "tid": gtid & _MASK24,
                 "name": names, "kind": kinds, "correlation": corr}
 
+    def osrt(self) -> dict | None:
+        """OS runtime calls (``OSRT_API``) as API rows of kind os_io / os_wait / os_other."""
+        t = "OSRT_API"
+        if not self.has(t) or not self.count(t):
+            return None
+        s, e, gtid, name = fetch_ints(self.con, t, ["start", "end", "COALESCE(globalTid,0)", "nameId"])
+        names = self.categorical(name)
+        kind_lut = np.asarray([os_kind(str(c)).value for c in names.categories], dtype=object)
+        kinds = pd.Categorical(kind_lut[names.codes] if len(kind_lut) else np.zeros(0, dtype=object),
+                               categories=[k.value for k in ApiKind])
+        return {"start_ns": s, "end_ns": e, "pid": (gtid >> 24) & _MASK24, "tid": gtid & _MASK24,
+                "name": names, "kind": kinds, "correlation": np.full(len(s), -1, np.int64)}
+
     def nvtx(self) -> tuple[dict | None, int]:
         """(ranges, number of marks). Marks (end NULL) are excluded from ranges."""
         t = "NVTX_EVENTS"
@@ -174,9 +206,9 @@ class _Reader:
         cols = self.columns(t)
         types = f"({NVTX_PUSH_RANGE}, {NVTX_PUSH_POP}, {NVTX_START_END})"
         where = f"WHERE n.eventType IN {types} AND n.end IS NOT NULL"
-        dom = "COALESCE(domainId,0)" if "domainId" in cols else "0"
+        dom_sql = "COALESCE(domainId,0)" if "domainId" in cols else "0"
         s, e, etype, gtid, dom = fetch_ints(
-            self.con, t, ["start", "end", "eventType", "COALESCE(globalTid,0)", dom],
+            self.con, t, ["start", "end", "eventType", "COALESCE(globalTid,0)", dom_sql],
             where.replace("WHERE ", "").replace("n.", ""))
         has_tid = "textId" in cols
         label_sql = ("COALESCE(n.text, s.value, '') FROM NVTX_EVENTS n LEFT JOIN StringIds s "
@@ -248,7 +280,7 @@ def _read_host(path: Path) -> tuple[dict | None, tuple[dict | None, int]]:
     con = connect_readonly(path)
     try:
         r = _Reader(path, con)
-        api = sort_columns(r.api())
+        api = concat_sorted([p for p in (r.api(), r.osrt()) if p is not None and len(p["start_ns"])])
         ranges, marks = r.nvtx()
         return api, (sort_columns(ranges), marks)
     finally:
@@ -318,11 +350,13 @@ def _read(path: Path, r: _Reader, rank: int) -> Timeline:
     n_rng = 0 if ranges is None else len(ranges["start_ns"])
     if n_dev + n_api + n_rng == 0:
         raise TraceError(path, "nsys export holds no CUDA or NVTX events (empty trace)")
+    dev_cols: dict = device if device is not None else {}     # read only where n_dev / n_api
+    api_cols: dict = api if api is not None else {}
 
     # ranks go to processes with GPU activity (helper processes that only call the API, e.g. a
     # subprocess probing the driver, share the first rank)
-    host_pids = sorted(set(pd.unique(api["pid"]).tolist())) if n_api else []
-    pids = sorted(set(pd.unique(device["pid"]).tolist())) if n_dev else host_pids
+    host_pids = sorted(set(pd.unique(api_cols["pid"]).tolist())) if n_api else []
+    pids = sorted(set(pd.unique(dev_cols["pid"]).tolist())) if n_dev else host_pids
     for cols in (device, api, ranges):
         if cols is not None and len(cols["start_ns"]):
             cols["rank"] = _ranks(cols["pid"], pids, rank)
@@ -333,12 +367,22 @@ def _read(path: Path, r: _Reader, rank: int) -> Timeline:
                         tool_version=meta_kv.get("EXPORT_PRODUCT_VERSION", ""),
                         ranks=sorted(set(rank_of.values())) or [rank],
                         world_size=max(len(pids), 1))
-    used = set(pd.unique(device["device"]).tolist()) if n_dev else set()
+    used = set(pd.unique(dev_cols["device"]).tolist()) if n_dev else set()
     meta.devices, gpus_on_host = r.devices(used)
     if r.has("ANALYSIS_DETAILS"):
         row = r.con.execute("SELECT startTime, stopTime FROM ANALYSIS_DETAILS").fetchone()
-        if row:
-            meta.window_start_ns, meta.window_end_ns = int(row[0]), int(row[1])
+        if row and row[0] is not None and row[1] is not None:
+            lo, hi = int(row[0]), int(row[1])
+            # NOTE: most exports time events from the session start (0), while ANALYSIS_DETAILS holds
+            # the session's own clock: then the session is [0, duration]
+            first = int(dev_cols["start_ns"].min()) if n_dev else lo
+            if n_dev and not lo <= first <= hi and 0 <= first <= hi - lo:
+                lo, hi = 0, hi - lo
+            meta.window_start_ns, meta.window_end_ns = lo, hi
+    if r.has("TARGET_INFO_SESSION_START_TIME"):
+        row = r.con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+        if row and row[0]:
+            meta.extra["nsys.utc_start_ns"] = int(row[0])
     if meta.window_end_ns <= meta.window_start_ns:      # no session bounds: span of the events
         spans = [(c["start_ns"].min(), c["end_ns"].max()) for c in (device, api, ranges)
                  if c is not None and len(c["start_ns"])]
@@ -353,13 +397,13 @@ def _read(path: Path, r: _Reader, rank: int) -> Timeline:
             pass
         meta.warn(WarningCode.WINDOW_CUT, f"the export was trimmed to the window {derived} ns: "
                   "work started before it (e.g. launches of its first kernels) is missing")
-    kind_codes = (np.asarray(device["kind"].codes), list(device["kind"].categories)) \
+    kind_codes = (np.asarray(dev_cols["kind"].codes), list(dev_cols["kind"].categories)) \
         if n_dev else (np.zeros(0, np.int8), [])
     n_kern = _count_kind(kind_codes, DeviceKind.KERNEL)
     n_graph_exec = _count_kind(kind_codes, DeviceKind.GRAPH)
     graph_mode = capture.get("CUDA_GRAPH_TRACE_OPTIONS:MODE", "")
-    n_graph_launch = int((api["kind"] == ApiKind.GRAPH_LAUNCH.value).sum()) if n_api else 0
-    n_node_kernels = int((device["graph_node"] >= 0).sum()) if n_dev else 0
+    n_graph_launch = int((api_cols["kind"] == ApiKind.GRAPH_LAUNCH.value).sum()) if n_api else 0
+    n_node_kernels = int((dev_cols["graph_node"] >= 0).sum()) if n_dev else 0
     meta.extra.update({
         "nsys.schema_version": schema, "nsys.meta_table": next(
             (t for t in ("META_DATA_EXPORT", "EXPORT_META_DATA") if r.has(t)), ""),
@@ -404,10 +448,10 @@ def _read(path: Path, r: _Reader, rank: int) -> Timeline:
                   "was not seen in testing; columns are read by name and may be incomplete")
     # NOTE: the same validation as Timeline.build, one table at a time, keeping the fetched arrays
     # as the frames' columns (no consolidating copy: ~1.8 s and ~0.5 GB less on a 1 GB export).
-    device = _validated(device, "device")
-    api = _validated(api, "api")
-    ranges = _validated(ranges, "ranges")
-    return Timeline(device, api, ranges, validate_table(None, "counters"), meta)
+    device_df = _validated(device, "device")
+    api_df = _validated(api, "api")
+    ranges_df = _validated(ranges, "ranges")
+    return Timeline(device_df, api_df, ranges_df, validate_table(None, "counters"), meta)
 
 
 def _validated(cols: dict | None, table: str) -> pd.DataFrame:

@@ -48,10 +48,10 @@ def read_probe(path: str | Path, rank: int | None = None) -> Timeline:
     """Read one probe trace; its rank comes from ``meta.rank`` (else ``rank``, else 0)."""
     path = Path(path)
     doc = _load(path)
-    meta_in = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
+    meta_in = m_in if isinstance(m_in := doc.get("meta"), dict) else {}
     strings = doc.get("strings")
-    spans = doc.get("spans") if isinstance(doc.get("spans"), dict) else {}
-    counters = doc.get("counters") if isinstance(doc.get("counters"), dict) else {}
+    spans = sp if isinstance(sp := doc.get("spans"), dict) else {}
+    counters = cn if isinstance(cn := doc.get("counters"), dict) else {}
     if not isinstance(strings, list):
         raise TraceError(path, "probe trace without a strings table")
     file_rank = int(meta_in.get("rank", rank if rank is not None else 0))

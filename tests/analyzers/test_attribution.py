@@ -42,8 +42,9 @@ def test_innermost_stage_wins_and_aliases_resolve():
     assert row["scheduler_ns"] == (70 + 80) * US
     assert row["prep_ns"] == 30 * US
     assert row["sync_ns"] == 20 * US
-    assert row["kernel_ns"] == 90 * US
-    assert row["unattributed_ns"] == 10 * US                             # 390..400: no stage open
+    assert row["kernel_ns"] == 100 * US                                  # run.sample + 390..400 in aten::mul
+    assert row["unattributed_ns"] == 0                                   # the operator explains 390..400
+    assert row["cause.launch_bound_ns"] == 100 * US and row["cause.sched_cpu_ns"] == (70 + 80 + 20) * US
     assert row["covered_ns"] == 300 * US                                 # aten::mul covers all of it
     assert row["top_stage"] == "run.sample"                              # 90 µs > sched.result's 80
     assert stages.iloc[0]["prepare_for_decode"] == 30 * US
@@ -67,14 +68,16 @@ def test_no_nvtx_sync_launch_burst_and_unannotated():
         [api(0, 1, corr=1),
          api(100, 200, "cudaStreamSynchronize"),                          # blocked -> sync
          api(200, 250, "cudaMemcpy"),                                     # blocking copy -> sync
-         api(250, 260, "cudaMemcpyAsync"),                                # async copy: not blocking
+         api(250, 260, "cudaMemcpyAsync"),                                # async copy: a CUDA call
          *[api(300 + 20 * i, 304 + 20 * i, corr=2 + i) for i in range(4)],  # burst 300..364 -> launch
-         api(590, 594, corr=9)])                                          # a lone launch: no burst
+         api(590, 594, corr=9)])                                          # a lone launch: a CUDA call
     _, cls, _ = run(tl)
     row = cls.iloc[0]
     assert row["sync_ns"] == 150 * US
-    assert row["launch_ns"] == 64 * US
-    assert row["unattributed_ns"] == 500 * US - 150 * US - 64 * US
+    assert row["launch_ns"] == (64 + 10 + 4) * US                       # burst + the two lone calls
+    assert row["unattributed_ns"] == 500 * US - 150 * US - 78 * US
+    assert row["cause.host_unattributed_ns"] == row["unattributed_ns"] + 100 * US   # no engine: the sync too
+    assert row["cause.memcpy_ns"] == 50 * US                      # blocking copy: the copy's fault
     assert row["covered_ns"] == 0
 
 
@@ -91,7 +94,7 @@ def test_unattributed_time_inside_user_ranges_by_family():
     b, _, _ = find_bubbles(tl, 5 * US)
     pid, tid = launching_threads(tl, b["next_row"].to_numpy())
     cls, _, user = attribute(tl, b.assign(pid=pid, tid=tid))
-    assert user == {"train_step": 200 * US, "Copy #": 150 * US}
+    assert user == {"train_step": 196 * US, "Copy #": 150 * US}       # 590..594 is the launch call
     assert sum(user.values()) == cls["unattributed_ns"].sum()
 
 
@@ -180,4 +183,5 @@ def test_a_lone_api_call_is_not_idle_time():
     _, cls, _ = run(tl)
     row = cls.iloc[0]
     assert row["scheduler_ns"] == (100 + 290) * US            # 100..200 and 300..590 only
-    assert row["unattributed_ns"] == (100 + 10) * US          # the cudaMalloc, and 590..600
+    assert row["host_ns"] == 100 * US and row["cause.cold_start_ns"] == 100 * US   # the cudaMalloc
+    assert row["unattributed_ns"] == 6 * US                   # 594..600 (590..594 is the launch call)

@@ -12,7 +12,15 @@ from srtscope.analyzers.readers import TraceError, load_timeline
 from srtscope.analyzers.readers.detect import detect_format
 from srtscope.analyzers.readers.jsonstream import us_to_ns
 from srtscope.analyzers.readers.kineto import read_kineto
-from srtscope.analyzers.timeline import GPU_DOMAIN, DeviceKind, SourceFormat, Traced, WarningCode
+from srtscope.analyzers.timeline import (
+    GPU_DOMAIN,
+    OP_DOMAIN,
+    PYTHON_DOMAIN,
+    DeviceKind,
+    SourceFormat,
+    Traced,
+    WarningCode,
+)
 from tests.conftest import REAL_TRACES as REAL
 
 KINETO = REAL / "kineto"
@@ -30,7 +38,12 @@ def test_real_trace_counts_match_manifest(name):
     assert kinds.get(DeviceKind.KERNEL.value, 0) == m["kernels"]
     assert kinds.get(DeviceKind.MEMCPY.value, 0) == m["memcpy"]
     assert len(tl.api) == m["runtime"] + m["driver"]
-    assert len(tl.ranges) == m["user_annot"] + m["gpu_user_annot"]   # no cpu_op is a stage alias
+    # no cpu_op is a stage alias: operators and Python frames go to domains of their own
+    assert len(tl.host_ranges) == m["user_annot"] + (0 if tl.meta.extra["kineto.legacy_2021"] else 0)
+    assert len(tl.domain_ranges(GPU_DOMAIN)) == m["gpu_user_annot"]
+    if not tl.meta.extra["kineto.legacy_2021"]:
+        assert len(tl.domain_ranges(OP_DOMAIN)) == m["cpu_op"]
+    assert len(tl.domain_ranges(PYTHON_DOMAIN)) == m["python_function"]
     assert tl.meta.ranks == [m["rank"] or 0]
     assert tl.meta.world_size == (m["world"] or 1)
     assert tl.meta.extra["kineto.events"] == m["events"]
@@ -91,7 +104,7 @@ def test_driver_launch_and_distributed_info():
     ddp = read_kineto(KINETO / "hta_ddp_convnet_a100_rank0of2_nccl_comm_args.json.gz")
     assert ddp.meta.extra["kineto.distributed"]["backend"] == "nccl"
     gpu = ddp.ranges[ddp.ranges["domain"] == GPU_DOMAIN]
-    assert len(gpu) == 30 and len(ddp.ranges) - len(gpu) == 42
+    assert len(gpu) == 30 and len(ddp.host_ranges) == 42
 
 
 @needs_real
@@ -127,7 +140,7 @@ def _trace(tmp_path: Path, events: list, **top) -> Path:
     return p
 
 
-def test_stage_alias_cpu_ops_kept_other_ops_dropped(tmp_path):
+def test_stage_alias_cpu_ops_are_stages_other_ops_are_operators(tmp_path):
     ev = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 10, "dur": 5},
           {"ph": "X", "cat": "cpu_op", "name": "execute_model", "pid": 1, "tid": 2, "ts": 5,
            "dur": 50},
@@ -138,7 +151,8 @@ def test_stage_alias_cpu_ops_kept_other_ops_dropped(tmp_path):
           {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 15, "dur": 4,
            "args": {"device": 0, "stream": 7, "correlation": 9}}]
     tl = read_kineto(_trace(tmp_path, ev, baseTimeNanoseconds=1_000_000_000))
-    assert sorted(tl.ranges["name"].astype(str)) == ["execute_model", "sched.schedule"]
+    assert sorted(tl.host_ranges["name"].astype(str)) == ["execute_model", "sched.schedule"]
+    assert list(tl.domain_ranges(OP_DOMAIN)["name"].astype(str)) == ["aten::mm"]
     assert tl.ranges.loc[tl.ranges.name == "sched.schedule", "attrs"].iloc[0] == {"bs": "4"}
     k = tl.device.iloc[0]
     assert (k["start_ns"], k["end_ns"], k["pid"]) == (1_000_015_000, 1_000_019_000, 1)

@@ -40,7 +40,9 @@ def test_real_export_counts_match_manifest(name):
     assert kinds.get(DeviceKind.MEMCPY.value, 0) == m["memcpy"]
     assert kinds.get(DeviceKind.MEMSET.value, 0) == (m["memset"] or 0)
     dup = _sql(path, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE eventClass = 67")[0][0]
-    assert len(tl.api) == m["runtime"] - dup
+    cuda = tl.api[~tl.api["kind"].astype(str).str.startswith("os_")]
+    assert len(cuda) == m["runtime"] - dup
+    assert len(tl.api) - len(cuda) == (m.get("osrt") or 0)      # OS runtime calls, when traced
     ranges_expected = sum(c for t, c in (m["nvtx_types"] or []) if t in (35, 59, 60))
     assert len(tl.ranges) == ranges_expected
     assert tl.meta.format is SourceFormat.NSYS_SQLITE
@@ -67,7 +69,8 @@ def test_pid_tid_decoding_matches_global_tid():
     tl = read_nsys(path)
     gtid = _sql(path, "SELECT DISTINCT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME")
     want = {((g >> 24) & 0xFFFFFF, g & 0xFFFFFF) for (g,) in gtid}
-    assert set(zip(tl.api["pid"], tl.api["tid"])) == want
+    cuda = tl.api[~tl.api["kind"].astype(str).str.startswith("os_")]
+    assert set(zip(cuda["pid"], cuda["tid"])) == want
     assert set(tl.api["pid"]) == {9946}              # PROCESSES: 'python' pid 9946
     assert set(tl.device["pid"]) == {9946}
     assert tl.meta.extra["nsys.process_names"] == {9946: "python"}

@@ -2,20 +2,25 @@
 
 Each scenario asserts its verdict, its summary, the attributed time of the injected class (within
 10% of what the scenario injects), and its own checks; the committed files must match the generator.
+The hand-built captures (``capture_scenarios``) add expected capture warnings, the step source, and
+``refused``: files that loading must refuse (no diagnosis then).
 """
+import gzip
+import hashlib
 import json
 import sqlite3
 from pathlib import Path
 
 import pytest
 
-from sample_traces import generate
+from sample_traces import capture_scenarios, generate
 from srtscope.analyzers.diagnose import diagnose
 from srtscope.analyzers.readers import load_timeline
+from srtscope.analyzers.readers.errors import TraceError
 from srtscope.engine.engine import Engine
 
 COMMITTED = Path(generate.__file__).resolve().parent
-NAMES = [s.name for s in generate.SCENARIOS]
+NAMES = [s.name for s in generate.SCENARIOS] + list(capture_scenarios.NAMES)
 
 
 @pytest.fixture(scope="module")
@@ -33,16 +38,29 @@ def expected(generated):
 @pytest.fixture(scope="module")
 def diagnoses(generated, expected):
     return {n: diagnose(load_timeline([generated / f for f in e["files"]]))
-            for n, e in expected.items()}
+            for n, e in expected.items() if not e.get("refused")}
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_verdict_and_attribution(name, expected, diagnoses):
-    e, d = expected[name], diagnoses[name]
+def test_verdict_and_attribution(name, expected, diagnoses, generated):
+    e = expected[name]
+    if e.get("refused"):
+        with pytest.raises(TraceError, match=e["refused"]):
+            load_timeline([generated / f for f in e["files"]])
+        return
+    d = diagnoses[name]
     v = d.verdict
     assert v.bottleneck == e["bottleneck"], v.summary
+    assert v.cause == e["cause"], v.summary
     assert v.summary.startswith(e["summary_prefix"]), v.summary
-    assert d.steps.count == e["steps"]
+    # the causes account for every lost bubble nanosecond
+    assert sum(d.bubbles.by_cause.values()) == d.bubbles.total_ns
+    if e["steps"] is not None:
+        assert d.steps.count == e["steps"], d.steps.per_rank
+    if e.get("steps_source"):
+        assert d.steps.source == e["steps_source"]
+    codes = {w["code"] for w in d.capture.warnings}
+    assert set(e.get("warnings", ())) <= codes, codes
     for cls, ns in e["injected_ns"].items():
         got = d.bubbles.by_class[cls]
         assert abs(got - ns) <= 0.10 * ns, f"{cls}: attributed {got} ns vs injected {ns} ns"
@@ -58,6 +76,33 @@ def test_verdict_and_attribution(name, expected, diagnoses):
         assert v.healthy is checks["healthy"]
     else:
         assert not v.healthy
+    _capture_checks(checks, d)
+
+
+def _capture_checks(checks: dict, d) -> None:
+    """The hand-built captures' checks, one line per key (absent keys are not checked)."""
+    window = d.bubbles.window_ns
+    for direction, gbps in checks.get("memcpy_gbps", {}).items():
+        assert abs(d.device.memcpy[direction].gbps - gbps) <= 0.02 * gbps, d.device.memcpy[direction]
+    for direction, nbytes in checks.get("memcpy_bytes", {}).items():
+        assert d.device.memcpy[direction].bytes == nbytes
+    if "exposed_memcpy_share_min" in checks:
+        assert d.device.exposed_memcpy_ns >= checks["exposed_memcpy_share_min"] * d.device.busy_ns
+    if "max_confidence" in checks:
+        assert d.verdict.confidence <= checks["max_confidence"]
+    if "comm_partial" in checks:
+        comm = d.comm.to_json()
+        assert comm["partial"] is checks["comm_partial"] and d.comm.total_ns > 0
+        assert comm["skew_ns"] is None and comm["straggler_rank"] is None
+    if "ranks" in checks:
+        assert list(d.capture.ranks) == checks["ranks"]
+        assert set(d.steps.per_rank) == set(checks["ranks"])
+    if "step_numbers" in checks:
+        assert d.steps.table["step"].tolist() == checks["step_numbers"]
+    if "sub_threshold_share_min" in checks:
+        assert d.bubbles.sub_threshold_ns >= checks["sub_threshold_share_min"] * window
+    if "bubble_share_max" in checks:
+        assert d.bubbles.total_ns <= checks["bubble_share_max"] * window
 
 
 def test_no_nvtx_scenario_states_the_caveat(diagnoses):
@@ -66,11 +111,20 @@ def test_no_nvtx_scenario_states_the_caveat(diagnoses):
 
 
 def test_each_file_is_small(generated):
-    for p in generated.glob("*.sqlite"):
+    for p in [*generated.glob("*.sqlite"), *generated.glob("*.json.gz")]:
         assert p.stat().st_size < 300_000, p.name
 
 
+def test_refused_files_load_one_at_a_time(generated, expected):
+    """Files refused together are each a valid trace: the refusal is about the set, not a file."""
+    for e in expected.values():
+        for f in e["files"] if e.get("refused") else ():
+            assert len(load_timeline([generated / f]).device) > 0
+
+
 def _fingerprint(path: Path) -> dict[str, tuple]:
+    if path.name.endswith(".json.gz"):           # Kineto captures: the JSON, not the gzip header
+        return {"sha256": (hashlib.sha256(gzip.decompress(path.read_bytes())).hexdigest(),)}
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]

@@ -50,8 +50,12 @@ def test_unannotated_host_time_lowers_confidence():
     tl = looped(None, 400)                                   # no NVTX at all
     tl.meta.warn(WarningCode.NO_NVTX, "no NVTX ranges")
     v = diagnose(tl).verdict
-    assert v.bottleneck == "scheduler" and v.summary.startswith("host-bound, unannotated")
+    # no stage range, no engine frame: the scheduler is not blamed by default; the host time is
+    # said to be unplaced
+    assert v.bottleneck == "host" and v.cause == "host_unattributed"
+    assert v.summary.startswith("host-bound, unannotated") and v.scores_ns["scheduler"] == 0
     assert v.confidence <= 0.5
+    assert v.advice[0].cause == "host_unattributed" and "NVTX" in v.advice[0].text
     assert any(c.startswith("no_nvtx") for c in v.caveats)
     assert any(c.startswith("unattributed") for c in v.caveats)
 
@@ -64,9 +68,11 @@ def test_unannotated_time_inside_the_traces_own_ranges_is_named():
         tl.ranges.loc[r.Index, "name"] = f"Copy {i}"                # one name per instance
     d = diagnose(tl)
     assert list(d.bubbles.by_user_range) == ["Copy #"]
-    # 9 bubbles of 400 µs in a Copy range + 3 µs of launch latency outside it
+    # 9 bubbles of 400 µs in a Copy range + 1 µs of launch latency outside it (the 2 µs launch
+    # call is the host launching)
     assert d.bubbles.by_user_range["Copy #"] == 9 * 400 * US
-    assert d.bubbles.by_class["unattributed"] == 9 * 403 * US
+    assert d.bubbles.by_class["unattributed"] == 9 * 401 * US
+    assert d.bubbles.by_class["launch"] == 9 * 2 * US
     v = d.verdict
     assert v.summary.startswith("host-bound, unannotated") and "range 'Copy #'" in v.summary
     assert "add NVTX" not in v.summary and "leads with 0%" not in v.summary
@@ -125,8 +131,13 @@ def test_json_contract_keys_and_integer_times():
     j = diagnose(looped("sched.schedule", 400)).to_json()
     json.dumps(j)                                           # serialisable as is
     assert set(j) >= {"verdict", "bubbles", "steps", "comm", "budget", "top_kernels", "capture"}
-    assert set(j["verdict"]) >= {"bottleneck", "confidence", "summary", "evidence", "caveats"}
-    assert set(j["bubbles"]["by_class"]) == {"scheduler", "prep", "kernel", "sync", "launch", "unattributed"}
+    assert set(j["verdict"]) >= {"bottleneck", "cause", "confidence", "summary", "evidence", "caveats", "advice",
+                                 "causes_ns", "scores_ns"}
+    assert set(j["bubbles"]["by_class"]) == {"scheduler", "prep", "kernel", "sync", "launch", "unattributed",
+                                             "host", "queued"}
+    assert sum(j["bubbles"]["by_cause"].values()) == j["bubbles"]["total_ns"]
+    assert set(j["device"]) >= {"busy_ns", "kernel_ns", "memcpy_ns", "memset_ns", "comm_ns", "memcpy"}
+    assert set(j["verdict"]["scores_ns"]) == {"scheduler", "prep", "kernel", "host"}
     assert set(j["steps"]) >= {"count", "graph", "eager", "eager_reasons", "per_step"}
     assert set(j["comm"]) >= {"total_ns", "exposed_ns", "skew_ns", "straggler_rank", "collectives"}
     assert set(j["capture"]) >= {"format", "sources", "devices", "ranks", "window_ns", "warnings"}

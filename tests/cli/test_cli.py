@@ -79,7 +79,7 @@ def test_diagnose_writes_markdown_and_perfetto(tmp_path):
     md, pf = tmp_path / "r.md", tmp_path / "b.json"
     r = invoke("diagnose", SAMPLES / "prep_bound.sqlite", "--markdown", md, "--perfetto", pf)
     assert r.exit_code == 0, r.stderr
-    assert "**Bottleneck: PREP**" in md.read_text()
+    assert "**Bottleneck: PREP / batch_prep**" in md.read_text()
     assert "| in `prepare_for_decode` |" in md.read_text()  # bubble time by stage (SGLang name)
     events = json.loads(pf.read_text())["traceEvents"]
     slices = [e for e in events if e["ph"] == "X" and e["cat"] == "bubble"]
@@ -223,7 +223,7 @@ def test_diagnose_real_traces_text_and_json(real_traces):
         assert r.exit_code == 0, r.stderr
         assert "Bottleneck:" in r.stdout
         j = json.loads(invoke("diagnose", f, "--json").stdout)
-        assert j["verdict"]["bottleneck"] in ("scheduler", "prep", "kernel")
+        assert j["verdict"]["bottleneck"] in ("kernel", "host")          # no engine stages in either
 
 
 def test_run_small_workload_writes_traces_and_diagnoses(tmp_path):

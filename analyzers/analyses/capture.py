@@ -1,0 +1,108 @@
+"""Capture adequacy: how much of the capture the device was active, and what the trace cannot tell.
+
+Warnings (``WarningCode``), so scripts can rely on the codes:
+- ``partial_ranks``: the trace names a world size larger than the ranks given (skew, straggler: null);
+- ``low_device_coverage``: the device was busy in under ``LOW_DEVICE_SHARE`` of the capture and
+  active in under ``ACTIVE_SHARE`` of it, with where the rest went (before the first device
+  activity, after the last, start-up calls);
+- ``cold_start``: allocation, set-up and first-use calls take ``COLD_SHARE`` of the device's active
+  window, or a quarter of the bubble time;
+- ``single_iteration``: one marked step per rank, or most kernel names ran once (one pass);
+- ``python_tracing``: Python frames were recorded (``with_stack``), which inflates host time.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.columns import isin, str_codes
+from srtscope.analyzers.host_activity import HostActivity, cold_mask
+from srtscope.analyzers.results import BubbleResult, Coverage, DeviceResult, StepsResult
+from srtscope.analyzers.timeline import CaptureWarning, DeviceKind, Timeline, WarningCode
+from srtscope.analyzers.units import fmt_ns
+from srtscope.analyzers.vocab import Cause, StepSource
+
+LOW_DEVICE_SHARE = 0.2       # device busy under this share of the capture ...
+ACTIVE_SHARE = 0.6           # ... and its active window under this share of it: low coverage
+COLD_SHARE = 0.1             # start-up calls over this share of the capture (or of bubble time)
+MARKER_SOURCES = (StepSource.LOOP_STEP.value, StepSource.SGLANG.value, StepSource.PROFILER_STEP.value,
+                  StepSource.VLLM.value)
+
+
+def capture_adequacy(tl: Timeline, model: HostActivity, device: DeviceResult, steps: StepsResult,
+                     bubbles: BubbleResult) -> tuple[Coverage, list[CaptureWarning]]:
+    meta = tl.meta
+    lo, hi = tl.span_ns
+    c_lo = meta.window_start_ns if meta.window_end_ns > meta.window_start_ns else lo
+    c_hi = meta.window_end_ns if meta.window_end_ns > meta.window_start_ns else hi
+    capture = max(c_hi - c_lo, 0)
+    dev = tl.device
+    n_dev = max(len(bubbles.by_device), 1)
+    if len(dev):
+        first, last = int(dev["start_ns"].min()), int(dev["end_ns"].max())
+        g = dev.groupby(["rank", "device"])
+        active = iv.total(iv.union(g["start_ns"].min().to_numpy(), g["end_ns"].max().to_numpy()))
+    else:
+        first = last = c_lo
+        active = 0
+    # NOTE: session bounds that do not hold the device activity are widened to it (host rows can
+    # carry stray timestamps; device rows are what the capture is about)
+    c_lo, c_hi = min(c_lo, first), max(c_hi, last)
+    capture = max(c_hi - c_lo, 0)
+    api = tl.api
+    cold = cold_mask(api)
+    cs, ce = (api["start_ns"].to_numpy()[cold], api["end_ns"].to_numpy()[cold]) if len(api) else ((), ())
+    startup = int((np.asarray(ce) - np.asarray(cs)).sum()) if len(api) else 0
+    # start-up calls inside the device's active window: those are what the bubbles there wait on
+    in_window = (int(np.clip(np.minimum(ce, last) - np.maximum(cs, first), 0, None).sum())
+                 if len(api) and len(dev) else 0)
+    share = device.busy_ns / (capture * n_dev) if capture else 0.0
+    cov = Coverage(capture, active, share, max(first - c_lo, 0) if len(dev) else 0,
+                   max(c_hi - last, 0) if len(dev) else 0, startup)
+    out: list[CaptureWarning] = []
+    if meta.world_size > len(set(meta.ranks)):
+        out.append(CaptureWarning(WarningCode.PARTIAL_RANKS,
+                                  f"the job had {meta.world_size} ranks, the trace holds {len(set(meta.ranks))} "
+                                  f"({sorted(set(meta.ranks))}): cross-rank skew and the straggler cannot be told"))
+    # NOTE: a device idle in its own active window is the verdict's subject, not a capture problem:
+    # coverage is low when the active window itself is a small part of the capture
+    if capture and len(dev) and share < LOW_DEVICE_SHARE and active < ACTIVE_SHARE * capture * n_dev \
+            and _cpu_free(dev):
+        out.append(CaptureWarning(WarningCode.LOW_DEVICE_COVERAGE,
+                                  f"the device was busy {100 * share:.1f}% of the {fmt_ns(capture)} capture; "
+                                  f"{fmt_ns(cov.before_first_ns)} before its first activity, "
+                                  f"{fmt_ns(cov.after_last_ns)} after its last; start-up calls "
+                                  f"{fmt_ns(startup)}"))
+    cold_bubbles = bubbles.by_cause.get(Cause.COLD_START.value, 0)
+    window = max(last - first, 0)
+    if window and (in_window >= COLD_SHARE * window or
+                   (bubbles.total_ns and cold_bubbles >= 0.25 * bubbles.total_ns)):
+        out.append(CaptureWarning(WarningCode.COLD_START,
+                                  f"start-up inside the device's active window: allocation, set-up and "
+                                  f"first-use calls {fmt_ns(in_window)} ({100 * in_window / window:.0f}% of it), "
+                                  f"{fmt_ns(cold_bubbles)} of bubble time; warm up before capturing"))
+    per_rank = steps.per_rank
+    one_step = steps.source in MARKER_SOURCES and per_rank and max(per_rank.values()) <= 1
+    # one pass: most kernel names ran once (an iterating program repeats each of them)
+    kmask = isin(dev["kind"], [DeviceKind.KERNEL]) if len(dev) else np.zeros(0, bool)
+    n_kern = int(kmask.sum())
+    one_pass = False
+    if n_kern:
+        codes, _ = str_codes(dev["name"])
+        per_name = np.bincount(codes[kmask])
+        one_pass = float(np.median(per_name[per_name > 0])) <= 1
+    if one_step or one_pass:
+        why = (f"one {steps.source} step per rank" if one_step
+               else f"most of the {n_kern} kernels ran once (one pass)")
+        out.append(CaptureWarning(WarningCode.SINGLE_ITERATION,
+                                  f"{why}: figures are one sample, not a steady state"))
+    if model.has_python_frames:
+        out.append(CaptureWarning(WarningCode.PYTHON_TRACING,
+                                  f"{len(model.frames)} Python frames recorded (with_stack): host time is "
+                                  "inflated by the tracing itself"))
+    return cov, out
+
+
+def _cpu_free(dev) -> bool:
+    """Coverage is a GPU notion: CPU stand-in traces (the engine on a CPU) are not judged by it."""
+    return not bool(isin(dev["kind"], [DeviceKind.CPU_FORWARD]).any())

@@ -1,0 +1,68 @@
+"""Device busy time split: kernels, collectives, copies by direction (bytes, GB/s), memsets.
+
+Per device, each part is the union of its rows (streams overlap), so parts can overlap each other;
+``busy_ns`` is the union of everything. ``exposed_memcpy_ns``: copy time during which no kernel
+ran on that device — copies the device did not hide behind compute. Figures are summed over devices.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.columns import isin, str_codes
+from srtscope.analyzers.results import CopyStat, DeviceResult
+from srtscope.analyzers.timeline import DeviceKind, Timeline
+
+_DIRECTION = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP|Peer)", re.IGNORECASE)
+_CANON = {"htod": "HtoD", "dtoh": "DtoH", "dtod": "DtoD", "htoh": "HtoH", "ptop": "PtoP", "peer": "PtoP"}
+
+
+def copy_direction(name: str) -> str:
+    """``Memcpy HtoD (Pinned -> Device)`` -> ``HtoD``; unknown -> ``other``."""
+    m = _DIRECTION.search(name or "")
+    return _CANON[m.group(1).lower()] if m else "other"
+
+
+def device_split(tl: Timeline, comm: np.ndarray) -> DeviceResult:
+    """``comm``: mask of device rows that are collective kernels (``comm.comm_mask``)."""
+    dev = tl.device
+    if len(dev) == 0:
+        return DeviceResult(0, 0, 0, 0, 0, 0, {})
+    s, e = dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy()
+    compute_kinds = isin(dev["kind"], [DeviceKind.KERNEL, DeviceKind.GRAPH, DeviceKind.CPU_FORWARD])
+    is_copy = isin(dev["kind"], [DeviceKind.MEMCPY])
+    is_set = isin(dev["kind"], [DeviceKind.MEMSET])
+    totals = dict.fromkeys(("busy", "kernel", "comm", "memcpy", "memset", "exposed"), 0)
+    for _, idx in dev.groupby(["rank", "device"]).indices.items():
+        rows = np.asarray(idx)
+
+        def u(m: np.ndarray, rows: np.ndarray = rows) -> iv.IntervalSet:
+            r = rows[m[rows]]
+            return iv.union(s[r], e[r])
+        kern = u(compute_kinds)
+        copies = u(is_copy)
+        totals["busy"] += iv.total(iv.union(s[rows], e[rows]))
+        totals["kernel"] += iv.total(u(compute_kinds & ~comm))
+        totals["comm"] += iv.total(u(comm))
+        totals["memcpy"] += iv.total(copies)
+        totals["memset"] += iv.total(u(is_set))
+        totals["exposed"] += iv.total(iv.subtract(copies, kern))
+    by_kind: dict[str, CopyStat] = {}
+    if is_copy.any():
+        codes, names = str_codes(dev["name"][is_copy])     # classified once per distinct name
+        direction = np.array([copy_direction(str(n)) for n in names], dtype=object)
+        pageable = np.array(["pageable" in str(n).lower() for n in names], dtype=bool)
+        c = pd.DataFrame({"dir": direction[codes], "ns": (e - s)[is_copy], "bytes": dev["bytes"].to_numpy()[is_copy],
+                          "pageable": pageable[codes]})
+        for d, g in c.groupby("dir"):
+            known = g["bytes"].to_numpy() >= 0
+            nbytes = int(g["bytes"].to_numpy()[known].sum()) if known.any() else -1
+            ns_known = int(g["ns"].to_numpy()[known].sum())
+            gbps = round(nbytes / ns_known, 3) if known.any() and ns_known > 0 else None
+            by_kind[str(d)] = CopyStat(int(g["ns"].sum()), int(len(g)), nbytes, gbps,
+                                       int(g["ns"].to_numpy()[g["pageable"].to_numpy()].sum()))
+    return DeviceResult(totals["busy"], totals["kernel"], totals["comm"], totals["memcpy"], totals["memset"],
+                        totals["exposed"], dict(sorted(by_kind.items(), key=lambda kv: -kv[1].ns)))

@@ -1,0 +1,434 @@
+"""The host-activity model: what each host thread was doing, layer by layer, innermost wins.
+
+Built once per trace (``HostActivity(tl, rule)``) and read by attribution, steps and comm. Per
+thread, in priority order (a layer only claims time no earlier layer claimed):
+
+1. ``STAGE_*``   engine stage ranges (ours, SGLang's, vLLM's aliases; ``probes.stages``), innermost;
+                 kernel-stage time inside a launch burst is ``STAGE_LAUNCH``
+2. ``ENGINE_*``  Python frames of known engine functions (``probes.stages.ENGINE_FUNCTIONS``)
+3. ``COLD_API``  allocation and set-up calls, and any launch/set-up call slower than ``SLOW_CALL_NS``
+4. ``SYNC_COPY`` blocking copies (pageable staging), then ``SYNC_API`` synchronisation calls
+5. ``IO``        OS runtime I/O calls; ranges, operators or frames named for I/O or data loading
+6. ``COMPILE``   ranges, operators or frames named for compilation, autotuning, warm-up
+7. ``LAUNCH``    bursts of kernel launches
+8. ``MODEL_OP``  framework operators (Kineto ``cpu_op``, NVTX ``aten::*``) and module frames
+9. ``API``       any other CUDA API call (a lone launch, an event record)
+Time no layer claims is ``IDLE`` (the caller may still explain it, e.g. by another thread).
+Each activity maps to one bubble class and one cause (``Activity.bubble_class`` / ``.cause``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+import pandas as pd
+
+from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.columns import group_rows, isin, str_codes
+from srtscope.analyzers.names import SLOW_CALL_NS, HostWork, host_work
+from srtscope.analyzers.timeline import OP_DOMAIN, PYTHON_DOMAIN, ApiKind, Timeline
+from srtscope.analyzers.vocab import BubbleClass, Cause
+from srtscope.probes.stages import StageClass, engine_function, resolve_stage
+
+_STAGE_CLASSES = (StageClass.SCHEDULER, StageClass.PREP, StageClass.KERNEL, StageClass.SYNC)
+
+
+class Activity(str, Enum):
+    """One layer of the model; value = the name used in reports."""
+
+    STAGE_SCHEDULER = "stage.scheduler"
+    STAGE_PREP = "stage.prep"
+    STAGE_KERNEL = "stage.kernel"
+    STAGE_LAUNCH = "stage.launch"
+    STAGE_SYNC = "stage.sync"
+    ENGINE_SCHEDULER = "engine.scheduler"
+    ENGINE_PREP = "engine.prep"
+    ENGINE_KERNEL = "engine.kernel"
+    COLD_API = "cold_api"
+    SYNC_COPY = "sync_copy"
+    SYNC_API = "sync_api"
+    IO = "io"
+    COMPILE = "compile"
+    LAUNCH = "launch"
+    MODEL_OP = "model_op"
+    API = "api"
+
+    @property
+    def bubble_class(self) -> BubbleClass:
+        return _BUBBLE_CLASS[self]
+
+    @property
+    def cause(self) -> Cause:
+        """The cause, before the step context (eager fallback) and engine evidence refine it."""
+        return _CAUSE[self]
+
+
+_BUBBLE_CLASS = {
+    Activity.STAGE_SCHEDULER: BubbleClass.SCHEDULER, Activity.STAGE_PREP: BubbleClass.PREP,
+    Activity.STAGE_KERNEL: BubbleClass.KERNEL, Activity.STAGE_LAUNCH: BubbleClass.LAUNCH,
+    Activity.STAGE_SYNC: BubbleClass.SYNC, Activity.ENGINE_SCHEDULER: BubbleClass.SCHEDULER,
+    Activity.ENGINE_PREP: BubbleClass.PREP, Activity.ENGINE_KERNEL: BubbleClass.KERNEL,
+    Activity.COLD_API: BubbleClass.HOST, Activity.SYNC_API: BubbleClass.SYNC,
+    Activity.SYNC_COPY: BubbleClass.SYNC, Activity.IO: BubbleClass.HOST,
+    Activity.COMPILE: BubbleClass.HOST, Activity.LAUNCH: BubbleClass.LAUNCH,
+    Activity.MODEL_OP: BubbleClass.KERNEL, Activity.API: BubbleClass.LAUNCH,
+}
+_CAUSE = {
+    Activity.STAGE_SCHEDULER: Cause.SCHED_CPU, Activity.STAGE_PREP: Cause.BATCH_PREP,
+    Activity.STAGE_KERNEL: Cause.LAUNCH_BOUND, Activity.STAGE_LAUNCH: Cause.LAUNCH_BOUND,
+    Activity.STAGE_SYNC: Cause.SCHED_CPU, Activity.ENGINE_SCHEDULER: Cause.SCHED_CPU,
+    Activity.ENGINE_PREP: Cause.BATCH_PREP, Activity.ENGINE_KERNEL: Cause.LAUNCH_BOUND,
+    Activity.COLD_API: Cause.COLD_START, Activity.SYNC_API: Cause.HOST_UNATTRIBUTED,
+    Activity.SYNC_COPY: Cause.MEMCPY,
+    Activity.IO: Cause.HOST_IO, Activity.COMPILE: Cause.COLD_START, Activity.LAUNCH: Cause.LAUNCH_BOUND,
+    Activity.MODEL_OP: Cause.LAUNCH_BOUND, Activity.API: Cause.LAUNCH_BOUND,
+}
+_STAGE_ACTIVITY = {StageClass.SCHEDULER.value: Activity.STAGE_SCHEDULER, StageClass.PREP.value: Activity.STAGE_PREP,
+                   StageClass.KERNEL.value: Activity.STAGE_KERNEL, StageClass.SYNC.value: Activity.STAGE_SYNC}
+_ENGINE_ACTIVITY = {StageClass.SCHEDULER: Activity.ENGINE_SCHEDULER, StageClass.PREP: Activity.ENGINE_PREP,
+                    StageClass.KERNEL: Activity.ENGINE_KERNEL}
+
+Key = tuple[int, int, int]   # (rank, pid, tid)
+
+@dataclass(frozen=True)
+class BurstRule:
+    """A launch burst: >= ``min_launches`` launch calls, each starting <= ``gap_ns`` after the last ended."""
+
+    gap_ns: int = 30_000
+    min_launches: int = 4
+
+    def __post_init__(self) -> None:
+        if self.gap_ns < 0 or self.min_launches < 1:
+            raise ValueError(f"bad launch-burst rule: gap_ns={self.gap_ns}, min_launches={self.min_launches}")
+
+
+
+def stage_names(ranges: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(names, codes per range row, class per name) for the ranges that are non-container stages.
+
+    codes is -1 for ranges that are not stages (unknown names and ``loop.step`` containers).
+    """
+    if len(ranges) == 0:
+        return np.zeros(0, object), np.zeros(0, np.int64), np.zeros(0, object)
+    codes, names = str_codes(ranges["name"])
+    stages = [resolve_stage(n) for n in names]
+    is_stage = np.array([s is not None and s.cls in _STAGE_CLASSES for s in stages], dtype=bool)
+    ok = np.zeros(len(codes), dtype=bool)
+    known = codes >= 0                      # -1: missing name
+    ok[known] = is_stage[codes[known]]
+    codes = np.where(ok, codes, -1)
+    classes = np.array([s.cls.value if s is not None else "" for s in stages], dtype=object)
+    return names, codes, classes
+
+
+def innermost_segments(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray):
+    """Flatten nested ranges of one thread into disjoint segments labelled by the innermost range.
+
+    Returns (seg_starts, seg_ends, seg_labels); uncovered time has no segment. Vectorised: the
+    innermost range at a point is the last-started one at the covering depth.
+    """
+    s, e, lab = np.asarray(starts, np.int64), np.asarray(ends, np.int64), np.asarray(labels)
+    keep = e > s
+    s, e, lab = s[keep], e[keep], lab[keep]
+    if len(s) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, lab.dtype)
+    order = np.lexsort((-e, s))
+    s, e, lab = s[order], e[order], lab[order]
+    ends_sorted = np.sort(e)
+    depth = np.arange(len(s)) - np.searchsorted(ends_sorted, s, side="right")
+    bounds = iv.sorted_unique(np.concatenate([s, e]))
+    left, right = bounds[:-1], bounds[1:]
+    n_started = np.searchsorted(s, left, side="right")
+    cover = n_started - np.searchsorted(ends_sorted, left, side="right")
+    last = n_started - 1
+    owner = np.full(len(left), -1, dtype=np.int64)
+    for d in np.unique(cover[cover > 0] - 1):
+        sel = np.flatnonzero(cover - 1 == d)
+        level = np.flatnonzero(depth == d)
+        if len(level) == 0:
+            continue
+        pos = np.searchsorted(level, last[sel], side="right") - 1
+        ok = pos >= 0
+        owner[sel[ok]] = level[pos[ok]]
+    valid = owner >= 0
+    valid[valid] = e[owner[valid]] > left[valid]
+    return left[valid], right[valid], lab[owner[valid]]
+
+
+def launch_bursts(s: np.ndarray, e: np.ndarray, rule: BurstRule) -> iv.IntervalSet:
+    if len(s) < rule.min_launches:
+        return iv.empty()
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], np.maximum.accumulate(e[order])
+    new = np.r_[True, (s[1:] - e[:-1]) > rule.gap_ns]
+    first = np.flatnonzero(new)
+    counts = np.diff(np.r_[first, len(s)])
+    last = np.r_[first[1:], len(s)] - 1
+    keep = counts >= rule.min_launches
+    return iv.union(s[first[keep]], e[last[keep]])
+
+
+def default_threads(tl: Timeline) -> dict[int, tuple[int, int]]:
+    """Per rank, the thread issuing the most launches, else the one with the most stage ranges."""
+    out: dict[int, tuple[int, int]] = {}
+    api = tl.api
+    if len(api):
+        launches = api[api["kind"].isin([ApiKind.LAUNCH.value, ApiKind.GRAPH_LAUNCH.value])]
+        if len(launches):
+            top = launches.groupby(["rank", "pid", "tid"]).size().reset_index(name="n")
+            for row in top.sort_values("n").itertuples():
+                out[int(row.rank)] = (int(row.pid), int(row.tid))
+    if len(tl.host_ranges):
+        _, codes, _ = stage_names(tl.host_ranges)
+        st = tl.host_ranges[codes >= 0]
+        if len(st):
+            top = st.groupby(["rank", "pid", "tid"]).size().reset_index(name="n")
+            for row in top.sort_values("n").itertuples():
+                out.setdefault(int(row.rank), (int(row.pid), int(row.tid)))
+    return out
+
+
+def stage_threads(rg: pd.DataFrame, codes: np.ndarray, keys: list[tuple]) -> dict[tuple, tuple]:
+    """Per launching thread (rank, pid, tid) in ``keys``: the other thread of its process with the
+    most stage ranges (an overlap loop's scheduler thread), when there is one."""
+    st = rg[codes >= 0]
+    if len(st) == 0 or not keys:
+        return {}
+    n = st.groupby(["rank", "pid", "tid"]).size().sort_values(ascending=False, kind="stable")
+    out: dict[tuple, tuple] = {}
+    for key in keys:
+        for (r, p, t) in n.index:
+            if (r, p) == key[:2] and t != key[2]:
+                out[key] = (int(r), int(p), int(t))
+                break
+    return out
+
+
+def rows_by_thread(df: pd.DataFrame, keys: list[tuple]) -> dict[tuple, np.ndarray]:
+    """Row indices of ``df`` per (rank, pid, tid) in ``keys``: a few masks instead of grouping
+    millions of rows when few threads are asked for."""
+    if len(df) == 0 or not keys:
+        return {}
+    if len(keys) > 8:
+        return group_rows(df, ["rank", "pid", "tid"])
+    r, p, t = (df[c].to_numpy() for c in ("rank", "pid", "tid"))
+    out = {}
+    for k in keys:
+        rows = np.flatnonzero((r == k[0]) & (p == k[1]) & (t == k[2]))
+        if len(rows):
+            out[k] = rows
+    return out
+
+
+def blocking_mask(api: pd.DataFrame) -> np.ndarray:
+    """API rows during which the host is blocked on the device: syncs and synchronous copies."""
+    if len(api) == 0:
+        return np.zeros(0, bool)
+    codes, cats = str_codes(api["name"])
+    sync_copy = np.array(["Async" not in n for n in cats], dtype=bool)
+    is_sync_copy = sync_copy[codes] if len(cats) else np.zeros(len(api), bool)
+    return isin(api["kind"], [ApiKind.SYNC]) | (isin(api["kind"], [ApiKind.MEMCPY]) & is_sync_copy)
+
+
+@dataclass(frozen=True)
+class ThreadLayers:
+    """One thread's activity: disjoint interval sets per activity (priority already applied), the
+    stage segments for per-stage figures, and what the thread had open at all."""
+
+    sets: dict[Activity, iv.IntervalSet]
+    stage_segments: tuple[np.ndarray, np.ndarray, np.ndarray]   # (starts, ends, stage-name codes)
+    ranges: iv.IntervalSet          # any annotation open (NVTX coverage)
+    busy: iv.IntervalSet            # ranges, frames, operators or API calls: the thread was not idle
+    claimed: iv.IntervalSet         # union of ``sets``
+
+
+class HostActivity:
+    """The host-activity model of one trace; per-thread layers are built on first use and kept."""
+
+    def __init__(self, tl: Timeline, rule: BurstRule | None = None) -> None:
+        self.tl = tl
+        self.rule = rule or BurstRule()
+        rg, api = tl.host_ranges, tl.api
+        self.stage_names, self.stage_codes, self.stage_classes = stage_names(rg)
+        self.ops = tl.domain_ranges(OP_DOMAIN)
+        self.frames = tl.domain_ranges(PYTHON_DOMAIN)
+        self._rg_work = _work_of(rg)
+        self._op_work = _work_of(self.ops)
+        self._frame_work = _frame_work(self.frames)
+        self._is_launch = isin(api["kind"], [ApiKind.LAUNCH, ApiKind.GRAPH_LAUNCH]) if len(api) \
+            else np.zeros(0, bool)
+        self._blocking = blocking_mask(api)
+        self._sync_copy = self._blocking & isin(api["kind"], [ApiKind.MEMCPY]) if len(api) else self._blocking
+        self._cold = cold_mask(api)
+        self._os = isin(api["kind"], [ApiKind.OS_IO, ApiKind.OS_WAIT, ApiKind.OS_OTHER]) if len(api) \
+            else np.zeros(0, bool)
+        self._os_io = isin(api["kind"], [ApiKind.OS_IO]) if len(api) else np.zeros(0, bool)
+        self._cache: dict[Key, ThreadLayers] = {}
+        self._rows: dict[str, dict[Key, np.ndarray]] = {}
+
+    @property
+    def has_engine_evidence(self) -> bool:
+        """Stage ranges or engine frames anywhere in the trace: scheduler/prep can be named."""
+        return bool((self.stage_codes >= 0).any()) or bool((self._frame_work[1] >= 0).any())
+
+    @property
+    def has_python_frames(self) -> bool:
+        return len(self.frames) > 0
+
+    def prefetch(self, keys: list[Key]) -> None:
+        """Group the rows of all tables for these threads at once (few masks, not per-thread scans)."""
+        tl = self.tl
+        for name, df in (("rg", tl.host_ranges), ("api", tl.api), ("ops", self.ops), ("frames", self.frames)):
+            have = self._rows.setdefault(name, {})
+            todo = [k for k in keys if k not in have]
+            if todo:
+                got = rows_by_thread(df, todo)
+                for k in todo:
+                    have[k] = got.get(k, np.zeros(0, np.int64))
+
+    def _thread_rows(self, name: str, key: Key) -> np.ndarray:
+        if key not in self._rows.get(name, {}):
+            self.prefetch([key])
+        return self._rows[name][key]
+
+    def layers(self, key: Key) -> ThreadLayers:
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = self._build(key)
+        return got
+
+    def _build(self, key: Key) -> ThreadLayers:
+        tl, rule = self.tl, self.rule
+        rg, api = tl.host_ranges, tl.api
+        ri, ai = self._thread_rows("rg", key), self._thread_rows("api", key)
+        oi, fi = self._thread_rows("ops", key), self._thread_rows("frames", key)
+        r_s, r_e = rg["start_ns"].to_numpy(), rg["end_ns"].to_numpy()
+        a_s, a_e = api["start_ns"].to_numpy(), api["end_ns"].to_numpy()
+        codes = self.stage_codes
+        sel = ri[codes[ri] >= 0] if len(ri) else ri
+        seg = innermost_segments(r_s[sel], r_e[sel], codes[sel])
+        ls, le, ll = seg
+        cand: list[tuple[Activity, iv.IntervalSet]] = []
+        # 1. stages (disjoint innermost segments); kernel-stage time inside a launch burst -> launch
+        launches = ai[self._is_launch[ai]] if len(ai) else ai
+        burst = launch_bursts(a_s[launches], a_e[launches], rule)
+        by_act: dict[Activity, list[np.ndarray]] = {}
+        for code in np.unique(ll):
+            act = _STAGE_ACTIVITY.get(str(self.stage_classes[code]))
+            if act is not None:
+                by_act.setdefault(act, []).append(ll == code)
+        for act, masks in by_act.items():
+            m = np.logical_or.reduce(masks)
+            s = iv.union(ls[m], le[m])
+            if act is Activity.STAGE_KERNEL:
+                cand.append((Activity.STAGE_LAUNCH, iv.intersect(s, burst)))
+            cand.append((act, s))
+        # 2. engine functions in Python frames (innermost engine frame)
+        f_s, f_e = self.frames["start_ns"].to_numpy(), self.frames["end_ns"].to_numpy()
+        fcode = self._frame_work[1]
+        eng = fi[fcode[fi] >= 0] if len(fi) else fi
+        if len(eng):
+            es, ee, el = innermost_segments(f_s[eng], f_e[eng], fcode[eng])
+            for c in np.unique(el):
+                act = _ENGINE_ACTIVITY.get(_STAGE_CLASS_LIST[int(c)])
+                if act is not None:
+                    cand.append((act, iv.union(es[el == c], ee[el == c])))
+        # 3-4. cold start calls, then blocking calls
+        cand.append((Activity.COLD_API, _calls(a_s, a_e, ai, self._cold)))
+        cand.append((Activity.SYNC_COPY, _calls(a_s, a_e, ai, self._sync_copy)))
+        cand.append((Activity.SYNC_API, _calls(a_s, a_e, ai, self._blocking)))
+        # 5-6. I/O and compilation, by OS call or by name (annotations, operators, frames)
+        o_s, o_e = self.ops["start_ns"].to_numpy(), self.ops["end_ns"].to_numpy()
+        named = ((r_s, r_e, ri, self._rg_work), (o_s, o_e, oi, self._op_work),
+                 (f_s, f_e, fi, self._frame_work[0]))
+        io_parts = [_calls(a_s, a_e, ai, self._os_io)] + [_named(s, e, i, w, HostWork.IO) for s, e, i, w in named]
+        cand.append((Activity.IO, _union_all(io_parts)))
+        cand.append((Activity.COMPILE, _union_all([_named(s, e, i, w, HostWork.COMPILE) for s, e, i, w in named])))
+        # 7. launch bursts; 8. operators and module frames; 9. any other CUDA call
+        cand.append((Activity.LAUNCH, burst))
+        cand.append((Activity.MODEL_OP, _union_all([_named(s, e, i, w, HostWork.MODEL_OP) for s, e, i, w in named])))
+        cuda = ai[~self._os[ai]] if len(ai) else ai
+        cand.append((Activity.API, iv.union(a_s[cuda], a_e[cuda])))
+        sets: dict[Activity, iv.IntervalSet] = {}
+        claimed = iv.empty()
+        for act, s in cand:
+            part = iv.subtract(s, claimed)
+            if len(part[0]):
+                sets[act] = iv.union(*_cat([sets.get(act, iv.empty()), part]))
+                claimed = iv.union(*_cat([claimed, part]))
+        ranges = iv.union(r_s[ri], r_e[ri]) if len(ri) else iv.empty()
+        busy = _union_all([ranges, iv.union(o_s[oi], o_e[oi]) if len(oi) else iv.empty(),
+                           iv.union(f_s[fi], f_e[fi]) if len(fi) else iv.empty(),
+                           iv.union(a_s[ai], a_e[ai]) if len(ai) else iv.empty(), burst])
+        return ThreadLayers(sets, seg, ranges, busy, claimed)
+
+
+def cold_mask(api: pd.DataFrame) -> np.ndarray:
+    """API rows that are start-up cost: allocation/set-up calls, and launch or other CUDA calls
+    slower than ``SLOW_CALL_NS`` (lazy module loading, context creation on first use)."""
+    if len(api) == 0:
+        return np.zeros(0, bool)
+    kind = isin(api["kind"], [ApiKind.ALLOC, ApiKind.INIT])
+    slow = (api["end_ns"].to_numpy() - api["start_ns"].to_numpy()) >= SLOW_CALL_NS
+    slow &= isin(api["kind"], [ApiKind.LAUNCH, ApiKind.GRAPH_LAUNCH, ApiKind.OTHER])
+    return kind | slow
+
+
+def _calls(s: np.ndarray, e: np.ndarray, rows: np.ndarray, mask: np.ndarray) -> iv.IntervalSet:
+    if len(rows) == 0:
+        return iv.empty()
+    r = rows[mask[rows]]
+    return iv.union(s[r], e[r]) if len(r) else iv.empty()
+
+
+def _named(s: np.ndarray, e: np.ndarray, rows: np.ndarray, work: np.ndarray, want: HostWork) -> iv.IntervalSet:
+    if len(rows) == 0:
+        return iv.empty()
+    r = rows[work[rows] == want.value]
+    return iv.union(s[r], e[r]) if len(r) else iv.empty()
+
+
+def _cat(sets: list[iv.IntervalSet]) -> tuple[np.ndarray, np.ndarray]:
+    return (np.concatenate([x[0] for x in sets]) if sets else np.zeros(0, np.int64),
+            np.concatenate([x[1] for x in sets]) if sets else np.zeros(0, np.int64))
+
+
+def _union_all(sets: list[iv.IntervalSet]) -> iv.IntervalSet:
+    return iv.union(*_cat([x for x in sets if len(x[0])])) if any(len(x[0]) for x in sets) else iv.empty()
+
+
+def _work_of(ranges: pd.DataFrame) -> np.ndarray:
+    """``HostWork`` value per range row (classified once per distinct name); stage ranges are ''."""
+    if len(ranges) == 0:
+        return np.zeros(0, object)
+    codes, names = str_codes(ranges["name"])
+    lut = np.array([("" if resolve_stage(str(n)) is not None else host_work(str(n)).value) for n in names]
+                   + [""], dtype=object)
+    return lut[codes]
+
+
+_STAGE_CLASS_LIST = list(StageClass)
+_MODULE_FRAME = ("nn.Module:", "torch/nn/modules/", "torch/nn/functional", "torch/_ops.py")
+
+
+def _frame_work(frames: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per Python frame row: (HostWork value, engine stage-class code or -1). The stage-class code
+    indexes ``StageClass`` values: a frame of a known engine function carries that stage's class."""
+    if len(frames) == 0:
+        return np.zeros(0, object), np.zeros(0, np.int64)
+    codes, names = str_codes(frames["name"])
+    classes = _STAGE_CLASS_LIST
+    work: list[str] = []
+    eng: list[int] = []
+    for n in map(str, names):
+        st = engine_function(n)
+        eng.append(classes.index(st.cls) if st is not None else -1)
+        func = n.rpartition("): ")[2] or n
+        w = host_work(func)
+        if w is HostWork.NONE and (n.startswith(_MODULE_FRAME[0]) or any(m in n for m in _MODULE_FRAME[1:])):
+            w = HostWork.MODEL_OP
+        work.append("" if st is not None else w.value)
+    w_lut = np.array(work + [""], dtype=object)
+    e_lut = np.array(eng + [-1], dtype=np.int64)
+    return w_lut[codes], e_lut[codes]
