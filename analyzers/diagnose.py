@@ -18,6 +18,7 @@ from srtscope.analyzers.analyses.comm import comm_mask, communication
 from srtscope.analyzers.analyses.device_split import device_split
 from srtscope.analyzers.analyses.diff import DiagnosisDiff, FigureDelta, compare
 from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons, fallback_mask
+from srtscope.analyzers.analyses.overview import overview
 from srtscope.analyzers.analyses.steps import StepRule, find_steps
 from srtscope.analyzers.analyses.verdict import decide
 from srtscope.analyzers.columns import isin, str_codes, sum_by
@@ -232,4 +233,5 @@ def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams()) -> Diagnos
                           world_size=int(m.world_size), coverage=coverage)
     p = asdict(params)
     p["step_range"] = list(params.step_range) if params.step_range else None
-    return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, p, dres)
+    ov = overview(tl, table, steps, mask)
+    return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, p, dres, ov)

@@ -328,6 +328,35 @@ class Coverage:
 
 
 @dataclass(frozen=True)
+class DeviceOverview:
+    """One device's active window in ``OverviewResult.bins`` bins of ``bin_ns`` from ``start_ns``."""
+
+    rank: int
+    device: int
+    start_ns: int
+    bin_ns: int
+    kernel_ns: list[int]                 # per bin: compute kernels (collectives excluded)
+    memcpy_ns: list[int]                 # per bin: copies and memsets
+    comm_ns: list[int]                   # per bin: collectives
+    bubbles_ns: dict[str, list[int]]     # per class with any time: bubble time per bin
+    steps_ns: list[int]                  # step starts on this rank inside the window
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "device": self.device, "start_ns": _ns(self.start_ns),
+                "bin_ns": _ns(self.bin_ns), "kernel_ns": self.kernel_ns, "memcpy_ns": self.memcpy_ns,
+                "comm_ns": self.comm_ns, "bubbles_ns": dict(self.bubbles_ns), "steps_ns": self.steps_ns}
+
+
+@dataclass(frozen=True)
+class OverviewResult:
+    bins: int
+    devices: tuple[DeviceOverview, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bins": self.bins, "devices": [d.to_json() for d in self.devices]}
+
+
+@dataclass(frozen=True)
 class CaptureInfo:
     format: str
     tool_version: str
@@ -360,6 +389,7 @@ class Diagnosis:
     capture: CaptureInfo
     params: dict[str, Any] = field(default_factory=dict)
     device: DeviceResult | None = None
+    overview: OverviewResult | None = None
 
     def to_json(self) -> dict[str, Any]:
         steps = self.steps.to_json()
@@ -375,6 +405,7 @@ class Diagnosis:
                 "eager": self.eager.to_json(), "comm": self.comm.to_json(),
                 "budget": self.budget.to_json(), "top_kernels": _records(self.top_kernels),
                 "device": None if self.device is None else self.device.to_json(),
+                "overview": None if self.overview is None else self.overview.to_json(),
                 "capture": self.capture.to_json(), "params": dict(self.params)}
 
 

@@ -1,0 +1,81 @@
+"""Overview: each device's active window in a fixed number of bins — what the device ran and what
+its bubbles were blamed on, per bin — for plots that stay small whatever the trace's size.
+
+Per (rank, device) and bin (ns): busy time by kernels (collectives excluded), copies and memsets,
+and collectives (each a union, so ≤ the bin's width); bubble time per class, spread over each
+bubble's span in proportion to its class mix (a bubble's classes are known per bubble, not per
+instant). Step starts on that rank are listed for markers.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.columns import isin
+from srtscope.analyzers.results import DeviceOverview, OverviewResult
+from srtscope.analyzers.timeline import DeviceKind, Timeline
+from srtscope.analyzers.vocab import BUBBLE_CLASSES
+
+DEFAULT_BINS = 400
+
+
+def overview(tl: Timeline, bubbles: pd.DataFrame, steps: pd.DataFrame, comm: np.ndarray,
+             bins: int = DEFAULT_BINS) -> OverviewResult:
+    """``bubbles``: the bubble table (rank, device, start_ns, end_ns, dur_ns, ``<class>_ns``);
+    ``comm``: mask of device rows that are collectives."""
+    if bins < 1:
+        raise ValueError(f"bins must be >= 1, got {bins}")
+    dev = tl.device
+    if len(dev) == 0:
+        return OverviewResult(bins, ())
+    s, e = dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy()
+    compute = isin(dev["kind"], [DeviceKind.KERNEL, DeviceKind.GRAPH, DeviceKind.CPU_FORWARD]) & ~comm
+    copies = isin(dev["kind"], [DeviceKind.MEMCPY, DeviceKind.MEMSET])
+    out = []
+    groups: dict[tuple[int, int], np.ndarray] = {(int(k[0]), int(k[1])): np.asarray(v)  # type: ignore[index]
+                                                 for k, v in dev.groupby(["rank", "device"]).indices.items()}
+    for (rank, device), rows in sorted(groups.items()):
+        lo, hi = int(s[rows].min()), int(e[rows].max())
+        width = max(-(-(hi - lo) // bins), 1)                   # ceil: the bins cover the window
+        edges = lo + width * np.arange(bins + 1, dtype=np.int64)
+
+        def per_bin(mask: np.ndarray, rows: np.ndarray = rows, edges: np.ndarray = edges) -> list[int]:
+            r = rows[mask[rows]]
+            u = iv.union(s[r], e[r])
+            return np.diff(iv.covered_upto(u, edges)).astype(int).tolist()
+
+        b = bubbles[(bubbles["rank"] == rank) & (bubbles["device"] == device)] if len(bubbles) else bubbles
+        by_class = {c: _spread(b, f"{c}_ns", edges) for c in BUBBLE_CLASSES}
+        st = steps[steps["rank"] == rank]["start_ns"].to_numpy() if len(steps) else np.zeros(0, np.int64)
+        out.append(DeviceOverview(int(rank), int(device), lo, int(width), per_bin(compute), per_bin(copies),
+                                  per_bin(comm), {c: v for c, v in by_class.items() if any(v)},
+                                  [int(x) for x in st[(st >= lo) & (st < hi)]]))
+    return OverviewResult(bins, tuple(out))
+
+
+def _spread(b: pd.DataFrame, col: str, edges: np.ndarray) -> list[int]:
+    """Per bin, the part of ``col`` (ns per bubble) spread uniformly over each bubble's span."""
+    if len(b) == 0 or col not in b:
+        return [0] * (len(edges) - 1)
+    bs, be = b["start_ns"].to_numpy(np.float64), b["end_ns"].to_numpy(np.float64)
+    ns = b[col].to_numpy(np.float64)
+    keep = (ns > 0) & (be > bs)
+    bs, be, ns = bs[keep], be[keep], ns[keep]
+    if len(bs) == 0:
+        return [0] * (len(edges) - 1)
+    d = ns / (be - bs)                                          # class ns per ns of the bubble
+
+    def integral(t: np.ndarray) -> np.ndarray:
+        """F(t) = sum_i d_i * |[s_i, e_i) ∩ (-inf, t)|, by sorted prefix sums."""
+        os_, oe = np.argsort(bs), np.argsort(be)
+        cs = np.r_[0.0, np.cumsum(d[os_])]
+        css = np.r_[0.0, np.cumsum(d[os_] * bs[os_])]
+        ce = np.r_[0.0, np.cumsum(d[oe])]
+        cse = np.r_[0.0, np.cumsum(d[oe] * be[oe])]
+        i = np.searchsorted(bs[os_], t, side="left")
+        j = np.searchsorted(be[oe], t, side="left")
+        return (t * cs[i] - css[i]) - (t * ce[j] - cse[j])
+
+    f = integral(edges.astype(np.float64))
+    return np.maximum(np.rint(np.diff(f)), 0).astype(int).tolist()
