@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from srtscope.probes.stages import StepMode
+
 
 class ForwardMode(IntEnum):
     EXTEND = 1   # prefill (possibly with a cached prefix, possibly a chunk)
@@ -30,7 +32,11 @@ class ForwardMode(IntEnum):
 
     @property
     def label(self) -> str:
-        return self.name.lower()
+        """The ``mode`` attribute of probe ranges (``probes.stages.StepMode`` values)."""
+        return _LABELS[self]
+
+
+_LABELS = {m: StepMode(m.name.lower()).value for m in ForwardMode}
 
 
 @dataclass

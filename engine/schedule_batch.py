@@ -2,9 +2,10 @@
 with which KV slots — and its lowering to a ForwardBatch (one step's device tensors).
 
 Slot bookkeeping happens here (``prepare_for_extend`` / ``prepare_for_decode`` /
-``mix_with_running``, inside
-``sched.schedule``); ``to_forward_batch`` (inside ``prep.batch``) only builds tensors and copies
-them to the device. A ScheduleBatch may be mutated after launch (the running batch is filtered and
+``mix_with_running``), called from ``get_next_batch_to_run`` as in SGLang: each runs in its own
+``prep.batch part=alloc`` range nested in ``sched.schedule`` (the innermost stage decides, so slot
+allocation is prep). ``to_forward_batch`` (inside the scheduler's ``prep.batch``) only builds
+tensors and copies them to the device. A ScheduleBatch may be mutated after launch (the running batch is filtered and
 merged); what the result processing needs is frozen in a ``LaunchedStep``.
 """
 from __future__ import annotations
@@ -20,6 +21,10 @@ from srtscope.engine.forward_batch import ForwardBatch, ForwardMode, SamplingBat
 from srtscope.engine.mem.allocator import TokenSlotAllocator
 from srtscope.engine.mem.req_to_token import ReqToTokenPool
 from srtscope.engine.request import Req
+from srtscope.probes.ranges import stage
+from srtscope.probes.stages import Stage
+
+_PREP = Stage.PREP_BATCH.value
 
 
 class OutOfSlotsError(RuntimeError):
@@ -91,7 +96,7 @@ class ScheduleBatch:
         self.reqs = self.reqs + [r for r in other.reqs if r is not other.chunked_req]
         self._sampling = None
 
-    # -- slot bookkeeping (sched.schedule) -----------------------------------------------------
+    # -- slot bookkeeping (prep.batch part=alloc, inside sched.schedule) -------------------------
     def prepare_for_extend(self, allocator: TokenSlotAllocator, pool: ReqToTokenPool,
                            tree_cache) -> None:
         """Give each request a row (if new) and slots for its ``extend_input_len`` new tokens.
@@ -99,6 +104,11 @@ class ScheduleBatch:
         Each request arrives with ``prefix_len``/``last_node`` from the prefix match and the
         matched slots in ``prefix_indices`` (new admissions) — written into its row here.
         """
+        with stage(_PREP, part="alloc", mode=ForwardMode.EXTEND.label, bs=len(self.reqs)):
+            self._prepare_for_extend(allocator, pool, tree_cache)
+
+    def _prepare_for_extend(self, allocator: TokenSlotAllocator, pool: ReqToTokenPool,
+                            tree_cache) -> None:
         self.forward_mode = ForwardMode.EXTEND
         self.num_decode_rows = 0
         total = sum(r.extend_input_len for r in self.reqs)
@@ -128,6 +138,11 @@ class ScheduleBatch:
     def prepare_for_decode(self, allocator: TokenSlotAllocator, pool: ReqToTokenPool,
                            tree_cache) -> None:
         """One new slot per request for the token it feeds this step."""
+        with stage(_PREP, part="alloc", mode=ForwardMode.DECODE.label, bs=len(self.reqs)):
+            self._prepare_for_decode(allocator, pool, tree_cache)
+
+    def _prepare_for_decode(self, allocator: TokenSlotAllocator, pool: ReqToTokenPool,
+                            tree_cache) -> None:
         self.forward_mode = ForwardMode.DECODE
         self.num_decode_rows = 0
         bs = len(self.reqs)
@@ -145,6 +160,11 @@ class ScheduleBatch:
         (one new slot, extend length 1) and samples one; the batch becomes MIXED."""
         if not running:
             return
+        with stage(_PREP, part="alloc", mode=ForwardMode.MIXED.label, bs=len(running)):
+            self._mix_with_running(running, allocator, pool, tree_cache)
+
+    def _mix_with_running(self, running: list[Req], allocator: TokenSlotAllocator,
+                          pool: ReqToTokenPool, tree_cache) -> None:
         bs = len(running)
         slots = alloc_slots(allocator, tree_cache, bs)
         rows = np.fromiter((r.req_pool_idx for r in running), dtype=np.int64, count=bs)

@@ -5,6 +5,11 @@ emit the same stage live here and nowhere else.
 
 NVTX message encoding: ``"<stage> key=value key=value"`` — the stage name, then space-separated
 attributes. Values never contain spaces (``format_message`` replaces them with ``_``).
+
+Stages nest, and the innermost one decides: as in SGLang, ``prepare_for_extend`` /
+``prepare_for_decode`` (KV slot allocation, request rows, prefix bookkeeping) run inside
+``get_next_batch_to_run``, so their ``prep.batch part=alloc`` range sits inside ``sched.schedule``
+and that time is prep, not scheduler. The ``mode`` attribute takes the ``StepMode`` values.
 """
 from __future__ import annotations
 
@@ -44,6 +49,21 @@ class Stage(str, Enum):
         return _DESCRIPTION[self]
 
 
+class StepMode(str, Enum):
+    """The ``mode`` attribute of ``loop.step``, ``sched.schedule`` and ``prep.*`` ranges: the
+    engine's ``ForwardMode`` values (SGLang's names). A prefill is an ``extend`` (of an empty or
+    cached prefix); ``mixed`` is a prefill chunk with decode rows riding along."""
+
+    EXTEND = "extend"
+    DECODE = "decode"
+    MIXED = "mixed"
+    IDLE = "idle"
+
+
+#: Modes whose forward is a prefill (eager by design: graphs are captured for decode only).
+EXTEND_LIKE_MODES: frozenset[str] = frozenset({StepMode.EXTEND.value, StepMode.MIXED.value})
+
+
 _CLASS: dict[Stage, StageClass] = {
     Stage.LOOP_STEP: StageClass.CONTAINER,
     Stage.SCHED_RECV: StageClass.SCHEDULER,
@@ -58,10 +78,11 @@ _CLASS: dict[Stage, StageClass] = {
 }
 
 _DESCRIPTION: dict[Stage, str] = {
-    Stage.LOOP_STEP: "one event-loop iteration (attrs: step, mode, bs, tokens)",
+    Stage.LOOP_STEP: "one event-loop iteration (attrs: step, mode (extend/decode/mixed/idle), bs, tokens)",
     Stage.SCHED_RECV: "receive/tokenize new requests, TP broadcast of them",
     Stage.SCHED_SCHEDULE: "get_next_batch_to_run: merge, prefix match, admission, retract",
-    Stage.PREP_BATCH: "prepare_for_extend/decode, ForwardBatch build, H2D copies, attention plan",
+    Stage.PREP_BATCH: ("prepare_for_extend/decode (slot allocation, part=alloc, nested in sched.schedule), "
+                       "ForwardBatch build, H2D copies, attention plan (part=attn)"),
     Stage.RUN_GRAPH_REPLAY: "CUDA graph replay (attrs: bs, padded_bs)",
     Stage.RUN_EAGER: "eager forward (attr: reason)",
     Stage.COMM_ALL_REDUCE: "tensor-parallel all-reduce (attrs: bytes, dtype)",

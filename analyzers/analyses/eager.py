@@ -1,9 +1,9 @@
 """Eager fallback: decode steps that ran eagerly while CUDA graphs were used elsewhere.
 
 Reason per eager step: the ``run.eager`` range's ``reason`` attribute when present; else inferred —
-``extend`` (prefill/extend/mixed step), ``bs_over_max`` (batch above the largest graph-replayed
-batch), ``disabled`` (no step used graphs), ``unknown``. Cost: wall time and launches per eager
-decode step against graph-replayed steps of the nearest batch size.
+``extend`` (an extend or mixed step, ``probes.stages.EXTEND_LIKE_MODES``), ``bs_over_max`` (batch
+above the largest graph-replayed batch), ``disabled`` (no step used graphs), ``unknown``. Cost: wall
+time and launches per eager decode step against graph-replayed steps of the nearest batch size.
 """
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers.results import EagerResult
+from srtscope.probes.stages import EXTEND_LIKE_MODES
 
-_EXTEND_MODES = ("prefill", "extend", "mixed")
+_EXTEND_MODES = tuple(sorted(EXTEND_LIKE_MODES))
 
 
 def eager_reasons(steps: pd.DataFrame) -> pd.Series:

@@ -19,8 +19,7 @@ _LOOP = Stage.LOOP_STEP.value
 _RECV = Stage.SCHED_RECV.value
 _SCHED = Stage.SCHED_SCHEDULE.value
 
-_MODE = {ForwardMode.EXTEND: "prefill", ForwardMode.DECODE: "decode", ForwardMode.MIXED: "mixed",
-         ForwardMode.IDLE: "idle"}
+_IDLE = ForwardMode.IDLE.label
 
 
 def _schedule(s: Scheduler, ls) -> ScheduleBatch | None:
@@ -31,13 +30,13 @@ def _schedule(s: Scheduler, ls) -> ScheduleBatch | None:
         if s.tp_sync is not None:
             s.tp_sync.check_consensus(s.step, batch)   # divergence: an error, not a hang
         if batch is None:
-            sc.set(mode="idle", bs=0)
+            sc.set(mode=_IDLE, bs=0)
         else:
-            sc.set(mode=_MODE[batch.forward_mode], bs=batch.batch_size())
+            sc.set(mode=batch.forward_mode.label, bs=batch.batch_size())
     if batch is None:
-        ls.set(mode="idle", bs=0, tokens=0)
+        ls.set(mode=_IDLE, bs=0, tokens=0)
     else:
-        ls.set(mode=_MODE[batch.forward_mode], bs=batch.batch_size(), tokens=batch.num_tokens())
+        ls.set(mode=batch.forward_mode.label, bs=batch.batch_size(), tokens=batch.num_tokens())
     return batch
 
 

@@ -16,7 +16,7 @@ def test_reasons_given_and_inferred():
         (0, "decode", 16, 16, "graph", "", 1000 * US, 0),       # graphs were used
         (1, "decode", 64, 64, "graph", "", 1200 * US, 0),       # largest captured size 64
         (2, "decode", 96, -1, "eager", "", 3000 * US, 300),     # inferred: bs above 64
-        (3, "prefill", 8, -1, "eager", "", 2000 * US, 300),     # inferred: extend batch
+        (3, "extend", 8, -1, "eager", "", 2000 * US, 300),      # inferred: extend batch
         (4, "decode", 32, -1, "eager", "disabled", 2500 * US, 300),   # the engine said so
     ])
     assert eager_reasons(t).tolist() == ["", "", "bs_over_max", "extend", "disabled"]

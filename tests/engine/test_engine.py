@@ -153,7 +153,7 @@ def test_write_traces_has_every_scheduler_stage(worker, tmp_path):
         assert st.value in names, st
     steps = [a for i, a in zip(doc["spans"]["name"], doc["spans"]["attrs"])
              if doc["strings"][i] == Stage.LOOP_STEP.value]
-    assert {s["mode"] for s in steps} >= {"prefill", "decode"}
+    assert {s["mode"] for s in steps} >= {"extend", "decode"}     # the ForwardMode values
     assert all({"step", "mode", "bs", "tokens"} <= set(s) for s in steps)
     chrome = json.loads(paths["chrome"].read_bytes())
     assert any(e.get("name") == Stage.LOOP_STEP.value for e in chrome["traceEvents"])
