@@ -1,5 +1,31 @@
-"""Time and size formatting — the one home for turning integer nanoseconds into text."""
+"""Formatting — the one home for turning integer nanoseconds, and names from traces, into text."""
 from __future__ import annotations
+
+import re
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def clean_text(text: object, limit: int = 4096) -> str:
+    """A name or message from a trace made safe to print: control characters (escape sequences)
+    removed, unencodable code points (lone surrogates) replaced, at most ``limit`` characters.
+    NOTE: clipped before anything else, so the cost never grows with the string's length."""
+    s = str(text)[: limit + 1]
+    s = s.encode("utf-8", errors="replace").decode("utf-8", errors="replace")
+    s = _CONTROL.sub("", s.replace("\t", " ").replace("\n", " "))
+    return clip_text(s, limit)
+
+
+def clip_text(text: str, width: int, keep_end: int = 0) -> str:
+    """``text`` in at most ``width`` characters, with ``…`` where it was cut; ``keep_end`` keeps
+    that many characters of the end (the part of a kernel name that tells instances apart)."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    keep_end = min(keep_end, width - 2)
+    head = width - 1 - keep_end
+    return text[:head] + "…" + (text[-keep_end:] if keep_end else "")
 
 
 def fmt_ns(ns: float | int | None, digits: int = 3) -> str:

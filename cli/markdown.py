@@ -3,7 +3,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from srtscope.analyzers.units import fmt_ns, fmt_pct
+from srtscope.analyzers.units import clean_text, fmt_ns, fmt_pct
+
+
+def _md(text: object, width: int = 400) -> str:
+    """A string from a trace as Markdown text: clean, no table breaks, no code-span breaks."""
+    return clean_text(text, width).replace("|", "\\|").replace("`", "'").replace("*", "\\*").replace("_", "\\_")
+
+
+def _code(text: object, width: int = 80) -> str:
+    """A name from a trace inside a code span (no escapes needed but the backtick)."""
+    return "`" + clean_text(text, width).replace("`", "'").replace("|", "\\|") + "`"
 
 
 def diagnosis_markdown(d: dict[str, Any]) -> str:
@@ -11,13 +21,13 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
     cap = d.get("capture", {})
     out = ["# srtscope diagnosis", "",
            f"**Bottleneck: {str(v.get('bottleneck', '?')).upper()} / {v.get('cause', '?')}** "
-           f"(confidence {float(v.get('confidence', 0)):.0%}) — {v.get('summary', '')}", ""]
+           f"(confidence {float(v.get('confidence', 0)):.0%}) — {_md(v.get('summary', ''), 600)}", ""]
     for ev in v.get("evidence") or []:
-        out.append(f"- {ev if isinstance(ev, str) else ev.get('text', ev)}")
+        out.append(f"- {_md(ev if isinstance(ev, str) else ev.get('text', ev))}")
     if v.get("advice"):
         out += ["", "## What to do next", ""]
         for a in v["advice"]:
-            out.append(f"- **{a.get('cause')}**: {a.get('text')}")
+            out.append(f"- **{_md(a.get('cause'), 40)}**: {_md(a.get('text'), 600)}")
     dv = d.get("device") or {}
     if dv.get("busy_ns"):
         busy = int(dv["busy_ns"])
@@ -33,8 +43,13 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
     out += ["", "## Capture", "",
             f"- format: {cap.get('format', '?')}; files: {len(cap.get('sources') or [])}; "
             f"ranks: {cap.get('ranks', [0])}"]
+    codes = set()
     for w in cap.get("warnings") or []:
-        out.append(f"- warning: {w.get('message', w) if isinstance(w, dict) else w}")
+        codes.add(w.get("code") if isinstance(w, dict) else "")
+        out.append(f"- warning: {_md(w.get('message', w) if isinstance(w, dict) else w)}")
+    for c in v.get("caveats") or []:
+        if str(c).split(":", 1)[0] not in codes:
+            out.append(f"- caveat: {_md(c)}")
     total = int(b.get("total_ns", 0))
     out += ["", "## Bubbles", "", f"{b.get('count', 0)} gaps, {fmt_ns(total)} idle.", "",
             "| class | time | share |", "|---|---:|---:|"]
@@ -45,17 +60,34 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
         out += ["", "| cause | time | share |", "|---|---:|---:|"]
         for c_, ns in sorted(b["by_cause"].items(), key=lambda kv: -int(kv[1])):
             out.append(f"| {c_} | {fmt_ns(ns)} | {fmt_pct(int(ns), total)} |")
-    for name, ns in list((b.get("by_stage") or {}).items())[:6]:
-        out.append(f"| in `{name}` | {fmt_ns(ns)} | {fmt_pct(int(ns), total)} |")
-    for name, ns in list((b.get("by_user_range") or {}).items())[:4]:
-        cell = str(name)[:60].replace("|", "\\|")
-        out.append(f"| unattributed in `{cell}` | {fmt_ns(ns)} | {fmt_pct(int(ns), total)} |")
+    if not total:
+        out.append(f"| no gap over {fmt_ns(b.get('threshold_ns', 0))} | | |")
+    stages = list((b.get("by_stage") or {}).items())[:6]
+    if stages:   # a breakdown of the classes above, in its own table so shares add up per table
+        out += ["", "Host stage during the bubbles:", "", "| stage | time | share of bubble time |",
+                "|---|---:|---:|"]
+        out += [f"| {_code(name)} | {fmt_ns(ns)} | {fmt_pct(int(ns), total)} |" for name, ns in stages]
+    user = list((b.get("by_user_range") or {}).items())[:4]
+    if user:
+        out += ["", "Unattributed time inside the trace's own ranges:", "",
+                "| range | time | share of bubble time |", "|---|---:|---:|"]
+        out += [f"| {_code(name, 60)} | {fmt_ns(ns)} | {fmt_pct(int(ns), total)} |" for name, ns in user]
     out += ["", "## Steps", "",
             f"{s.get('count', 0)} steps from {s.get('source', '?')} "
             f"({', '.join(f'rank {r}: {n}' for r, n in (s.get('per_rank') or {}).items())}): "
             f"{s.get('graph', 0)} graph replay, {s.get('eager', 0)} eager."]
-    for reason, n in (s.get("eager_reasons") or {}).items():
-        out.append(f"- eager ({reason}): {n}")
+    if not s.get("graph") and set(s.get("eager_reasons") or {}) <= {"disabled"}:
+        out.append("- no step replayed a CUDA graph")
+    else:
+        for reason, n in (s.get("eager_reasons") or {}).items():
+            out.append(f"- eager ({_md(reason, 40)}): {n}")
+    bud = d.get("budget") or {}
+    parts = {k: int(x) for k, x in (bud.get("parts_ns") or {}).items() if int(x)}
+    if parts:
+        wall = int(bud.get("wall_ns") or sum(parts.values()))
+        out += ["", f"Step budget: the wall time of the {bud.get('steps', 0)} steps (inside steps only).", "",
+                "| part | time | share |", "|---|---:|---:|"]
+        out += [f"| {k} | {fmt_ns(x)} | {fmt_pct(x, wall)} |" for k, x in sorted(parts.items(), key=lambda kv: -kv[1])]
     if c.get("total_ns"):
         out += ["", "## Communication", "",
                 f"- collective time {fmt_ns(c.get('total_ns'))}, exposed {fmt_ns(c.get('exposed_ns'))}",
@@ -66,6 +98,5 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
     if ks:
         out += ["", "## Top kernels (share of kernel time)", "", "| kernel | calls | time |", "|---|---:|---:|"]
         for k in ks[:10]:
-            name = str(k.get("name", "?")).replace("|", "\\|")
-            out.append(f"| `{name[:80]}` | {k.get('count', '')} | {fmt_ns(k.get('total_ns'))} |")
+            out.append(f"| {_code(k.get('name', '?'), 80)} | {k.get('count', '')} | {fmt_ns(k.get('total_ns'))} |")
     return "\n".join(out) + "\n"

@@ -1,6 +1,10 @@
 """``diagnose --perfetto``: a Chrome-trace JSON (ui.perfetto.dev opens it) with every bubble as a
-slice named after its dominant cause — Perfetto colours slices by name, so each cause keeps one
-colour — plus the engine steps. Times are µs relative to the first event.
+slice named after its dominant class — Perfetto colours slices by name, so each class keeps one
+colour — plus the engine steps and, on request, the device activity itself.
+
+Times are µs on the source trace's own clock, so the file overlays the original capture. Where that
+clock's ns values are too large to stay exact as float µs (epoch-based Kineto clocks), whole seconds
+are taken off and stated in ``otherData.clock_offset_ns``.
 """
 from __future__ import annotations
 
@@ -13,19 +17,29 @@ from typing import Any
 import numpy as np
 
 from srtscope.analyzers.results import BUBBLE_CLASSES
+from srtscope.analyzers.units import clean_text
 
 # legacy trace-viewer colour names, for viewers that honour ``cname``
 _CNAME = {"scheduler": "terrible", "prep": "bad", "kernel": "good", "sync": "yellow",
-          "launch": "olive", "unattributed": "grey"}
+          "launch": "olive", "unattributed": "grey", "host": "black", "queued": "thread_state_runnable"}
 
 
-def perfetto_events(diag: Any) -> list[dict[str, Any]]:
+#: a float keeps integers up to 2**53 exactly: ns values below it survive ns / 1000 -> µs -> ns
+EXACT_NS = 2 ** 53
+
+
+def clock_offset(diag: Any) -> int:
+    """ns taken off every time: 0 when the source clock stays exact, else whole seconds."""
+    starts = [int(t["start_ns"].min()) for t in (diag.bubbles.table, diag.steps.table) if len(t)]
+    lo = min(starts) if starts else 0
+    return 0 if abs(lo) < EXACT_NS else (lo // 1_000_000_000) * 1_000_000_000
+
+
+def perfetto_events(diag: Any, timeline: Any = None, t0: int | None = None) -> list[dict[str, Any]]:
+    """Bubbles and steps (and, with ``timeline``, its device activity) as trace events."""
     bubbles = diag.bubbles.table
     steps = diag.steps.table
-    starts = [int(bubbles["start_ns"].min())] if len(bubbles) else []
-    if len(steps):
-        starts.append(int(steps["start_ns"].min()))
-    t0 = min(starts) if starts else 0
+    t0 = clock_offset(diag) if t0 is None else t0
     events: list[dict[str, Any]] = []
     named: set[tuple[int, int]] = set()
     if len(bubbles):
@@ -40,7 +54,7 @@ def perfetto_events(diag: Any) -> list[dict[str, Any]]:
             cause = BUBBLE_CLASSES[int(top[i])]
             args: dict[str, Any] = {f"{c}_us": round(float(parts[i, j]) / 1e3, 3)
                     for j, c in enumerate(BUBBLE_CLASSES) if parts[i, j]}
-            args["top_stage"] = str(row.top_stage or "")
+            args["top_stage"] = clean_text(row.top_stage or "", 200)
             events.append({"ph": "X", "name": f"bubble: {cause}", "cat": "bubble",
                            "cname": _CNAME[cause], "pid": pid, "tid": tid,
                            "ts": (int(row.start_ns) - t0) / 1e3, "dur": int(row.dur_ns) / 1e3,
@@ -51,22 +65,47 @@ def perfetto_events(diag: Any) -> list[dict[str, Any]]:
             named.add((pid, tid))
             events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                            "args": {"name": "engine steps"}})
-        events.append({"ph": "X", "name": f"step {row.mode} {row.exec}", "cat": "step",
+        label = " ".join(x for x in ("step", str(row.mode or ""), str(row.exec or "")) if x)
+        events.append({"ph": "X", "name": label, "cat": "step",
                        "pid": pid, "tid": tid, "ts": (int(row.start_ns) - t0) / 1e3,
                        "dur": int(row.wall_ns) / 1e3,
                        "args": {"step": int(row.step), "bs": int(row.bs) if row.bs == row.bs else -1,
                                 "reason": str(row.reason or "")}})
+    if timeline is not None:
+        events += device_events(timeline, t0, named)
     for pid in sorted({e["pid"] for e in events}):
         events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
                        "args": {"name": f"srtscope rank {pid}"}})
     return events
 
 
-def write_perfetto(diag: Any, path: Path) -> Path:
-    """Write atomically (temp file + rename)."""
-    doc = {"traceEvents": perfetto_events(diag), "displayTimeUnit": "ns",
-           "otherData": {"producer": "srtscope diagnose",
-                         "verdict": diag.verdict.bottleneck}}
+def device_events(timeline: Any, t0: int, named: set[tuple[int, int]]) -> list[dict[str, Any]]:
+    """Every device activity (kernel, copy, memset) as a slice on its device's stream track."""
+    dev = timeline.device
+    out: list[dict[str, Any]] = []
+    if len(dev) == 0:
+        return out
+    cols = zip(dev["rank"].to_numpy(), dev["device"].to_numpy(), dev["stream"].to_numpy(),
+               dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy(), dev["kind"].astype(str).to_numpy(),
+               dev["name"].astype(str).to_numpy())
+    for rank, device, stream, s, e, kind, name in cols:
+        pid, tid = int(rank), 10_000 + int(device) * 1_000 + max(int(stream), 0) % 1_000
+        if (pid, tid) not in named:
+            named.add((pid, tid))
+            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                        "args": {"name": f"gpu{int(device)} stream {int(stream)}"}})
+        out.append({"ph": "X", "name": clean_text(name, 200), "cat": str(kind), "pid": pid, "tid": tid,
+                    "ts": (int(s) - t0) / 1e3, "dur": (int(e) - int(s)) / 1e3})
+    return out
+
+
+def write_perfetto(diag: Any, path: Path, timeline: Any = None) -> Path:
+    """Write atomically (temp file + rename). ``timeline``: also write its device activity."""
+    t0 = clock_offset(diag)
+    doc = {"traceEvents": perfetto_events(diag, timeline, t0), "displayTimeUnit": "ns",
+           "otherData": {"producer": "srtscope diagnose", "clock_offset_ns": t0,
+                         "clock": "the source trace's own (ts + clock_offset_ns / 1000 = source µs)",
+                         "verdict": diag.verdict.bottleneck, "cause": diag.verdict.cause}}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)

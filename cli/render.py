@@ -11,13 +11,18 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from srtscope.analyzers.units import fmt_ns, fmt_pct
+from srtscope.analyzers.units import clean_text, clip_text, fmt_ns, fmt_pct
 
 CLASS_STYLE = {"scheduler": "magenta", "prep": "yellow", "kernel": "cyan", "sync": "blue",
                "launch": "red", "unattributed": "grey50", "comm": "green", "host": "bright_red",
                "queued": "green"}
 _STRIP_CHARS = {"scheduler": "S", "prep": "P", "kernel": "K", "sync": "Y", "launch": "L",
-                "unattributed": ".", "busy": "#", "comm": "C", "host": "H", "queued": "Q"}
+                "unattributed": ".", "busy": "#", "comm": "C", "host": "H", "queued": "Q", "other": "o"}
+
+
+def _t(text: object, width: int = 4096, style: str = "") -> Text:
+    """Text from a trace: never parsed as markup, control characters removed, clipped."""
+    return Text(clean_text(text, width), style=style)
 
 
 def _table(title: str, *cols: str, justify_right: tuple[int, ...] = ()) -> Table:
@@ -34,20 +39,29 @@ def capture_panel(d: dict[str, Any]) -> Panel:
     cap = d.get("capture", {})
     lines = Text()
     srcs = cap.get("sources") or []
-    fmt, tool = str(cap.get("format", "?")), str(cap.get("tool_version") or "")
+    fmt, tool = clean_text(cap.get("format", "?"), 40), clean_text(cap.get("tool_version") or "", 80)
     lines.append(f"format {tool if tool.startswith(fmt) else (fmt + ' ' + tool).strip()}")
-    lines.append(f"  ·  {len(srcs)} file(s)  ·  ranks {cap.get('ranks', [0])}")
+    lines.append(f"  ·  {len(srcs)} file(s)  ·  ranks {clean_text(cap.get('ranks', [0]), 80)}")
     devs = cap.get("devices") or []
     if devs:
-        names = sorted({str(x.get("name") or f"device {x.get('id')}") for x in devs})
-        lines.append(f"  ·  devices {len(devs)} ({', '.join(names)[:60]})")
+        names = sorted({clean_text(x.get("name") or f"device {x.get('id')}", 60) for x in devs})
+        lines.append(f"  ·  devices {len(devs)} ({clip_text(', '.join(names), 60)})")
     if cap.get("window_ns"):
         lines.append(f"  ·  window {fmt_ns(cap['window_ns'])}")
+    codes = set()
     for w in cap.get("warnings") or []:
         msg = w.get("message", w) if isinstance(w, dict) else str(w)
+        codes.add(w.get("code") if isinstance(w, dict) else "")
         lines.append("\n")
         lines.append("! ", style="bold yellow")
-        lines.append(str(msg), style="yellow")
+        lines.append(clean_text(msg, 400), style="yellow")
+    # the verdict's own caveats (low NVTX coverage, unattributed time, no steps), not said above
+    for c in (d.get("verdict") or {}).get("caveats") or []:
+        code = str(c).split(":", 1)[0]
+        if code not in codes:
+            lines.append("\n")
+            lines.append("! ", style="bold yellow")
+            lines.append(clean_text(c, 400), style="yellow")
     return Panel(lines, title="capture", title_align="left", box=box.ROUNDED)
 
 
@@ -61,14 +75,14 @@ def verdict_panel(d: dict[str, Any]) -> Panel:
     if v.get("cause"):
         head.append(f" / {v['cause']}", style="bold")
     head.append(f"   confidence {conf:.0%}\n")
-    head.append(str(v.get("summary", "")))
+    head.append(clean_text(v.get("summary", ""), 600))
     for ev in v.get("evidence") or []:
         head.append("\n  • ")
-        head.append(ev if isinstance(ev, str) else str(ev.get("text", ev)))
+        head.append(clean_text(ev if isinstance(ev, str) else ev.get("text", ev), 400))
     for i, a in enumerate(v.get("advice") or []):
         head.append("\n" if i else "\n\nWhat to do next:\n", style="bold")
-        head.append(f"  → [{a.get('cause')}] ", style="bold")
-        head.append(str(a.get("text", "")))
+        head.append(f"  → [{clean_text(a.get('cause'), 40)}] ", style="bold")
+        head.append(clean_text(a.get("text", ""), 600))
     return Panel(head, title="verdict", title_align="left", box=box.HEAVY)
 
 
@@ -85,7 +99,7 @@ def device_table(d: dict[str, Any]) -> Table | None:
         t.add_row("collectives", fmt_ns(dv.get("comm_ns")), fmt_pct(int(dv["comm_ns"]), busy), "", "")
     for kind, c in (dv.get("memcpy") or {}).items():
         nb = int(c.get("bytes", -1))
-        t.add_row(f"memcpy {kind}" + (" (pageable)" if c.get("pageable_ns") else ""), fmt_ns(c.get("ns")),
+        t.add_row(_t(f"memcpy {kind}" + (" (pageable)" if c.get("pageable_ns") else ""), 40), fmt_ns(c.get("ns")),
                   fmt_pct(int(c.get("ns") or 0), busy), _bytes(nb) if nb >= 0 else "?",
                   f"{c['gbps']:.1f}" if c.get("gbps") else "")
     if dv.get("memset_ns"):
@@ -109,8 +123,9 @@ def budget_table(d: dict[str, Any]) -> Table | None:
     total = b.get("wall_ns") or sum(int(x) for x in parts.values())
     if not parts:
         return None
-    t = _table("step budget: where the wall time of all steps went", "part", "time", "share",
-               justify_right=(1, 2))
+    n = b.get("steps") or 0
+    t = _table(f"step budget: where the wall time of the {n} steps went (inside steps only; the bubble "
+               "table covers the whole active window)", "part", "time", "share", justify_right=(1, 2))
     for name, ns in sorted(parts.items(), key=lambda kv: -int(kv[1])):
         if int(ns) == 0:
             continue
@@ -120,18 +135,16 @@ def budget_table(d: dict[str, Any]) -> Table | None:
     return t
 
 
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 1] + "…"
-
-
 def bubbles_table(d: dict[str, Any]) -> Table:
     b = d.get("bubbles", {})
     total = int(b.get("total_ns", 0))
-    t = _table(f"bubbles: {b.get('count', 0)} gaps, {fmt_ns(total)} idle "
-               f"({b.get('idle_share', 0) * 100:.1f}% of the active window)"
+    t = _table(f"bubbles over the whole active window: {b.get('count', 0)} gaps, {fmt_ns(total)} idle "
+               f"({b.get('idle_share', 0) * 100:.1f}% of it)"
                if "idle_share" in b else
                f"bubbles: {b.get('count', 0)} gaps, {fmt_ns(total)} idle",
                "class", "time", "share", justify_right=(1, 2))
+    if not total:
+        t.add_row(Text(f"no gap over {fmt_ns(b.get('threshold_ns', 0))}", style="dim"), "", "")
     for cls, ns in sorted((b.get("by_class") or {}).items(), key=lambda kv: -int(kv[1])):
         if int(ns) == 0:
             continue
@@ -150,12 +163,12 @@ def bubbles_table(d: dict[str, Any]) -> Table:
         t.add_section()
         for stage, ns in sorted(by_stage.items(), key=lambda kv: -int(kv[1]))[:6]:
             if int(ns):
-                t.add_row(Text(f"  {stage}", style="dim"), fmt_ns(ns), fmt_pct(int(ns), total))
+                t.add_row(_t(f"  {stage}", 60, "dim"), fmt_ns(ns), fmt_pct(int(ns), total))
     user = [(n, ns) for n, ns in (b.get("by_user_range") or {}).items() if int(ns)][:4]
     if user:   # where the unattributed time went: the trace's own ranges, which name no stage
         t.add_section()
         for name, ns in user:
-            t.add_row(Text(f"  unattributed in {_clip(name, 40)}", style="dim"), fmt_ns(ns),
+            t.add_row(_t(f"  unattributed in {clip_text(clean_text(name, 200), 40)}", 60, "dim"), fmt_ns(ns),
                       fmt_pct(int(ns), total))
     return t
 
@@ -170,14 +183,19 @@ def steps_table(d: dict[str, Any]) -> Table | None:
     t = _table(f"steps: {n} per rank{ranks}, from {s.get('source', '?')} ({s.get('graph', 0)} graph replay, "
                f"{s.get('eager', 0)} eager)", "eager reason", "steps", justify_right=(1,))
     reasons = s.get("eager_reasons") or {}
+    if not s.get("graph") and set(reasons) <= {"disabled"}:
+        # no step replayed a graph anywhere: "eager (disabled)" for each step would say nothing
+        t.add_row(Text("no step replayed a CUDA graph (none captured, or not traced)", style="dim"),
+                  str(s.get("eager", 0)))
+        reasons = {}
     for reason, n in sorted(reasons.items(), key=lambda kv: -int(kv[1])):
-        t.add_row(reason, str(n))
-    if not reasons:
+        t.add_row(_t(reason, 40), str(n))
+    if not reasons and s.get("graph"):
         t.add_row(Text("no eager steps", style="dim"), "0")
     fb = s.get("fallback") or d.get("eager_fallback") or {}
     if fb.get("steps"):
         t.add_section()
-        t.add_row(f"fallback decode steps (bs {fb.get('batch_sizes', '?')})", str(fb.get("steps")))
+        t.add_row(_t(f"fallback decode steps (bs {fb.get('batch_sizes', '?')})", 80), str(fb.get("steps")))
         if fb.get("launches_per_step_eager") is not None:
             t.add_row("launches/step eager vs graph",
                       f"{fb.get('launches_per_step_eager')} vs {fb.get('launches_per_step_graph', '-')}")
@@ -204,11 +222,20 @@ def kernels_table(d: dict[str, Any], limit: int = 8) -> Table | None:
         return None
     t = _table("top kernels (share of kernel time)", "kernel", "calls", "time", "share",
                justify_right=(1, 2, 3))
-    for k in ks[:limit]:
-        name = str(k.get("name", "?"))
-        t.add_row(name if len(name) <= 48 else name[:45] + "...", str(k.get("count", "")),
-                  fmt_ns(k.get("total_ns")), f"{100 * float(k.get('share') or 0):.0f}%")
+    for k, name in zip(ks[:limit], distinct_clips([clean_text(k.get("name", "?"), 2000) for k in ks[:limit]], 48)):
+        t.add_row(Text(name), str(k.get("count", "")), fmt_ns(k.get("total_ns")),
+                  f"{100 * float(k.get('share') or 0):.0f}%")
     return t
+
+
+def distinct_clips(names: list[str], width: int) -> list[str]:
+    """Each name in ``width`` characters, keeping more of its end until no two clipped names
+    collide (template kernels differ in their last arguments)."""
+    for keep in range(0, width - 1, 4):
+        out = [clip_text(n, width, keep_end=keep) for n in names]
+        if len(set(out)) == len(set(names)):
+            return out
+    return [clip_text(n, width, keep_end=width // 2) for n in names]
 
 
 def step_strip(d: dict[str, Any], width: int = 60) -> Text | None:
@@ -218,7 +245,7 @@ def step_strip(d: dict[str, Any], width: int = 60) -> Text | None:
         return None
     out = Text("per-step strip: what most of each step's time went to\n", style="bold")
     out.append("(# device busy  C comm  S scheduler  P prep  K kernel-side host  Y sync  L launch  "
-               "H host work  Q queued  . unannotated  - idle)\n", style="dim")
+               "H host work  Q queued  . unannotated  o other  - idle)\n", style="dim")
     for st in per[:width]:
         parts = {k: int(v) for k, v in (st.get("parts_ns") or {}).items()}
         if st.get("exec") == "idle" or not any(v for k, v in parts.items() if k != "other"):
@@ -231,8 +258,9 @@ def step_strip(d: dict[str, Any], width: int = 60) -> Text | None:
         else:
             key = "comm" if parts.get("comm", 0) > parts.get("busy", 0) else "busy"
         out.append(_STRIP_CHARS.get(key, "?"), style=CLASS_STYLE.get(key, ""))
-    if len(per) > width:
-        out.append(f" … {len(per) - width} more")
+    total = int((d.get("steps") or {}).get("count") or len(per))
+    if total > width:
+        out.append(f" … {total - width} more steps")
     return out
 
 
@@ -254,19 +282,36 @@ def render_compare(before: dict[str, Any], after: dict[str, Any], rows: list[dic
     """Side by side: figure, before, after, change. ``rows``: {figure, before, after, delta_pct}."""
     vb, va = before.get("verdict", {}), after.get("verdict", {})
     head = Text()
-    head.append(f"before: {vb.get('bottleneck', '?')} ({float(vb.get('confidence', 0)):.0%})   ")
-    head.append(f"after: {va.get('bottleneck', '?')} ({float(va.get('confidence', 0)):.0%})")
+    head.append(f"before: {clean_text(vb.get('bottleneck', '?'), 20)}/{clean_text(vb.get('cause', '?'), 30)} "
+                f"({float(vb.get('confidence', 0)):.0%})   ")
+    head.append(f"after: {clean_text(va.get('bottleneck', '?'), 20)}/{clean_text(va.get('cause', '?'), 30)} "
+                f"({float(va.get('confidence', 0)):.0%})")
+    from srtscope.analyzers.analyses.diff import comparability
+    for w in comparability(before, after):
+        head.append("\n! ", style="bold yellow")
+        head.append(f"not like for like: {w}", style="yellow")
     console.print(Panel(head, title="compare", title_align="left", box=box.ROUNDED))
-    t = _table("figures", "figure", "before", "after", "change", justify_right=(1, 2, 3))
+    t = _table("figures", "figure", "before", "after", "change", "", justify_right=(1, 2, 3))
     console.print(Text("figures", style="bold"))
     for r in rows:
-        unit_ns = str(r.get("figure", "")).endswith("_ns")
-        f = (lambda v: fmt_ns(v)) if unit_ns else (lambda v: "-" if v is None else f"{v:g}")
         pct = r.get("delta_pct")
+        moved = r.get("before") != r.get("after")
+        word = ("" if not moved or r.get("better") == "neutral" else "worse" if r.get("worse") else "better")
         style = "" if pct is None or abs(pct) < 1 else ("red" if r.get("worse") else "green")
-        t.add_row(str(r.get("figure")), f(r.get("before")), f(r.get("after")),
-                  Text("-" if pct is None else f"{pct:+.1f}%", style=style))
+        t.add_row(str(r.get("figure")), fmt_figure(r.get("figure"), r.get("before")),
+                  fmt_figure(r.get("figure"), r.get("after")),
+                  Text("new" if pct is None and moved else "-" if pct is None else f"{pct:+.1f}%", style=style),
+                  Text(word, style=style))
     console.print(t)
     for msg in regressions or []:
-        console.print(Text(f"regression: {msg}", style="bold red"))
+        console.print(Text(f"regression: {clean_text(msg, 300)}", style="bold red"))
+
+
+def fmt_figure(name: object, value: object) -> str:
+    """A compare figure with its unit: times for ``*_ns``, plain numbers otherwise."""
+    if value is None:
+        return "-"
+    if str(name).endswith("_ns"):
+        return fmt_ns(value)  # type: ignore[arg-type]
+    return f"{value:g}" if isinstance(value, (int, float)) else clean_text(value, 40)
 

@@ -28,6 +28,9 @@ FIGURES: tuple[tuple[str, tuple[str, ...], Better], ...] = (
     ("budget.mean_step.wall_ns", ("budget", "mean_step", "wall_ns"), "lower"),
     ("budget.mean_step.compute_ns", ("budget", "mean_step", "compute_ns"), "neutral"),
     ("budget.mean_step.bubbles_ns", ("budget", "mean_step", "bubbles_ns"), "lower"),
+    ("bubbles.sub_threshold_ns", ("bubbles", "sub_threshold_ns"), "lower"),
+    ("device.memcpy_ns", ("device", "memcpy_ns"), "neutral"),
+    ("device.exposed_memcpy_ns", ("device", "exposed_memcpy_ns"), "lower"),
 )
 
 
@@ -73,6 +76,9 @@ class DiagnosisDiff:
     before_bottleneck: str
     after_bottleneck: str
     figures: tuple[FigureDelta, ...]
+    warnings: tuple[str, ...] = ()       # why the two captures may not be comparable
+    before_cause: str = ""
+    after_cause: str = ""
 
     def figure(self, name: str) -> FigureDelta:
         for f in self.figures:
@@ -88,8 +94,9 @@ class DiagnosisDiff:
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": {"before": self.before_bottleneck, "after": self.after_bottleneck,
-                            "changed": self.before_bottleneck != self.after_bottleneck},
-                "figures": [f.to_json() for f in self.figures]}
+                            "changed": self.before_bottleneck != self.after_bottleneck,
+                            "before_cause": self.before_cause, "after_cause": self.after_cause},
+                "figures": [f.to_json() for f in self.figures], "warnings": list(self.warnings)}
 
 
 def _get(doc: dict[str, Any], path: tuple[str, ...]) -> float | int:
@@ -103,4 +110,31 @@ def compare(before: Diagnosis, after: Diagnosis) -> DiagnosisDiff:
     """The figures of ``FIGURES`` for both diagnoses, side by side."""
     b, a = before.to_json(), after.to_json()
     figs = tuple(FigureDelta(name, _get(b, path), _get(a, path), better) for name, path, better in FIGURES)
-    return DiagnosisDiff(b["verdict"]["bottleneck"], a["verdict"]["bottleneck"], figs)
+    return DiagnosisDiff(b["verdict"]["bottleneck"], a["verdict"]["bottleneck"], figs, comparability(b, a),
+                         str(b["verdict"].get("cause", "")), str(a["verdict"].get("cause", "")))
+
+
+def comparability(b: dict[str, Any], a: dict[str, Any]) -> tuple[str, ...]:
+    """Reasons the two captures may not measure the same thing: other GPUs, other formats, other
+    ranks, step counts or kernel mixes far apart."""
+    out = []
+
+    def gpus(d: dict[str, Any]) -> list[str]:
+        return sorted({str(x.get("name") or "") for x in (d.get("capture") or {}).get("devices") or []} - {""})
+
+    if gpus(b) and gpus(a) and gpus(b) != gpus(a):
+        out.append(f"different devices: {', '.join(gpus(b))} vs {', '.join(gpus(a))}")
+    fb, fa = (b.get("capture") or {}).get("format"), (a.get("capture") or {}).get("format")
+    if fb != fa:
+        out.append(f"different trace formats: {fb} vs {fa}")
+    rb, ra = (b.get("capture") or {}).get("ranks") or [], (a.get("capture") or {}).get("ranks") or []
+    if len(rb) != len(ra):
+        out.append(f"different numbers of ranks: {len(rb)} vs {len(ra)}")
+    sb, sa = int((b.get("steps") or {}).get("count") or 0), int((a.get("steps") or {}).get("count") or 0)
+    if sb and sa and max(sb, sa) > 1.25 * min(sb, sa):
+        out.append(f"step counts differ: {sb} vs {sa} (figures that are totals are not comparable)")
+    kb = {str(k.get("name")) for k in b.get("top_kernels") or []}
+    ka = {str(k.get("name")) for k in a.get("top_kernels") or []}
+    if kb and ka and len(kb & ka) < 0.5 * min(len(kb), len(ka)):
+        out.append(f"different workloads: only {len(kb & ka)} of the top kernels are the same")
+    return tuple(out)

@@ -39,7 +39,7 @@ from srtscope.analyzers.results import (
     Verdict,
 )
 from srtscope.analyzers.timeline import TimelineMeta, WarningCode
-from srtscope.analyzers.units import fmt_ns
+from srtscope.analyzers.units import clip_text, fmt_ns
 from srtscope.analyzers.vocab import Bottleneck, Cause
 
 _ADEQUACY = (WarningCode.NO_NVTX, WarningCode.GRAPH_NOT_PER_NODE, WarningCode.LOW_NVTX_COVERAGE,
@@ -131,7 +131,7 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
                         f"{_pct(device.memcpy_ns, device.busy_ns):.0f}%, collectives "
                         f"{_pct(device.comm_ns, device.busy_ns):.0f}% of busy time)")
         if len(top_kernels):
-            summary += f"; time goes to kernels (top: {str(top_kernels.iloc[0]['name'])[:60]})"
+            summary += f"; time goes to kernels (top: {clip_text(str(top_kernels.iloc[0]['name']), 60)})"
         return verdict("kernel", Cause.COMPUTE, conf, summary, True)
     top = max(scores, key=lambda k: scores[k])
     in_class = {c: ns for c, ns in causes.items() if Cause(c).bottleneck.value == top}
@@ -202,7 +202,7 @@ def _summary(cause: Cause, share: float, bubbles: BubbleResult, comm: CommResult
     una = causes.get(Cause.HOST_UNATTRIBUTED.value, 0)
     user = next(iter(bubbles.by_user_range.items()), None)
     hint = (f"; {_pct(user[1], bubbles.total_ns):.0f}% of bubble time inside the trace's own range "
-            f"{user[0][:60]!r}, which names no stage" if user is not None and user[1] >= 0.1 * una
+            f"{clip_text(user[0], 60)!r}, which names no stage" if user is not None and user[1] >= 0.1 * una
             else "; add NVTX ranges (or record_function) around the host work to name it")
     return (f"host-bound, unannotated: device idle {bubble_pct:.0f}% of the window while the launching "
             f"thread ran code no range, operator or CUDA call explains ({_pct(una, lost):.0f}% of lost "
@@ -254,11 +254,11 @@ def _evidence(bubbles: BubbleResult, comm: CommResult, eager: EagerResult, top_k
     user = next(iter(bubbles.by_user_range.items()), None)
     una = bubbles.by_class.get("unattributed", 0)
     if user is not None and una and user[1] >= 0.1 * una:
-        ev.append(Finding("user_range", f"host inside its own range {user[0][:60]!r} during "
+        ev.append(Finding("user_range", f"host inside its own range {clip_text(user[0], 60)!r} during "
                           f"{_pct(user[1], bubbles.total_ns):.0f}% of bubble time (names no stage)", user[1], "ns"))
     if len(top_kernels):
         k = top_kernels.iloc[0]
-        ev.append(Finding("top_kernel", f"top kernel {str(k['name'])[:80]}: {100 * k['share']:.0f}% of "
+        ev.append(Finding("top_kernel", f"top kernel {clip_text(str(k['name']), 80)}: {100 * k['share']:.0f}% of "
                           "kernel time", int(k["total_ns"]), "ns"))
     if steps is not None and steps.count:
         per = steps.per_rank

@@ -33,7 +33,9 @@ def test_figures_side_by_side_and_deltas():
     assert {"bubbles.total_ns", "bubbles.by_class.scheduler_ns"} <= names
     assert "steps.count" not in names                             # neutral figures never regress
     j = back.to_json()
-    assert j["verdict"] == {"before": "scheduler", "after": "scheduler", "changed": False}
+    assert j["verdict"] == {"before": "scheduler", "after": "scheduler", "changed": False,
+                            "before_cause": "sched_cpu", "after_cause": "sched_cpu"}
+    assert j["warnings"] == []                  # same capture twice: like for like
     assert any(x["figure"] == "comm.exposed_ns" for x in j["figures"])
     row = next(x for x in j["figures"] if x["figure"] == "bubbles.total_ns")
     assert row["worse"] is True and row["delta_pct"] == round(100 * (403 - 103) / 103, 2)  # +3 µs latency each

@@ -1,0 +1,132 @@
+"""The text, Markdown and Perfetto reports' edges: names from traces printed literally and clipped
+without collisions, counts that say what they count, no unexplained symbols, compare in words."""
+from __future__ import annotations
+
+import copy
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from srtscope.analyzers.diagnose import diagnose
+from srtscope.analyzers.readers import load_timeline
+from srtscope.cli.markdown import diagnosis_markdown
+from srtscope.cli.perfetto import perfetto_events, write_perfetto
+from srtscope.cli.render import distinct_clips, render_compare, render_diagnosis, step_strip
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+_CACHE: dict[str, tuple] = {}
+
+
+def diag(*names: str):
+    key = ",".join(names)
+    if key not in _CACHE:
+        d = diagnose(load_timeline([SAMPLES / n for n in names]))
+        _CACHE[key] = (d, d.to_json())
+    d, j = _CACHE[key]
+    return d, copy.deepcopy(j)
+
+
+def text_report(j: dict, width: int = 80) -> str:
+    buf = io.StringIO()
+    render_diagnosis(j, Console(file=buf, width=width, force_terminal=False, color_system=None))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("hostile", [
+    "[/bold]",                                   # closing tag without opener: crashed Rich
+    "[link=file:///etc/passwd]x[/link]",         # would become a terminal hyperlink
+    "\x1b[2J\x1b]0;pwned\x07kernel",             # clear screen, window title
+    "bad \ud800 surrogate",                      # unencodable
+])
+def test_names_from_traces_print_literally(hostile):
+    _, j = diag("healthy.sqlite")
+    j["top_kernels"][0]["name"] = hostile
+    j["capture"]["tool_version"] = hostile
+    j["verdict"]["evidence"][0]["text"] = hostile
+    out = text_report(j)
+    assert "\x1b" not in out and "\x07" not in out
+    if hostile.startswith("["):
+        assert hostile[:7] in out                 # shown as text, not applied as markup
+
+
+def test_long_metadata_is_clipped_before_layout():
+    _, j = diag("healthy.sqlite")
+    j["capture"]["tool_version"] = "v" * 5_000_000
+    j["capture"]["warnings"] = [{"code": "other", "message": "m" * 5_000_000}]
+    out = text_report(j)
+    assert len(out) < 50_000
+
+
+def test_clipped_kernel_names_stay_distinct():
+    names = [f"sm80_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize{t}x128x32_stage{s}_warpsize2x2x1_tensor16x8x16"
+             for t, s in ((64, 3), (128, 4), (256, 5))]
+    clipped = distinct_clips(names, 48)
+    assert len(set(clipped)) == 3 and all(len(c) <= 48 and "…" in c for c in clipped)
+
+
+def test_strip_counts_every_step_and_explains_its_symbols():
+    _, j = diag("launch_bound_eager.sqlite")
+    total = j["steps"]["count"]
+    strip = step_strip(j, width=8).plain
+    legend, row = strip.splitlines()[1], strip.splitlines()[2]
+    assert f"… {total - 8} more steps" in row
+    for ch in set(row.split(" …")[0]):
+        assert re.search(rf"(^|\s|\(){re.escape(ch)} ", legend), f"{ch!r} not in the legend"
+
+
+def test_budget_and_bubbles_say_what_they_cover():
+    _, j = diag("scheduler_bound.sqlite")
+    out = text_report(j, width=200)
+    assert "inside steps only" in out and "over the whole active window" in out
+
+
+def test_no_graph_anywhere_lists_no_eager_reasons():
+    _, j = diag("launch_bound_eager.sqlite")
+    out = text_report(j, width=120)
+    assert "no step replayed a CUDA graph" in out and "disabled" not in out
+
+
+def test_markdown_tables_add_up_and_never_print_none():
+    _, j = diag("comm_straggler.rank0.sqlite", "comm_straggler.rank1.sqlite")
+    md = diagnosis_markdown(j)
+    assert "None" not in md
+    cls = md.split("| class | time | share |")[1].split("\n\n")[0]
+    shares = [float(x) for x in re.findall(r"\| ([\d.]+)% \|", cls)]
+    assert shares and abs(sum(shares) - 100.0) < 0.5
+    assert "Step budget" in md and "## What to do next" in md
+
+
+def test_perfetto_keeps_the_source_clock_and_names_steps_cleanly(tmp_path):
+    d, _ = diag("healthy.sqlite")
+    ev = perfetto_events(d)
+    steps = [e for e in ev if e.get("cat") == "step"]
+    assert steps and all("  " not in e["name"] for e in steps)
+    first = int(d.steps.table["start_ns"].min())
+    assert min(e["ts"] for e in steps) == pytest.approx(first / 1e3)       # source µs, offset 0
+    tl = load_timeline([SAMPLES / "healthy.sqlite"])
+    path = write_perfetto(d, tmp_path / "p.json", timeline=tl)
+    doc = json.loads(path.read_text())
+    assert doc["otherData"]["clock_offset_ns"] == 0
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    assert len(kernels) == int((tl.device["kind"] == "kernel").sum())
+
+
+def test_compare_says_worse_and_better_in_words_with_units():
+    _, a = diag("scheduler_bound.sqlite")
+    _, b = diag("healthy.sqlite")
+    from srtscope.analyzers.analyses.diff import FIGURES, FigureDelta, _get
+    rows = [FigureDelta(n, _get(a, p), _get(b, p), bt).to_json() for n, p, bt in FIGURES]
+    buf = io.StringIO()
+    render_compare(a, b, [r for r in rows if r["before"] or r["after"]],
+                   Console(file=buf, width=120, color_system=None))
+    out = buf.getvalue()
+    assert re.search(r"bubbles\.total_ns .*ms .* better", out)
+    assert not re.search(r"\d{7,}", out)                     # no raw ns
+    b["capture"]["devices"] = [{"id": 0, "name": "NVIDIA A100", "rank": 0}]
+    buf = io.StringIO()
+    render_compare(a, b, [], Console(file=buf, width=120, color_system=None))
+    assert "different devices" in buf.getvalue()
