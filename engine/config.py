@@ -19,6 +19,38 @@ def _check(cond: bool, field_name: str, message: str) -> None:
         raise ValueError(f"{field_name}: {message}")
 
 
+ROPE_TYPES = ("linear", "llama3")
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Rotary-embedding frequency scaling, as HF ``rope_scaling`` / ``rope_parameters`` give it.
+
+    ``linear``: every frequency divided by ``factor``. ``llama3``: wavelengths above
+    ``original_max_position_embeddings / low_freq_factor`` (tokens) divided by ``factor``, below
+    ``original_max_position_embeddings / high_freq_factor`` kept, smoothly blended in between.
+    """
+
+    rope_type: str = "llama3"
+    factor: float = 8.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192    # tokens
+
+    def __post_init__(self) -> None:
+        _check(self.rope_type in ROPE_TYPES, "rope_scaling.rope_type",
+               f"{self.rope_type!r} is not supported ({', '.join(ROPE_TYPES)})")
+        _check(self.factor > 0, "rope_scaling.factor", f"must be > 0, got {self.factor}")
+        _check(0 < self.low_freq_factor < self.high_freq_factor, "rope_scaling.low_freq_factor",
+               f"need 0 < low_freq_factor < high_freq_factor, got {self.low_freq_factor}, "
+               f"{self.high_freq_factor}")
+        _check(self.original_max_position_embeddings >= 1, "rope_scaling.original_max_position_embeddings",
+               f"must be >= 1, got {self.original_max_position_embeddings}")
+
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """A tiny Llama-style decoder. Defaults are small enough for fast CPU runs."""
@@ -31,9 +63,11 @@ class ModelConfig:
     num_kv_heads: int = 2
     max_position: int = 4096
     rope_theta: float = 10000.0
+    rope_scaling: RopeScaling | None = None
     rms_norm_eps: float = 1e-6
     tie_word_embeddings: bool = False
-    dtype: str = "float32"           # "float32" | "float16" | "bfloat16"
+    dtype: str = "auto"              # "auto" (the checkpoint's dtype, float32 if random) | DTYPES
+    eos_token_ids: tuple[int, ...] = ()  # the checkpoint's EOS ids; () = the tokenizer's
     seed: int = 0                    # random initialisation seed
     weights_path: str | None = None  # local folder with HF-Llama-layout safetensors
     tokenizer_path: str | None = None  # local HF tokenizer folder; None = byte-level
@@ -46,8 +80,10 @@ class ModelConfig:
                f"{self.hidden_size} is not divisible by num_heads={self.num_heads}")
         _check(self.num_heads % self.num_kv_heads == 0, "num_kv_heads",
                f"num_heads={self.num_heads} is not divisible by num_kv_heads={self.num_kv_heads}")
-        _check(self.dtype in ("float32", "float16", "bfloat16"), "dtype",
-               f"unknown dtype {self.dtype!r}")
+        _check(self.dtype == "auto" or self.dtype in DTYPES, "dtype", f"unknown dtype {self.dtype!r}")
+        _check(self.rope_theta > 0, "rope_theta", f"must be > 0, got {self.rope_theta}")
+        _check(all(0 <= t < self.vocab_size for t in self.eos_token_ids), "eos_token_ids",
+               f"{self.eos_token_ids} not all in [0, vocab_size={self.vocab_size})")
 
     @property
     def head_dim(self) -> int:

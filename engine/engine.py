@@ -60,6 +60,10 @@ class Engine:
         if worker is None:
             from srtscope.engine.runner.tp_worker import TpModelWorker
 
+            if self.config.tp_size > 1:
+                raise ValueError(f"tp_size: Engine runs one rank in this process; for tp_size="
+                                 f"{self.config.tp_size} start the ranks with engine.tp_launch "
+                                 f"(srtscope run --tp N) or pass each rank's TpModelWorker")
             worker = TpModelWorker(self.config)
         self.worker = worker
         self.tokenizer = worker.tokenizer
@@ -107,9 +111,7 @@ class Engine:
         """Run prompts to completion; one output per prompt, in order."""
         if on_error not in ("raise", "return"):
             raise ValueError(f"on_error: expected 'raise' or 'return', got {on_error!r}")
-        single = isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and prompts
-                                              and isinstance(prompts[0], int))
-        plist = cast("list[Prompt]", [prompts] if single else list(prompts))
+        plist = cast("list[Prompt]", [prompts] if _is_one_prompt(prompts) else list(prompts))
         if isinstance(sampling_params, (list, tuple)):
             if len(sampling_params) != len(plist):
                 raise ValueError(f"sampling_params: {len(sampling_params)} given for "
@@ -140,7 +142,7 @@ class Engine:
         itl = [(b - a) / 1e6 for a, b in zip(r.token_ns, r.token_ns[1:])]
         return GenerateOutput(
             rid=r.rid, prompt_ids=list(r.origin_input_ids), output_ids=list(r.output_ids),
-            text=self.tokenizer.decode(r.output_ids),
+            text=r.output_text(self.tokenizer),
             finish_reason=r.finished_reason.to_dict() if r.finished_reason else None,
             cached_tokens=r.cached_tokens, ttft_ms=ttft, itl_ms=itl,
             num_retractions=r.num_retractions)
@@ -186,6 +188,22 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _is_one_prompt(prompts: object) -> bool:
+    """Text, or one sequence of token ids (list / tuple of ints, 1-D tensor or array)."""
+    if isinstance(prompts, str):
+        return True
+    ndim = getattr(prompts, "ndim", None)
+    if ndim is not None:
+        return ndim <= 1               # a 2-D tensor / array is a batch of prompts (rows)
+    if isinstance(prompts, (list, tuple)) and prompts:
+        try:
+            operator.index(prompts[0])
+            return True
+        except TypeError:
+            return False
+    return False
 
 
 def _config_dict(config: EngineConfig) -> dict[str, Any]:

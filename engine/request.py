@@ -40,7 +40,7 @@ class FinishReason:
 
 
 _FIELDS = ("max_new_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "ignore_eos",
-           "stop_token_ids", "stop")
+           "stop_token_ids", "stop", "no_stop_trim")
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ class SamplingParams:
     ignore_eos: bool = False
     stop_token_ids: tuple[int, ...] = ()
     stop: tuple[str, ...] = ()      # stop strings (matched in the decoded output)
+    no_stop_trim: bool = False      # keep a matched stop string in the output text (SGLang's name)
 
     def __post_init__(self) -> None:
         def bad(name: str, msg: str) -> None:
@@ -87,6 +88,8 @@ class SamplingParams:
         if not all(isinstance(s, str) and s for s in stop):
             bad("stop", f"must be non-empty strings, got {self.stop!r}")
         object.__setattr__(self, "stop", stop)
+        if not isinstance(self.no_stop_trim, bool):
+            bad("no_stop_trim", f"must be a bool, got {self.no_stop_trim!r}")
 
     @property
     def is_greedy(self) -> bool:
@@ -124,6 +127,7 @@ class Req:
     sampling_params: SamplingParams
     rid: str = ""
     eos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()   # more EOS ids (a checkpoint may have several)
     max_new_tokens: int = 0               # effective limit (clamped by the context); 0 = from params
     output_ids: list[int] = field(default_factory=list)
     finished_reason: FinishReason | None = None
@@ -154,7 +158,11 @@ class Req:
         if self.max_new_tokens <= 0:
             self.max_new_tokens = self.sampling_params.max_new_tokens
         self._stop_ids = frozenset(self.sampling_params.stop_token_ids)
-        self._stop_tail = (max(len(s) for s in self.sampling_params.stop) + 8
+        self._eos_ids = frozenset(self.eos_token_ids) | (
+            frozenset() if self.eos_token_id is None else {self.eos_token_id})
+        # tokens decoded for the stop-string check: a stop string spans at most its UTF-8 length in
+        # tokens (one per byte with the byte tokenizer); 8 more cover a partial character before it
+        self._stop_tail = (max(len(s.encode("utf-8")) for s in self.sampling_params.stop) + 8
                            if self.sampling_params.stop else 0)
 
     # -- views ---------------------------------------------------------------------------------
@@ -196,8 +204,7 @@ class Req:
         last = self.output_ids[-1]
         if last in self._stop_ids:
             self.finished_reason = FinishReason(FinishKind.STOP_TOKEN, last)
-        elif (not self.sampling_params.ignore_eos and self.eos_token_id is not None
-              and last == self.eos_token_id):
+        elif not self.sampling_params.ignore_eos and last in self._eos_ids:
             self.finished_reason = FinishReason(FinishKind.EOS, last)
         elif self._stop_tail and detok is not None:
             tail = detok.decode(self.output_ids[-self._stop_tail:])
@@ -207,6 +214,17 @@ class Req:
                     break
         if self.finished_reason is None and len(self.output_ids) >= self.max_new_tokens:
             self.finished_reason = FinishReason(FinishKind.LENGTH, len(self.output_ids))
+
+    def output_text(self, detok: Detokenizer) -> str:
+        """The decoded output; a matched stop string and what follows it are cut unless
+        ``no_stop_trim`` (the token ids keep it)."""
+        text = detok.decode(self.output_ids)
+        fr = self.finished_reason
+        if fr is not None and fr.kind is FinishKind.STOP_STR and not self.sampling_params.no_stop_trim:
+            pos = text.find(str(fr.matched))
+            if pos >= 0:
+                text = text[:pos]
+        return text
 
     def abort(self, message: str = "aborted") -> None:
         if self.finished_reason is None:

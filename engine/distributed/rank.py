@@ -110,7 +110,7 @@ def run_rank(config: EngineConfig, workload: Any, out: Path, spec: RankSpec) -> 
         # under `srtscope capture --backend torch`, each rank writes its own Kineto trace
         with from_env(rank=spec.rank), Engine(config, worker=worker) as engine:
             sync = TpSync(spec.rank, spec.world_size, cpu_group,
-                          eos_token_id=engine.scheduler.eos_token_id)
+                          eos_token_ids=engine.scheduler.eos_token_ids)
             engine.scheduler.tp_sync = sync
             if spec.kill_at_step >= 0:
                 _arm_kill(engine, spec.kill_at_step)

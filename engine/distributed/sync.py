@@ -39,13 +39,13 @@ class TpSync:
     """One rank's side of the control plane (``group``: the CPU group; None for tests of one)."""
 
     def __init__(self, rank: int, world_size: int, group: Any,
-                 eos_token_id: int | None = None) -> None:
+                 eos_token_ids: tuple[int, ...] = ()) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank: must be in [0, {world_size}), got {rank}")
         self.rank = rank
         self.world_size = world_size
         self.group = group
-        self.eos_token_id = eos_token_id
+        self.eos_token_ids = tuple(eos_token_ids)
         self.steps_checked = 0
 
     @property
@@ -94,7 +94,7 @@ class TpSync:
             return [], []
         reqs = []
         for n in msg["reqs"]:
-            req = Req(list(n.input_ids), n.params, rid=n.rid, eos_token_id=self.eos_token_id,
+            req = Req(list(n.input_ids), n.params, rid=n.rid, eos_token_ids=self.eos_token_ids,
                       max_new_tokens=n.max_new_tokens)
             req.tag = n.tag
             reqs.append(req)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import torch
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# "auto" is float32 here: a checkpoint's own dtype replaces it before (weights.model_config_from_hf)
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+           "auto": torch.float32}
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:

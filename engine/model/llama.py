@@ -89,7 +89,7 @@ class LlamaForCausalLM(nn.Module):
         self.tp = tp
         self.dtype = dtype
         self.rotary = RotaryEmbedding(cfg.head_dim, cfg.max_position, cfg.rope_theta,
-                                      dtype=dtype, device=device)
+                                      dtype=dtype, device=device, scaling=cfg.rope_scaling)
         self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, tp, dtype, device)
         self.layers = nn.ModuleList([LlamaDecoderLayer(cfg, i, tp, self.rotary, dtype, device)
                                      for i in range(cfg.num_layers)])

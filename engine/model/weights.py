@@ -16,7 +16,7 @@ import os
 
 import torch
 
-from srtscope.engine.config import ModelConfig
+from srtscope.engine.config import DTYPES, ModelConfig, RopeScaling
 
 # ModelConfig field <- HF config.json key
 _HF_KEYS = {
@@ -33,11 +33,67 @@ _HF_KEYS = {
 }
 
 
-def hf_config_dict(cfg: ModelConfig) -> dict:
+# HF dtype names (config ``torch_dtype`` / ``dtype``) -> ours
+_HF_DTYPES = {"float32": "float32", "float": "float32", "float16": "float16", "half": "float16",
+              "bfloat16": "bfloat16"}
+# keys a rope_scaling / rope_parameters dict may hold, per rope type (others are refused)
+_ROPE_KEYS = {"default": {"rope_type", "type", "rope_theta"},
+              "linear": {"rope_type", "type", "rope_theta", "factor"},
+              "llama3": {"rope_type", "type", "rope_theta", "factor", "low_freq_factor", "high_freq_factor",
+                         "original_max_position_embeddings"}}
+
+
+def hf_config_dict(cfg: ModelConfig, dtype: str | None = None) -> dict:
+    """The HF ``config.json`` of ``cfg`` (transformers < 5 layout: top-level ``rope_theta``)."""
     d = {hf: getattr(cfg, ours) for ours, hf in _HF_KEYS.items()}
     d.update({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-              "torch_dtype": cfg.dtype})
+              "torch_dtype": dtype or (cfg.dtype if cfg.dtype != "auto" else "float32")})
+    if cfg.rope_scaling is not None:
+        d["rope_scaling"] = dataclasses.asdict(cfg.rope_scaling)
+    if cfg.eos_token_ids:
+        d["eos_token_id"] = list(cfg.eos_token_ids) if len(cfg.eos_token_ids) > 1 else cfg.eos_token_ids[0]
     return d
+
+
+def _rope_from_hf(hf: dict) -> dict:
+    """``rope_theta`` / ``rope_scaling`` overrides from an HF config: the top-level ``rope_theta`` and
+    ``rope_scaling`` (transformers < 5) or ``rope_parameters`` (>= 5). A rope type or key we do not
+    implement is a ValueError naming it — never silently ignored."""
+    over: dict = {}
+    if hf.get("rope_theta") is not None:
+        over["rope_theta"] = float(hf["rope_theta"])
+    params, where = hf.get("rope_parameters"), "rope_parameters"
+    if params is None:
+        params, where = hf.get("rope_scaling"), "rope_scaling"
+    if params is None:
+        return over
+    if not isinstance(params, dict) or any(isinstance(v, dict) for v in params.values()):
+        raise ValueError(f"weights_path: {where} {params!r} is not supported (one dict of scalars expected)")
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type not in _ROPE_KEYS:
+        raise ValueError(f"weights_path: {where}.rope_type {rope_type!r} is not supported "
+                         f"({', '.join(_ROPE_KEYS)})")
+    unknown = sorted(set(params) - _ROPE_KEYS[rope_type])
+    if unknown:
+        raise ValueError(f"weights_path: {where}.{unknown[0]} is not supported for rope_type {rope_type!r}")
+    if params.get("rope_theta") is not None:
+        over["rope_theta"] = float(params["rope_theta"])
+    if rope_type == "linear" and float(params.get("factor", 1.0)) != 1.0:
+        over["rope_scaling"] = RopeScaling("linear", factor=float(params["factor"]))
+    elif rope_type == "llama3":
+        try:
+            over["rope_scaling"] = RopeScaling(
+                "llama3", factor=float(params["factor"]), low_freq_factor=float(params["low_freq_factor"]),
+                high_freq_factor=float(params["high_freq_factor"]),
+                original_max_position_embeddings=int(params["original_max_position_embeddings"]))
+        except KeyError as exc:
+            raise ValueError(f"weights_path: {where}.{exc.args[0]} is missing (rope_type 'llama3')") from None
+    return over
+
+
+def _eos_ids(value: object) -> tuple[int, ...]:
+    ids = value if isinstance(value, list) else [value]
+    return tuple(int(t) for t in ids if isinstance(t, int) and not isinstance(t, bool))
 
 
 def model_config_from_hf(path: str, base: ModelConfig | None = None) -> ModelConfig:
@@ -51,12 +107,25 @@ def model_config_from_hf(path: str, base: ModelConfig | None = None) -> ModelCon
     arch = hf.get("model_type")
     if arch not in (None, "llama"):
         raise ValueError(f"weights_path: model_type {arch!r} is not a Llama model")
-    over = {}
+    over: dict = {}
     for ours, key in _HF_KEYS.items():
-        if key in hf and hf[key] is not None:
+        if key in hf and hf[key] is not None and ours != "rope_theta":
             over[ours] = type(getattr(base, ours))(hf[key])
     if "num_kv_heads" not in over and "num_heads" in over:
         over["num_kv_heads"] = over["num_heads"]
+    over.update(_rope_from_hf(hf))
+    if base.dtype == "auto":      # an explicit dtype wins over the checkpoint's
+        name = hf.get("dtype") or hf.get("torch_dtype") or "float32"
+        if _HF_DTYPES.get(str(name)) not in DTYPES:
+            raise ValueError(f"weights_path: config dtype {name!r} is not supported ({', '.join(DTYPES)})")
+        over["dtype"] = _HF_DTYPES[str(name)]
+    eos = _eos_ids(hf.get("eos_token_id"))
+    gen = os.path.join(path, "generation_config.json")
+    if os.path.isfile(gen):       # as HF generate(): generation_config.json wins over config.json
+        with open(gen, encoding="utf-8") as f:
+            eos = _eos_ids(json.load(f).get("eos_token_id")) or eos
+    if eos and not base.eos_token_ids:
+        over["eos_token_ids"] = eos
     return dataclasses.replace(base, **over)
 
 
@@ -99,8 +168,9 @@ def save_checkpoint(path: str, cfg: ModelConfig, state_dict: dict[str, torch.Ten
     sd = state_dict if state_dict is not None else random_state_dict(cfg)
     sd = {k: (v.to(dtype) if dtype is not None else v).contiguous().cpu() for k, v in sd.items()}
     save_file(sd, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+    name = str(dtype).replace("torch.", "") if dtype is not None else None
     with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
-        json.dump(hf_config_dict(cfg), f, indent=2)
+        json.dump(hf_config_dict(cfg, name), f, indent=2)
     return path
 
 

@@ -71,7 +71,11 @@ class Scheduler:
         self.worker = worker
         self.device = worker.device
         self.tokenizer = getattr(worker, "tokenizer", None)
-        self.eos_token_id = getattr(self.tokenizer, "eos_token_id", None)
+        # the loaded checkpoint's architecture (config.model may be overridden by its config.json)
+        self.model_config = getattr(worker, "model_config", config.model)
+        tok_eos = getattr(self.tokenizer, "eos_token_id", None)
+        self.eos_token_ids: tuple[int, ...] = (self.model_config.eos_token_ids
+                                               or (() if tok_eos is None else (int(tok_eos),)))
         rows = req_pool_size if req_pool_size is not None else config.max_running_requests + 1
         self.req_to_token = ReqToTokenPool(rows, config.context_length, self.device)
         self.allocator = TokenSlotAllocator(config.max_total_tokens)
@@ -93,6 +97,7 @@ class Scheduler:
         self._aborts: list[Req] = []
         self._live: dict[str, Req] = {}
         self._inbox: list[Req] = []
+        self._inbox_rids: set[str] = set()
         self.tp_sync: Any = None    # engine.distributed.sync.TpSync on a TP rank (tp_size > 1)
 
     # -- intake --------------------------------------------------------------------------------
@@ -102,17 +107,23 @@ class Scheduler:
         sp = SamplingParams.from_any(params)
         cfg = self.config
         ids = validate_prompt(input_ids, cfg.context_length, cfg.max_total_tokens,
-                              cfg.model.vocab_size)
+                              self.model_config.vocab_size)
         room = min(cfg.context_length, cfg.max_total_tokens) - len(ids)
-        if rid and rid in self._live:
-            raise ValueError(f"rid: duplicate request id {rid!r}")
-        return Req(ids, sp, rid=rid, eos_token_id=self.eos_token_id,
+        if rid:
+            self._check_rid(rid)
+        return Req(ids, sp, rid=rid, eos_token_ids=self.eos_token_ids,
                    max_new_tokens=min(sp.max_new_tokens, room))
+
+    def _check_rid(self, rid: str) -> None:
+        if rid in self._live or rid in self._inbox_rids:
+            raise ValueError(f"rid: duplicate request id {rid!r} (still queued or running)")
 
     def submit(self, req: Req) -> Req:
         """Hand a request to the scheduler; it joins the waiting queue at the next ``sched.recv``."""
+        self._check_rid(req.rid)
         req.arrival_ns = req.arrival_ns or time.perf_counter_ns()
         self._inbox.append(req)
+        self._inbox_rids.add(req.rid)
         return req
 
     def recv_requests(self) -> int:
@@ -123,12 +134,14 @@ class Scheduler:
         if not self._inbox:
             return 0
         inbox, self._inbox = self._inbox, []
+        self._inbox_rids.clear()
         for req in inbox:
             self.add_request(req)
         return len(inbox)
 
     def _recv_tp(self) -> int:
         inbox, self._inbox = self._inbox, []
+        self._inbox_rids.clear()
         aborts = [r.rid for r in self._aborts]
         reqs, abort_rids = self.tp_sync.exchange(inbox, aborts)
         for req in reqs:

@@ -60,8 +60,10 @@ class MiniBatcher:
         return fb
 
 
-def reference_logits(sd: dict[str, torch.Tensor], cfg: ModelConfig, ids: list[int]) -> torch.Tensor:
-    """Plain causal forward of the full sequence, float32: logits at every position [T, vocab]."""
+def reference_logits(sd: dict[str, torch.Tensor], cfg: ModelConfig, ids: list[int],
+                     inv_freq: torch.Tensor | None = None) -> torch.Tensor:
+    """Plain causal forward of the full sequence, float32: logits at every position [T, vocab].
+    ``inv_freq``: rotary inverse frequencies (float64) instead of ``cfg.rope_theta``'s."""
     t = len(ids)
     hd, nh, nkv = cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
     x = sd["model.embed_tokens.weight"][torch.tensor(ids)]
@@ -69,7 +71,8 @@ def reference_logits(sd: dict[str, torch.Tensor], cfg: ModelConfig, ids: list[in
     def rms(x, w):
         return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg.rms_norm_eps))
 
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    inv = (1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+           if inv_freq is None else inv_freq)
     ang = torch.outer(torch.arange(t, dtype=torch.float64), inv)
     cos = torch.cat([ang, ang], -1).cos().float()[:, None]
     sin = torch.cat([ang, ang], -1).sin().float()[:, None]
