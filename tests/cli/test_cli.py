@@ -59,7 +59,7 @@ def test_diagnose_report_renders_in_80_columns():
     lines = r.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80
     text = r.stdout
-    assert "Bottleneck: SCHEDULER" in text and "bubbles:" in text and "steps:" in text
+    assert "Bottleneck: SCHEDULER" in text and "bubbles over the whole active window:" in text and "steps:" in text
     # no wrapping damage: each table heading stays on one line
     assert any(line.startswith("bubbles: ") and "idle" in line for line in lines)
 
@@ -80,7 +80,7 @@ def test_diagnose_writes_markdown_and_perfetto(tmp_path):
     r = invoke("diagnose", SAMPLES / "prep_bound.sqlite", "--markdown", md, "--perfetto", pf)
     assert r.exit_code == 0, r.stderr
     assert "**Bottleneck: PREP / batch_prep**" in md.read_text()
-    assert "| in `prepare_for_decode` |" in md.read_text()  # bubble time by stage (SGLang name)
+    assert "| `prepare_for_decode` |" in md.read_text()  # bubble time by stage (SGLang name)
     events = json.loads(pf.read_text())["traceEvents"]
     slices = [e for e in events if e["ph"] == "X" and e["cat"] == "bubble"]
     assert slices and all(e["name"].startswith("bubble: ") for e in slices)
