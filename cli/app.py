@@ -5,15 +5,69 @@ Exit codes: 0 success; 2 bad input (one line on stderr); 3 regression (compare);
 from __future__ import annotations
 
 import os
+import signal
 import sys
+from collections.abc import Sequence
 from importlib import metadata
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
-from srtscope.cli.errors import Exit
+from srtscope.cli.errors import Exit, one_line
+
+try:                                      # typer >= 0.20 carries its own copy of click
+    from typer._click import exceptions as click_exc
+except ImportError:                       # pragma: no cover - older typer uses click itself
+    from click import exceptions as click_exc  # type: ignore[no-redef]
+
+
+class OneLineGroup(TyperGroup):
+    """The app's group: a usage error (unknown option or command, missing argument, bad value) is
+    one line ``srtscope: error: ...`` on stderr with exit 2, not click's multi-line box."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             windows_expand_args: bool = True, **extra: Any) -> Any:
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False,
+                              windows_expand_args=windows_expand_args, **extra)
+        except click_exc.NoArgsIsHelpError as exc:
+            typer.echo(exc.ctx.get_help())
+            rv = int(Exit.BAD_INPUT)
+        except click_exc.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "srtscope"
+            print(f"srtscope: error: {one_line(exc.format_message())} (see {where} --help)",
+                  file=sys.stderr)
+            rv = int(Exit.BAD_INPUT)
+        except click_exc.ClickException as exc:
+            print(f"srtscope: error: {one_line(exc.format_message())}", file=sys.stderr)
+            rv = int(Exit.BAD_INPUT)
+        except typer.Abort:
+            print("srtscope: interrupted", file=sys.stderr)
+            rv = 130
+        code = rv if isinstance(rv, int) else 0
+        if _terminated_by:
+            code = 128 + _terminated_by[0]
+        if not standalone_mode:
+            return code
+        sys.exit(code)
+
+
+_terminated_by: list[int] = []     # the signal that ended a run being captured (SIGTERM)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM while ``capture --backend torch`` profiles this process: unwind like Ctrl-C (the
+    trace is flushed), then exit 128+15."""
+    _terminated_by.append(signum)
+    signal.signal(signum, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
 
 app = typer.Typer(
     name="srtscope",
+    cls=OneLineGroup,
     help="Why is my GPU idle, and whose fault is it: the scheduler, batch preparation, or the kernels?",
     no_args_is_help=True,
     add_completion=False,
@@ -58,11 +112,15 @@ def main() -> None:
 
     An internal error prints one line naming the exception; ``SRTSCOPE_DEBUG=1`` shows the traceback.
     """
+    from srtscope.probes.torch_capture import TORCH_PROFILE_ENV
+
+    if os.environ.get(TORCH_PROFILE_ENV):
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         app(standalone_mode=True)
     except KeyboardInterrupt:
         print("srtscope: interrupted", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(128 + (_terminated_by[0] if _terminated_by else signal.SIGINT))
     except SystemExit:
         raise
     except Exception as exc:  # noqa: BLE001 - the last line of defence

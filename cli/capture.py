@@ -1,7 +1,9 @@
 """``srtscope capture``: run a command under Nsight Systems (then export SQLite) or torch.profiler.
 
 The command's arguments are passed as a list (never through a shell) and its exit code is passed
-through. An interrupted capture keeps what was written.
+through (128+N when a signal N ended it). The command runs in its own process group: SIGINT, SIGTERM
+and SIGHUP sent to srtscope are forwarded to it, srtscope waits for it (an interrupted capture keeps
+what was written) and then exits 128+signal; the child is SIGTERMed if srtscope itself dies.
 """
 from __future__ import annotations
 
@@ -10,13 +12,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
 from srtscope.cli.errors import Exit, fail
-from srtscope.probes.torch_capture import TORCH_PROFILE_ENV, rank_traces
+from srtscope.cli.output import OutputError, check_output_path, ensure_dir
+from srtscope.probes.torch_capture import TORCH_PROFILE_ENV, rank_trace_path, rank_traces
 
 NSYS_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite")  # stripped from --out to name the capture
 
@@ -77,48 +82,133 @@ def torch_plan(out: Path, command: list[str]) -> tuple[list[str], dict[str, str]
     return argv, env, trace
 
 
-def _run(argv: list[str], env: dict[str, str] | None = None) -> int:
-    """Run a child, forwarding Ctrl-C to it and waiting for it to finish writing."""
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+KILL_AFTER = 3   # the third forwarded signal SIGKILLs the child's group (a child that will not end)
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class ChildRun:
+    """How a child ended: ``code`` is its exit status (128+N when killed by signal N);
+    ``signal`` the first signal srtscope received and forwarded while it ran (0: none)."""
+
+    code: int
+    signal: int = 0
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that asks Linux to SIGTERM the child when srtscope dies (even by SIGKILL),
+    so a capture never leaves its child behind; None where prctl is unavailable."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
-        proc = subprocess.Popen(argv, env=env)
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:      # srtscope died before prctl: end now
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _run(argv: list[str], env: dict[str, str] | None = None) -> ChildRun:
+    """Run a child in its own session and process group; SIGINT, SIGTERM and SIGHUP sent to srtscope
+    are forwarded to that group (the third one SIGKILLs it) and srtscope waits for the child, so it
+    can flush its trace. After a forwarded signal the rest of the group is sent SIGTERM: no orphans."""
+    in_main = threading.current_thread() is threading.main_thread()
+    try:
+        proc = subprocess.Popen(argv, env=env, start_new_session=True,
+                                preexec_fn=_die_with_parent())
     except FileNotFoundError:
         fail(f"command not found: {argv[0]}")
     except PermissionError:
         fail(f"command not executable: {argv[0]}")
+    got: list[int] = []
+
+    def forward(signum: int, frame: object) -> None:
+        got.append(signum)
+        _signal_group(proc.pid, signal.SIGKILL if len(got) >= KILL_AFTER else signum)
+
+    previous = {s: signal.signal(s, forward) for s in FORWARDED} if in_main else {}
     try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        proc.send_signal(signal.SIGINT)
-        return proc.wait()
+        while True:
+            try:
+                status = proc.wait()
+                break
+            except KeyboardInterrupt:            # only where no handler could be installed
+                forward(signal.SIGINT, None)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if got:
+        _signal_group(proc.pid, signal.SIGTERM)      # what the child left in its group
+    code = 128 - status if status < 0 else status
+    return ChildRun(code, got[0] if got else 0)
 
 
 def capture(command: list[str], backend: Backend, out: Path, capture_range: bool = False) -> int:
     """Run ``command`` under the chosen backend; returns the command's exit code."""
     if not command:
         fail("capture needs a command after '--', e.g. srtscope capture -- python serve.py")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        ensure_dir(out.parent, "--out folder")
+    except OutputError as exc:
+        fail(str(exc))
     if backend is Backend.NSYS:
         nsys = shutil.which("nsys")
         if nsys is None:
             fail("nsys (Nsight Systems) is not installed or not on PATH; "
                  "use --backend torch to capture with torch.profiler instead")
         plan = nsys_plan(nsys, out, command, capture_range)
-        code = _run(plan.profile)
+        _check_outputs([plan.report, plan.sqlite])
+        run = _run(plan.profile)
         if plan.report.exists():
             exported = _run(plan.export)
-            if exported != 0:
-                fail(f"nsys export failed with exit code {exported} for {plan.report}", Exit.INTERNAL)
+            if exported.signal:
+                return _interrupted(exported.signal)
+            if exported.code != 0:
+                fail(f"nsys export failed with exit code {exported.code} for {plan.report}", Exit.INTERNAL)
             print(f"srtscope: wrote {plan.sqlite}", file=sys.stderr)
         else:
             print(f"srtscope: nsys wrote no report ({plan.report} missing)", file=sys.stderr)
-        return code
+        return _interrupted(run.signal) if run.signal else run.code
     argv, env, trace = torch_plan(out, command)
+    _check_outputs([trace, rank_trace_path(trace, 0)])
     t0 = time.time()
-    code = _run(argv, env)
+    run = _run(argv, env)
     since = t0 - 1.0   # NOTE: file systems with coarse timestamps
     fresh = [p for p in [trace] if p.exists() and p.stat().st_mtime >= since] + rank_traces(trace, since)
     for written in fresh:
         print(f"srtscope: wrote {written}", file=sys.stderr)
     if not fresh:
         print(f"srtscope: no Kineto trace was written ({trace} missing)", file=sys.stderr)
-    return code
+    return _interrupted(run.signal) if run.signal else run.code
+
+
+def _check_outputs(paths: list[Path]) -> None:
+    """The capture's output paths must be absent or regular files (exit 2, one line)."""
+    try:
+        for p in paths:
+            check_output_path(p)
+    except OutputError as exc:
+        fail(str(exc))
+
+
+def _interrupted(signum: int) -> int:
+    """Say that the capture was interrupted; the exit status for it is 128+signal."""
+    print(f"srtscope: interrupted by {signal.Signals(signum).name}; the child has exited", file=sys.stderr)
+    return 128 + signum

@@ -13,7 +13,11 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from srtscope.cli import contract
+from srtscope.cli.contract import MAX_SAVED_BYTES
 from srtscope.cli.errors import Exit, fail
+from srtscope.cli.loading import check_input_file
+from srtscope.cli.values import MAX_REGRESSION_PCT, MAX_THRESHOLD_US, float_option
 
 
 class SavedDiagnosis:
@@ -27,16 +31,22 @@ class SavedDiagnosis:
 
 
 def _saved(path: Path) -> SavedDiagnosis | None:
-    """The saved diagnosis in ``path``, or None when it is not one (e.g. a trace)."""
-    if path.suffix != ".json" or path.stat().st_size > 64 * 2**20:
+    """The saved diagnosis in ``path``; None when it is not one (e.g. a trace). A JSON object that
+    claims to be a diagnosis but breaks the contract (NaN, missing keys, float ``_ns``) exits 2."""
+    if path.suffix != ".json" or path.stat().st_size > MAX_SAVED_BYTES:
         return None
     try:
-        doc = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError):
+        doc = contract.parse(path.read_text())
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
-    if isinstance(doc, dict) and "verdict" in doc and "bubbles" in doc and "capture" in doc:
-        return SavedDiagnosis(doc)
-    return None
+    except OSError as exc:
+        fail(f"{path}: cannot read: {exc.strerror or exc}")
+    if not contract.looks_like_diagnosis(doc):
+        return None
+    try:
+        return SavedDiagnosis(contract.check(doc))
+    except contract.ContractError as exc:
+        fail(f"{path}: not a saved diagnosis of the JSON contract: {exc}")
 
 
 def _diagnosis(arg: str, threshold_us: float, console: Console) -> Any:
@@ -46,8 +56,7 @@ def _diagnosis(arg: str, threshold_us: float, console: Console) -> Any:
     if not paths:
         fail(f"{arg!r}: no trace given")
     for p in paths:
-        if not p.exists():
-            fail(f"{p}: no such file")
+        check_input_file(p)
     if len(paths) == 1 and paths[0].is_file():
         saved = _saved(paths[0])
         if saved is not None:
@@ -62,13 +71,14 @@ def register(app: typer.Typer) -> None:
                                                "diagnosis JSON."),
         after: str = typer.Argument(..., help="New trace(s) or saved diagnosis JSON."),
         fail_on_regression: float | None = typer.Option(
-            None, "--fail-on-regression", min=0.0,
-            help="Exit 3 when a figure got worse by more than PCT percent."),
+            None, "--fail-on-regression", callback=float_option(0.0, MAX_REGRESSION_PCT, "%"),
+            help="Exit 3 when a figure got worse by more than PCT percent (0..1e6)."),
         figure: list[str] = typer.Option([], "--figure",
                                          help="Gate only these figures (repeatable); default all."),
         as_json: bool = typer.Option(False, "--json", help="Print the diff as JSON only."),
-        threshold_us: float = typer.Option(5.0, "--threshold-us", min=0.0,
-                                           help="Smallest gap counted as a bubble, in us."),
+        threshold_us: float = typer.Option(5.0, "--threshold-us",
+                                           callback=float_option(0.0, MAX_THRESHOLD_US, "us"),
+                                           help="Smallest gap counted as a bubble, in us (0..1e9)."),
     ) -> None:
         """Diagnose two captures and show the figures side by side with their change."""
         from srtscope.analyzers.analyses.diff import compare

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -10,6 +11,10 @@ from rich.console import Console
 
 from srtscope.cli.errors import fail
 from srtscope.cli.loading import load
+from srtscope.cli.output import OutputError, check_output_path, write_text, write_via
+from srtscope.cli.values import MAX_THRESHOLD_US, float_option
+
+MAX_STEP = 2**62
 
 
 def parse_steps(text: str | None) -> tuple[int, int] | None:
@@ -22,11 +27,13 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
         fail(f"--steps {text!r}: expected A:B, e.g. 10:50")
     try:
         lo = int(a) if a.strip() else 0
-        hi = int(b) if b.strip() else 2**62
+        hi = int(b) if b.strip() else MAX_STEP
     except ValueError:
         fail(f"--steps {text!r}: A and B must be integers")
     if lo < 0 or hi <= lo:
         fail(f"--steps {text!r}: need 0 <= A < B")
+    if hi > MAX_STEP:
+        fail(f"--steps {text!r}: B must be at most 2^62")
     return lo, hi - 1
 
 
@@ -56,25 +63,30 @@ def register(app: typer.Typer) -> None:
         perfetto: Path | None = typer.Option(None, "--perfetto",
                                                 help="Also write a Perfetto trace with bubbles "
                                                      "as slices coloured by cause."),
-        threshold_us: float = typer.Option(5.0, "--threshold-us", min=0.0,
-                                           help="Smallest gap counted as a bubble, in us."),
+        threshold_us: float = typer.Option(5.0, "--threshold-us",
+                                           callback=float_option(0.0, MAX_THRESHOLD_US, "us"),
+                                           help="Smallest gap counted as a bubble, in us "
+                                                "(0..1e9)."),
         steps: str | None = typer.Option(None, "--steps", help="Only steps A:B (B exclusive)."),
     ) -> None:
         """Diagnose traces: verdict (scheduler / prep / kernel), bubbles, steps, communication."""
+        for target in (markdown, perfetto):
+            if target is not None:
+                try:
+                    check_output_path(target)       # refused before the (long) read, not after
+                except OutputError as exc:
+                    fail(str(exc))
         console = Console(stderr=as_json)
         diag = run_diagnosis(list(traces), threshold_us, parse_steps(steps), console, as_json)
         doc = diag.to_json()
         if markdown is not None:
             from srtscope.cli.markdown import diagnosis_markdown
 
-            _write_text(markdown, diagnosis_markdown(doc))
+            _write(markdown, lambda: write_text(markdown, diagnosis_markdown(doc)))
         if perfetto is not None:
             from srtscope.cli.perfetto import write_perfetto
 
-            try:
-                write_perfetto(diag, perfetto)
-            except OSError as exc:
-                fail(f"{perfetto}: cannot write: {exc.strerror or exc}")
+            _write(perfetto, lambda: write_via(perfetto, lambda tmp: write_perfetto(diag, tmp)))
         if as_json:
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             return
@@ -83,9 +95,11 @@ def register(app: typer.Typer) -> None:
         render_diagnosis(doc, console)
 
 
-def _write_text(path: Path, text: str) -> None:
+def _write(path: Path, write: Callable[[], object]) -> None:
+    """Run ``write`` (a ``cli.output`` writer); its refusals exit 2 with one line."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        write()
+    except OutputError as exc:
+        fail(str(exc))
     except OSError as exc:
         fail(f"{path}: cannot write: {exc.strerror or exc}")

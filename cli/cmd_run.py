@@ -3,14 +3,17 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from srtscope.cli.errors import fail
+from srtscope.cli.output import OutputError, check_output_path, ensure_dir, out_dir_lock, settle_mode, write_json
 from srtscope.probes.stages import Stage
 
 
@@ -35,7 +38,15 @@ _INJECT_KEYS = {"sched": "sched_us", Stage.SCHED_SCHEDULE.value: "sched_us",
 
 
 def parse_inject(items: list[str]) -> dict[str, int]:
-    """``stage=us`` items -> FaultInjection fields; ``straggler=US@RANK`` picks the slow rank."""
+    """``stage=us`` items -> FaultInjection fields; ``straggler=US@RANK`` picks the slow rank.
+
+    Microseconds must be finite, >= 0 and at most ``MAX_INJECT_US`` (1 s per step); fractions are
+    rounded to the nearest microsecond. Bad items exit 2 with one line.
+    """
+    import math
+
+    from srtscope.cli.engine_run import MAX_INJECT_US
+
     out: dict[str, int] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -50,12 +61,16 @@ def parse_inject(items: list[str]) -> dict[str, int]:
             except ValueError:
                 fail(f"--inject {item!r}: rank after '@' must be an integer")
         try:
-            us = int(float(value))
+            us_f = float(value)
         except ValueError:
             fail(f"--inject {item!r}: microseconds must be a number")
-        if us < 0:
+        if not math.isfinite(us_f):
+            fail(f"--inject {item!r}: microseconds must be finite (at most {MAX_INJECT_US} us per step)")
+        if us_f < 0:
             fail(f"--inject {item!r}: microseconds must be >= 0")
-        out[_INJECT_KEYS[key]] = us
+        if us_f > MAX_INJECT_US:
+            fail(f"--inject {item!r}: at most {MAX_INJECT_US} us (1 s) per step")
+        out[_INJECT_KEYS[key]] = round(us_f)
         if _INJECT_KEYS[key] == "straggler_us":
             out["straggler_rank"] = 1 if rank is None else rank
     return out
@@ -91,33 +106,75 @@ def _engine_line(facts: dict) -> str:
            f"{facts.get('attention_backend')} attention, {g}{tail}"
 
 
+@dataclass(frozen=True)
+class RunOutcome:
+    """What one ``run`` produced: the workload report, what the engine ran on, the diagnosis JSON."""
+
+    report: dict[str, Any]
+    engine: dict[str, Any]
+    diagnosis: dict[str, Any]
+
+
+def check_run_outputs(out: Path, tp: int) -> None:
+    """Refuse (OutputError) a run whose output files, or the stale rank traces it removes, are not
+    regular files: the engine renames over them."""
+    names = ["workload_report.json", "diagnosis.json"]
+    names += [f"{kind}.rank{r}.json" for r in range(tp) for kind in ("probe", "chrome")]
+    paths = [out / n for n in names] + sorted(out.glob("probe.rank*.json"))
+    for p in paths:
+        check_output_path(p)
+
+
+def _run_and_write(spec: Any, config: Any, work: Any, out: Path, console: Console) -> RunOutcome:
+    """Run the engine into ``out`` (its lock held by the caller), diagnose its own traces, and write
+    ``workload_report.json`` and ``diagnosis.json``."""
+    from srtscope.cli.cmd_diagnose import run_diagnosis
+    from srtscope.cli.engine_run import run_engine
+
+    with console.status(f"running {spec.workload} x{spec.requests} on the engine "
+                        f"(tp={spec.tp}, overlap={'on' if spec.overlap else 'off'})"):
+        result = run_engine(config, work, out)
+    for p in [*result.probe_traces, *result.chrome_traces]:
+        settle_mode(p)                  # the engine's writer creates them 0600
+    facts = result.engine
+    write_json(out / "workload_report.json", {**result.report, "engine": facts}, allow_nan=True)
+    diag = run_diagnosis(result.probe_traces, 5.0, None, console, True)
+    doc = diag.to_json()
+    write_json(out / "diagnosis.json", doc)
+    return RunOutcome(result.report, facts, doc)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("run")
     def run_cmd(
         workload: WorkloadName = typer.Option(WorkloadName.SHARED_PREFIX, "--workload", "-w",
                                               help="Request pattern to serve."),
-        requests: int = typer.Option(32, "--requests", "-n", min=1, help="Number of requests."),
+        requests: int = typer.Option(32, "--requests", "-n", min=1, help="Number of requests (at most 100000)."),
         max_new_tokens: int = typer.Option(16, "--max-new-tokens", min=1,
-                                           help="Output tokens per request."),
-        tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel ranks (processes)."),
+                                           help="Output tokens per request (at most 1024)."),
+        tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel ranks (processes, at most 8)."),
         overlap: bool = typer.Option(False, "--overlap/--no-overlap",
                                      help="Overlap scheduling of step t+1 with the forward of t."),
         mixed_chunk: bool = typer.Option(False, "--mixed-chunk/--no-mixed-chunk",
                                          help="Run decode requests inside prefill chunks."),
         inject: list[str] = typer.Option([], "--inject",
                                          help="Fault injection STAGE=US per step (sched, prep, "
-                                              "result, straggler=US@RANK). Repeatable."),
+                                              "result, straggler=US@RANK; 0..1000000 us). "
+                                              "Repeatable."),
         device: DeviceOpt = typer.Option(DeviceOpt.AUTO, "--device", help="auto, cpu or cuda."),
         cuda_graph_max_bs: int = typer.Option(64, "--cuda-graph-max-bs", min=1,
-                                              help="Largest batch size captured as a CUDA graph."),
+                                              help="Largest batch size captured as a CUDA graph (at most 1024)."),
         out: Path = typer.Option(Path("runs/latest"), "--out", "-o",
-                                 help="Folder for the probe trace(s), Chrome trace and report."),
+                                 help="Folder for the probe trace(s), Chrome trace and report; "
+                                      "one run at a time (a lock)."),
         as_json: bool = typer.Option(False, "--json", help="Print the diagnosis JSON only."),
-        seed: int = typer.Option(0, "--seed", help="Model and workload seed."),
+        seed: int = typer.Option(0, "--seed", help="Model and workload seed (0..2^32-1)."),
     ) -> None:
-        """Run the reference engine with probes on, write its traces, and diagnose them."""
-        from srtscope.cli.cmd_diagnose import run_diagnosis
-        from srtscope.cli.engine_run import EngineRunSpec, run_engine
+        """Run the reference engine with probes on, write its traces, and diagnose them.
+
+        Only one run at a time writes into an --out folder: a second one fails at once (exit 2).
+        """
+        from srtscope.cli.engine_run import EngineRunSpec
 
         try:
             spec = EngineRunSpec(workload=workload.value, requests=requests,
@@ -134,23 +191,21 @@ def register(app: typer.Typer) -> None:
 
             if not torch.cuda.is_available():
                 fail("--device cuda: no CUDA device is available (use --device cpu)")
-        with console.status(f"running {spec.workload} x{spec.requests} on the engine "
-                            f"(tp={spec.tp}, overlap={'on' if overlap else 'off'})"):
-            result = run_engine(config, work, out)
-        facts = result.engine
-        (out / "workload_report.json").write_text(json.dumps({**result.report, "engine": facts},
-                                                             indent=2))
-        diag = run_diagnosis(result.probe_traces, 5.0, None, console, True)
-        doc = diag.to_json()
-        (out / "diagnosis.json").write_text(json.dumps(doc, indent=2))
+        try:
+            ensure_dir(out, "--out folder")
+            with out_dir_lock(out):
+                check_run_outputs(out, spec.tp)
+                done = _run_and_write(spec, config, work, out, console)
+        except OutputError as exc:
+            fail(str(exc))
         if as_json:
-            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            sys.stdout.write(json.dumps(done.diagnosis, indent=2) + "\n")
             return
         from srtscope.cli.render import render_diagnosis
 
-        console.print(_report_table(result.report, f"engine run: {spec.workload}, "
-                                                   f"{spec.requests} requests"))
-        console.print(_engine_line(facts), style="dim")
-        render_diagnosis(doc, console)
+        console.print(_report_table(done.report, f"engine run: {spec.workload}, "
+                                                 f"{spec.requests} requests"))
+        console.print(_engine_line(done.engine), style="dim")
+        render_diagnosis(done.diagnosis, console)
         console.print(f"traces in {out}/ (probe.rank*.json for srtscope diagnose, "
                       f"chrome.rank*.json for ui.perfetto.dev)", style="dim")

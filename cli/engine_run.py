@@ -7,6 +7,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from srtscope.cli.values import check_int
+
+MAX_REQUESTS = 100_000            # a workload is built in memory up front
+MAX_NEW_TOKENS = 1024             # per request; prompt + output fit the 2048-token context
+MAX_TP = 8                        # ranks are processes on this machine
+MAX_CUDA_GRAPH_BS = 1024
+MAX_SEED = 2**32 - 1              # seeds are 0..2^32-1 (numpy's and torch's common range)
+MAX_INJECT_US = 1_000_000         # an injected host delay: at most 1 s per step
+INJECT_FIELDS = ("sched_us", "prep_us", "result_us", "straggler_us")
+
 
 @dataclass(frozen=True)
 class EngineRunSpec:
@@ -22,10 +32,21 @@ class EngineRunSpec:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.requests < 1:
-            raise ValueError(f"requests: must be >= 1, got {self.requests}")
-        if self.tp < 1:
-            raise ValueError(f"tp: must be >= 1, got {self.tp}")
+        """Bounds with a stated maximum (ValueError naming the option): work that can finish."""
+        check_int("--requests", self.requests, 1, MAX_REQUESTS)
+        check_int("--max-new-tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS, "tokens")
+        check_int("--tp", self.tp, 1, MAX_TP)
+        check_int("--cuda-graph-max-bs", self.cuda_graph_max_bs, 1, MAX_CUDA_GRAPH_BS)
+        check_int("--seed", self.seed, 0, MAX_SEED)
+        for key, value in self.inject.items():
+            if key in INJECT_FIELDS:
+                check_int(f"--inject {key.removesuffix('_us')}", value, 0, MAX_INJECT_US, "us")
+            elif key == "straggler_rank":
+                if not 0 <= value < self.tp:
+                    raise ValueError(f"--inject straggler=US@RANK: straggler_rank={value} is not a rank "
+                                     f"of --tp {self.tp} (0..{self.tp - 1})")
+            else:
+                raise ValueError(f"--inject: unknown field {key!r}")
 
     def engine_config(self) -> Any:
         from srtscope.engine.config import EngineConfig, FaultInjection, ModelConfig

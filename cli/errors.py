@@ -15,8 +15,12 @@ class Exit(IntEnum):
     REGRESSION = 3
 
 
+def one_line(message: object) -> str:
+    """``message`` on one line: runs of whitespace (newlines included) become one space."""
+    return " ".join(str(message).split())
+
+
 def fail(message: str, code: Exit = Exit.BAD_INPUT) -> NoReturn:
     """Print ``srtscope: error: <message>`` (one line) on stderr and exit with ``code``."""
-    one_line = " ".join(str(message).split())
-    print(f"srtscope: error: {one_line}", file=sys.stderr)
+    print(f"srtscope: error: {one_line(message)}", file=sys.stderr)
     raise typer.Exit(int(code))

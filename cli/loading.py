@@ -1,6 +1,8 @@
 """Load traces for the CLI: existence checks, a progress bar on large inputs, one-line errors."""
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -12,18 +14,30 @@ from srtscope.cli.errors import Exit, fail
 LARGE_BYTES = 50 * 2**20  # show a progress bar from this total input size
 
 
+def check_input_file(path: Path) -> os.stat_result:
+    """``path``'s stat if it exists, is no folder and can be read; else exit 2 with one line."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        fail(f"{path}: no such file")
+    except PermissionError:
+        fail(f"{path}: permission denied (a folder on its path cannot be searched, or the file read)")
+    except OSError as exc:
+        fail(f"{path}: cannot read: {exc.strerror or exc}")
+    if stat.S_ISDIR(st.st_mode):
+        fail(f"{path}: is a directory, expected a trace file")
+    if not os.access(path, os.R_OK):
+        fail(f"{path}: permission denied")
+    return st
+
+
 def load(paths: list[Path], console: Console | None = None, quiet: bool = False) -> Any:
     """Read one or more trace files into a Timeline; bad input exits 2 with one line."""
     from srtscope.analyzers.readers import TraceError, load_timeline
 
     if not paths:
         fail("no trace given")
-    for p in paths:
-        if not p.exists():
-            fail(f"{p}: no such file")
-        if p.is_dir():
-            fail(f"{p}: is a directory, expected a trace file")
-    total = sum(p.stat().st_size for p in paths)
+    total = sum(check_input_file(p).st_size for p in paths)
     try:
         if quiet or console is None or total < LARGE_BYTES:
             return load_timeline([str(p) for p in paths])
@@ -38,5 +52,7 @@ def load(paths: list[Path], console: Console | None = None, quiet: bool = False)
             return load_timeline([str(p) for p in paths], progress=progress)
     except TraceError as exc:
         fail(str(exc))
+    except PermissionError as exc:
+        fail(f"{exc.filename or ', '.join(map(str, paths))}: permission denied")
     except MemoryError:
         fail(f"out of memory while reading {', '.join(map(str, paths))}", Exit.INTERNAL)
