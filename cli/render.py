@@ -124,8 +124,8 @@ def budget_table(d: dict[str, Any]) -> Table | None:
     if not parts:
         return None
     n = b.get("steps") or 0
-    t = _table(f"step budget: where the wall time of the {n} steps went (inside steps only; the bubble "
-               "table covers the whole active window)", "part", "time", "share", justify_right=(1, 2))
+    t = _table(f"step budget: wall time of the {n} steps (inside steps only)", "part", "time", "share",
+               justify_right=(1, 2))
     for name, ns in sorted(parts.items(), key=lambda kv: -int(kv[1])):
         if int(ns) == 0:
             continue
@@ -138,8 +138,8 @@ def budget_table(d: dict[str, Any]) -> Table | None:
 def bubbles_table(d: dict[str, Any]) -> Table:
     b = d.get("bubbles", {})
     total = int(b.get("total_ns", 0))
-    t = _table(f"bubbles over the whole active window: {b.get('count', 0)} gaps, {fmt_ns(total)} idle "
-               f"({b.get('idle_share', 0) * 100:.1f}% of it)"
+    t = _table(f"bubbles: {b.get('count', 0)} gaps, {fmt_ns(total)} idle, "
+               f"{b.get('idle_share', 0) * 100:.1f}% of the whole active window"
                if "idle_share" in b else
                f"bubbles: {b.get('count', 0)} gaps, {fmt_ns(total)} idle",
                "class", "time", "share", justify_right=(1, 2))
@@ -264,10 +264,26 @@ def step_strip(d: dict[str, Any], width: int = 60) -> Text | None:
     return out
 
 
+def what_if_table(d: dict[str, Any], limit: int = 6) -> Table | None:
+    """The predicted mean step time with each cause removed, largest saving first (``what_if``)."""
+    rows = [w for w in d.get("what_if") or [] if int(w.get("saved_ns") or 0) > 0][:limit]
+    if not rows:
+        return None
+    t = _table("what if: the mean step without each cause (predicted; device work as measured)", "cause",
+               "class", "saved per step", "step before", "step after", "speedup", "assumes",
+               justify_right=(2, 3, 4, 5))
+    for w in rows:
+        a = w.get("assumptions") or []
+        t.add_row(_t(w.get("cause"), 40, CLASS_STYLE.get(str(w.get("class")), "")), _t(w.get("class"), 20),
+                  fmt_ns(w.get("saved_ns")), fmt_ns(w.get("step_ns_before")), fmt_ns(w.get("step_ns_after")),
+                  f"{float(w.get('speedup') or 1):.2f}x", _t(a[0] if a else "", 120))
+    return t
+
+
 def render_diagnosis(d: dict[str, Any], console: Console) -> None:
     console.print(capture_panel(d))
     console.print(verdict_panel(d))
-    for part in (device_table(d), budget_table(d), bubbles_table(d), steps_table(d), comm_table(d),
+    for part in (device_table(d), budget_table(d), what_if_table(d), bubbles_table(d), steps_table(d), comm_table(d),
                  kernels_table(d), step_strip(d)):
         if part is None:
             continue

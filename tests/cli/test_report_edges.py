@@ -81,7 +81,7 @@ def test_strip_counts_every_step_and_explains_its_symbols():
 def test_budget_and_bubbles_say_what_they_cover():
     _, j = diag("scheduler_bound.sqlite")
     out = text_report(j, width=200)
-    assert "inside steps only" in out and "over the whole active window" in out
+    assert "inside steps only" in out and "of the whole active window" in out
 
 
 def test_no_graph_anywhere_lists_no_eager_reasons():
