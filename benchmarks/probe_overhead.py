@@ -23,6 +23,7 @@ from srtscope.probes import ranges  # noqa: E402
 from srtscope.probes.ranges import stage  # noqa: E402
 from srtscope.probes.recorder import Recorder, set_recorder  # noqa: E402
 
+
 class _Noop:
     """The cheapest context manager Python has: what a probe range can at best cost."""
 

@@ -104,8 +104,10 @@ def register(app: typer.Typer) -> None:
 
             rows = [f.to_json() for f in diff.figures
                     if not (f.before == 0 and f.after == 0)]
-            msgs = [f"{f.name}: {f.before} -> {f.after} "
-                    f"({'new' if f.pct is None else format(f.pct, '+.1f') + '%'})"
+            from srtscope.cli.render import fmt_figure
+
+            msgs = [f"{f.name}: {fmt_figure(f.name, f.before)} -> {fmt_figure(f.name, f.after)} "
+                    f"({'new' if f.pct is None else format(f.pct, '+.1f') + '%'}, worse)"
                     for f in regressions]
             render_compare(b.to_json(), a.to_json(), rows, console, msgs)
         if regressions:

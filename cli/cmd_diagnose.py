@@ -11,7 +11,7 @@ from rich.console import Console
 
 from srtscope.cli.errors import fail
 from srtscope.cli.loading import load
-from srtscope.cli.output import OutputError, check_output_path, write_text, write_via
+from srtscope.cli.output import OutputError, check_output_path, write_text
 from srtscope.cli.values import MAX_THRESHOLD_US, float_option
 
 MAX_STEP = 2**62
@@ -38,11 +38,13 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
 
 
 def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int] | None,
-                  console: Console | None, quiet: bool):
-    """Load + diagnose; returns the Diagnosis object."""
+                  console: Console | None, quiet: bool, keep: list | None = None):
+    """Load + diagnose; returns the Diagnosis object (``keep`` receives the Timeline when given)."""
     from srtscope.analyzers.diagnose import DiagnoseInputError, DiagnoseParams, diagnose
 
     tl = load(paths, console, quiet)
+    if keep is not None:
+        keep.append(tl)
     try:
         params = DiagnoseParams(threshold_us=threshold_us, step_range=steps)
     except ValueError as exc:
@@ -63,6 +65,11 @@ def register(app: typer.Typer) -> None:
         perfetto: Path | None = typer.Option(None, "--perfetto",
                                                 help="Also write a Perfetto trace with bubbles "
                                                      "as slices coloured by cause."),
+        perfetto_kernels: bool = typer.Option(False, "--perfetto-kernels",
+                                              help="With --perfetto: also every kernel and copy "
+                                                   "(large for big traces)."),
+        html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML "
+                                                              "report (plots; opens offline)."),
         threshold_us: float = typer.Option(5.0, "--threshold-us",
                                            callback=float_option(0.0, MAX_THRESHOLD_US, "us"),
                                            help="Smallest gap counted as a bubble, in us "
@@ -70,15 +77,21 @@ def register(app: typer.Typer) -> None:
         steps: str | None = typer.Option(None, "--steps", help="Only steps A:B (B exclusive)."),
     ) -> None:
         """Diagnose traces: verdict (scheduler / prep / kernel), bubbles, steps, communication."""
-        for target in (markdown, perfetto):
+        for target in (markdown, perfetto, html):
             if target is not None:
                 try:
                     check_output_path(target)       # refused before the (long) read, not after
                 except OutputError as exc:
                     fail(str(exc))
         console = Console(stderr=as_json)
-        diag = run_diagnosis(list(traces), threshold_us, parse_steps(steps), console, as_json)
+        kept: list = []
+        diag = run_diagnosis(list(traces), threshold_us, parse_steps(steps), console, as_json, kept)
         doc = diag.to_json()
+        if html is not None:
+            from srtscope.cli.html import diagnosis_html
+
+            title = "srtscope diagnosis: " + ", ".join(p.name for p in traces[:3]) + (" …" if len(traces) > 3 else "")
+            _write(html, lambda: write_text(html, diagnosis_html(doc, title)))
         if markdown is not None:
             from srtscope.cli.markdown import diagnosis_markdown
 
@@ -86,7 +99,7 @@ def register(app: typer.Typer) -> None:
         if perfetto is not None:
             from srtscope.cli.perfetto import write_perfetto
 
-            _write(perfetto, lambda: write_via(perfetto, lambda tmp: write_perfetto(diag, tmp)))
+            _write(perfetto, lambda: write_perfetto(diag, perfetto, kept[0] if perfetto_kernels else None))
         if as_json:
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             return

@@ -118,7 +118,7 @@ class RunOutcome:
 def check_run_outputs(out: Path, tp: int) -> None:
     """Refuse (OutputError) a run whose output files, or the stale rank traces it removes, are not
     regular files: the engine renames over them."""
-    names = ["workload_report.json", "diagnosis.json"]
+    names = ["workload_report.json", "diagnosis.json", "report.html"]
     names += [f"{kind}.rank{r}.json" for r in range(tp) for kind in ("probe", "chrome")]
     paths = [out / n for n in names] + sorted(out.glob("probe.rank*.json"))
     for p in paths:
@@ -141,6 +141,10 @@ def _run_and_write(spec: Any, config: Any, work: Any, out: Path, console: Consol
     diag = run_diagnosis(result.probe_traces, 5.0, None, console, True)
     doc = diag.to_json()
     write_json(out / "diagnosis.json", doc)
+    from srtscope.cli.html import diagnosis_html
+    from srtscope.cli.output import write_text
+
+    write_text(out / "report.html", diagnosis_html(doc, f"srtscope run: {out.name}"))
     return RunOutcome(result.report, facts, doc)
 
 

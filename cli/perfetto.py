@@ -8,9 +8,6 @@ are taken off and stated in ``otherData.clock_offset_ns``.
 """
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +15,7 @@ import numpy as np
 
 from srtscope.analyzers.results import BUBBLE_CLASSES
 from srtscope.analyzers.units import clean_text
+from srtscope.cli.output import write_json
 
 # legacy trace-viewer colour names, for viewers that honour ``cname``
 _CNAME = {"scheduler": "terrible", "prep": "bad", "kernel": "good", "sync": "yellow",
@@ -99,17 +97,15 @@ def device_events(timeline: Any, t0: int, named: set[tuple[int, int]]) -> list[d
     return out
 
 
-def write_perfetto(diag: Any, path: Path, timeline: Any = None) -> Path:
-    """Write atomically (temp file + rename). ``timeline``: also write its device activity."""
+def perfetto_doc(diag: Any, timeline: Any = None) -> dict[str, Any]:
+    """The whole Chrome-trace document. ``timeline``: also its device activity."""
     t0 = clock_offset(diag)
-    doc = {"traceEvents": perfetto_events(diag, timeline, t0), "displayTimeUnit": "ns",
-           "otherData": {"producer": "srtscope diagnose", "clock_offset_ns": t0,
-                         "clock": "the source trace's own (ts + clock_offset_ns / 1000 = source µs)",
-                         "verdict": diag.verdict.bottleneck, "cause": diag.verdict.cause}}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(doc, fh)
-    os.replace(tmp, path)
-    return path
+    return {"traceEvents": perfetto_events(diag, timeline, t0), "displayTimeUnit": "ns",
+            "otherData": {"producer": "srtscope diagnose", "clock_offset_ns": t0,
+                          "clock": "the source trace's own (ts + clock_offset_ns / 1000 = source µs)",
+                          "verdict": diag.verdict.bottleneck, "cause": diag.verdict.cause}}
+
+
+def write_perfetto(diag: Any, path: Path, timeline: Any = None) -> Path:
+    """Write through ``cli.output`` (regular files only, atomic, the user's umask)."""
+    return write_json(Path(path), perfetto_doc(diag, timeline), indent=None)

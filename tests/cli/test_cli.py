@@ -235,6 +235,7 @@ def test_run_small_workload_writes_traces_and_diagnoses(tmp_path):
     assert doc["capture"]["format"] == "srtscope-probe"
     assert doc["steps"]["count"] >= 4 and doc["steps"]["eager_reasons"].get("no_cuda", 0) >= 1
     assert (out / "probe.rank0.json").exists() and (out / "chrome.rank0.json").exists()
+    assert "srtscope run" in (out / "report.html").read_text()          # the HTML report beside the traces
     report = json.loads((out / "workload_report.json").read_text())
     assert report["num_requests"] == 4 and report["output_tokens"] == 16
     # which backend and graph sizes the engine used, for the user to see

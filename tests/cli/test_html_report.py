@@ -101,3 +101,17 @@ def test_real_trace_report_in_the_browser(rel, tmp_path, real_traces):
     path = tmp_path / "real.html"
     path.write_text(page)
     _check_in_browser(d, path, tmp_path)
+
+
+def test_diagnose_writes_html_and_perfetto_with_kernels(tmp_path):
+    from typer.testing import CliRunner
+
+    from srtscope.cli.app import app
+    page, trace = tmp_path / "r.html", tmp_path / "p.json"
+    r = CliRunner().invoke(app, ["diagnose", str(SAMPLES / "copy_bound.sqlite"), "--html", str(page),
+                                 "--perfetto", str(trace), "--perfetto-kernels"])
+    assert r.exit_code == 0, r.stderr
+    assert "Bottleneck: KERNEL" in page.read_text() and oct(page.stat().st_mode & 0o777) != "0o600"
+    doc = json.loads(trace.read_text())
+    assert any(e.get("cat") == "memcpy" for e in doc["traceEvents"])          # the copies themselves
+    assert any(e.get("cat") == "bubble" for e in doc["traceEvents"])
