@@ -3,7 +3,8 @@
 With ``tp_size == 1`` nothing here touches ``torch.distributed``: the collectives return their
 input unchanged and emit no probe. With ``tp_size > 1`` they run over ``group`` (gloo on the CPU,
 NCCL on CUDA), each inside a ``comm.all_reduce`` range carrying ``bytes`` and ``dtype`` — and, on
-CUDA with probes on, a ``device_ns`` attribute filled in from CUDA events once they complete.
+CUDA with probes on, a ``device_ns`` attribute (ns) from ``timer`` (``probes.cuda_timer.DeviceTimer``,
+shared with the model runner), filled in once its events complete.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import torch
 
+from srtscope.probes.cuda_timer import DeviceTimer
 from srtscope.probes.ranges import is_enabled, stage
 
 
@@ -23,8 +25,8 @@ class TPState:
     group: Any = None
     straggler_rank: int = -1   # fault injection: this rank sleeps before each collective
     straggler_us: int = 0
-    # (start_event, end_event, attrs dict of the recorded span) awaiting device time
-    pending_events: list = field(default_factory=list)
+    # device times of the collectives' spans (the worker passes the runner's timer)
+    timer: DeviceTimer = field(default_factory=DeviceTimer)
     in_graph_capture: bool = False
 
     def __post_init__(self) -> None:
@@ -47,15 +49,9 @@ class TPState:
             return fn()
         with stage(name, **attrs) as r:
             if x.is_cuda and is_enabled():
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                out = fn()
-                end.record()
-                self.pending_events.append((start, end, getattr(r, "attrs", None)))
-            else:
-                out = fn()
-        return out
+                with self.timer.measure(attrs=getattr(r, "attrs", None)):
+                    return fn()
+            return fn()
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum over the TP group (in place when distributed); identity when tp_size == 1."""
@@ -88,21 +84,9 @@ class TPState:
         # all-gather is reported as a collective too; the taxonomy has one comm stage
         return self._timed("comm.all_reduce", x, run)
 
-    def resolve_device_times(self, synchronize: bool = False) -> int:
-        """Fill ``device_ns`` into the spans whose CUDA events have completed; returns how many."""
-        done = 0
-        still = []
-        for start, end, attrs in self.pending_events:
-            if synchronize:
-                end.synchronize()
-            if end.query():
-                if attrs is not None:
-                    attrs["device_ns"] = int(round(start.elapsed_time(end) * 1e6))
-                done += 1
-            else:
-                still.append((start, end, attrs))
-        self.pending_events = still
-        return done
+    def resolve_device_times(self, synchronize: bool = False) -> None:
+        """Fill ``device_ns`` into the collectives' spans whose events have completed."""
+        self.timer.collect(synchronize)
 
 
 def shard_range(total: int, rank: int, size: int, what: str = "dimension") -> tuple[int, int]:

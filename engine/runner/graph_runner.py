@@ -14,7 +14,6 @@ logits are sliced back to ``bs`` rows. Everything else runs eagerly, with the re
 from __future__ import annotations
 
 import bisect
-import dataclasses
 from typing import Any
 
 import torch
@@ -34,29 +33,6 @@ def capture_bs_list(cuda_graph_max_bs: int, max_running_requests: int | None = N
                 break
         sizes = trimmed
     return sizes
-
-
-def pad_forward_batch(fb: ForwardBatch, padded_bs: int) -> ForwardBatch:
-    """A decode batch of ``padded_bs`` rows: ``fb``'s rows, then padding rows (token 0, position 0,
-    seq_len 1, request row 0, out_cache_loc 0 = the dummy slot)."""
-    bs = fb.batch_size
-    if fb.forward_mode != ForwardMode.DECODE:
-        raise ValueError("forward_mode: only decode batches are padded")
-    if padded_bs < bs:
-        raise ValueError(f"padded_bs: {padded_bs} < batch size {bs}")
-    n = padded_bs - bs
-    if n == 0:
-        return fb
-
-    def pad(t: torch.Tensor, value: int) -> torch.Tensor:
-        return torch.cat([t, torch.full((n,), value, dtype=t.dtype, device=t.device)])
-
-    return dataclasses.replace(
-        fb, batch_size=padded_bs, input_ids=pad(fb.input_ids, 0), positions=pad(fb.positions, 0),
-        seq_lens=pad(fb.seq_lens, 1), req_pool_indices=pad(fb.req_pool_indices, 0),
-        out_cache_loc=pad(fb.out_cache_loc, 0),
-        seq_lens_cpu=(list(fb.seq_lens_cpu) + [1] * n) if fb.seq_lens_cpu else [],
-        sampling=None, sample_rows=None, attn_metadata=None)
 
 
 class GraphRunner:
@@ -102,15 +78,7 @@ class GraphRunner:
     # ------------------------------------------------------------------ CUDA capture / replay
     def capture(self) -> None:
         mr = self.mr
-        dev = mr.device
-        max_bs = self.max_bs
-        self.input_ids = torch.zeros(max_bs, dtype=torch.int64, device=dev)
-        self.positions = torch.zeros(max_bs, dtype=torch.int64, device=dev)
-        self.seq_lens = torch.ones(max_bs, dtype=torch.int64, device=dev)
-        self.req_pool_indices = torch.zeros(max_bs, dtype=torch.int64, device=dev)
-        self.out_cache_loc = torch.zeros(max_bs, dtype=torch.int64, device=dev)
-        self.dummy_req_to_token = torch.zeros(1, 1, dtype=torch.int32, device=dev)
-        mr.attn_backend.init_cuda_graph_state(max_bs)
+        self.alloc_static()
         mr.tp.in_graph_capture = True
         try:
             with torch.no_grad():
@@ -121,6 +89,20 @@ class GraphRunner:
             self._finish_capture()
         finally:
             mr.tp.in_graph_capture = False
+
+    def alloc_static(self) -> None:
+        """The static inputs every graph reads (``max_bs`` rows, sliced per size) and the attention
+        backend's graph state; ``prepare_replay`` refills them before each replay."""
+        mr = self.mr
+        dev = mr.device
+        max_bs = self.max_bs
+        self.input_ids = torch.zeros(max_bs, dtype=torch.int64, device=dev)
+        self.positions = torch.zeros(max_bs, dtype=torch.int64, device=dev)
+        self.seq_lens = torch.ones(max_bs, dtype=torch.int64, device=dev)
+        self.req_pool_indices = torch.zeros(max_bs, dtype=torch.int64, device=dev)
+        self.out_cache_loc = torch.zeros(max_bs, dtype=torch.int64, device=dev)
+        self.dummy_req_to_token = torch.zeros(1, 1, dtype=torch.int32, device=dev)
+        mr.attn_backend.init_cuda_graph_state(max_bs)
 
     def _capture_one(self, fb: ForwardBatch) -> tuple[Any, torch.Tensor]:
         """Warm up, then capture ``run_model`` on the static batch; (graph, static output)."""
@@ -152,8 +134,12 @@ class GraphRunner:
             out_cache_loc=self.out_cache_loc[:bs], seq_lens_cpu=[1] * bs)
 
     def prepare_replay(self, fb: ForwardBatch) -> ForwardBatch:
-        """Copy ``fb`` into the static buffers, pad, and refresh the attention metadata."""
+        """Copy ``fb`` into the static buffers, pad to the next captured size, and refresh the
+        attention metadata. Padding rows read token 0 at position 0 with ``seq_len`` 1, request row
+        0, and write their K/V into the dummy slot 0 — whatever a larger earlier batch left there."""
         bs = fb.batch_size
+        if fb.forward_mode != ForwardMode.DECODE:
+            raise ValueError("forward_mode: only decode batches replay a graph")
         pbs = self.padded_size(bs)
         self.input_ids[:bs].copy_(fb.input_ids, non_blocking=True)
         self.positions[:bs].copy_(fb.positions, non_blocking=True)

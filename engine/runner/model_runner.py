@@ -4,13 +4,13 @@
 captured size replay a CUDA graph (``run.graph_replay`` with ``bs``/``padded_bs``); everything
 else runs eagerly (``run.eager`` with ``reason``). Attention metadata is built inside
 ``prep.batch`` (``part=attn``). On CUDA with probes on, both run ranges get a ``device_ns``
-attribute from CUDA events, filled in once the events complete (``resolve_device_times``).
+attribute (ns) from the worker's ``DeviceTimer`` (``tp.timer``, shared with the collectives), filled
+in once its events complete (``resolve_device_times``).
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -51,7 +51,8 @@ class ModelRunner:
         self.attention_backend_name = self.attn_backend.name
         logger.info("rank %d: attention backend %s (%s)", tp.rank, self.attention_backend_name,
                     self.attn_backend_reason)
-        self._pending_events: list[tuple[Any, Any, dict]] = []
+        self.timer = tp.timer     # one DeviceTimer for the run ranges and the collectives
+        self._timed = device.type == "cuda"
         on_cuda = device.type == "cuda"
         self.graph_runner = GraphRunner(
             self, capture_bs_list(config.cuda_graph_max_bs, config.max_running_requests),
@@ -87,7 +88,7 @@ class ModelRunner:
             with stage("prep.batch", part="attn", bs=bs):
                 pfb = gr.prepare_replay(fb)
             with stage("run.graph_replay", bs=bs, padded_bs=pfb.batch_size) as r:
-                with self._device_timed(r):
+                with self._device_timed(r.attrs):
                     logits = gr.replay(pfb, bs)
             return ForwardOutput(logits, True, None, pfb.batch_size)
         return ForwardOutput(self.forward_eager(fb, reason), False, reason, bs)
@@ -96,7 +97,7 @@ class ModelRunner:
         with stage("prep.batch", part="attn", bs=fb.batch_size):
             self.attn_backend.init_forward_metadata(fb)
         with stage("run.eager", bs=fb.batch_size, reason=reason) as r:
-            with self._device_timed(r):
+            with self._device_timed(r.attrs):
                 return self.run_model(fb)
 
     def _forward_idle(self, fb: ForwardBatch) -> ForwardOutput:
@@ -114,47 +115,11 @@ class ModelRunner:
         return ForwardOutput(logits, False, None, 0)
 
     # ------------------------------------------------------------------ device timing
-    def _device_timed(self, r: Any):
-        return _EventPair(self, r) if (self.device.type == "cuda" and is_enabled()) else _NULL_CTX
+    def _device_timed(self, attrs: dict):
+        """The timer's context for a run range's attributes (a no-op off CUDA or with probes off)."""
+        return self.timer.measure(attrs=attrs if (self._timed and is_enabled()) else None)
 
     def resolve_device_times(self, synchronize: bool = False) -> None:
-        """Fill ``device_ns`` into finished ranges (never blocks unless ``synchronize``)."""
-        if self._pending_events:
-            still = []
-            for start, end, attrs in self._pending_events:
-                if synchronize:
-                    end.synchronize()
-                if end.query():
-                    attrs["device_ns"] = int(round(start.elapsed_time(end) * 1e6))
-                else:
-                    still.append((start, end, attrs))
-            self._pending_events = still
-        if self.tp.pending_events:
-            self.tp.resolve_device_times(synchronize)
-
-
-class _NullCtx:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NULL_CTX = _NullCtx()
-
-
-class _EventPair:
-    def __init__(self, mr: ModelRunner, r: Any) -> None:
-        self.mr = mr
-        self.attrs = getattr(r, "attrs", None)
-
-    def __enter__(self) -> None:
-        self.start = torch.cuda.Event(enable_timing=True)
-        self.end = torch.cuda.Event(enable_timing=True)
-        self.start.record()
-
-    def __exit__(self, *exc: object) -> None:
-        self.end.record()
-        if self.attrs is not None:
-            self.mr._pending_events.append((self.start, self.end, self.attrs))
+        """Fill ``device_ns`` into finished ranges — run and collectives (never blocks unless
+        ``synchronize``)."""
+        self.timer.collect(synchronize)

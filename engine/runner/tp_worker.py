@@ -20,6 +20,7 @@ from srtscope.engine.model.weights import model_config_from_hf
 from srtscope.engine.runner.model_runner import ModelRunner
 from srtscope.engine.runner.sampler import Sampler
 from srtscope.engine.tokenizer import get_tokenizer
+from srtscope.probes.cuda_timer import DeviceTimer
 
 
 @dataclass
@@ -65,7 +66,8 @@ class TpModelWorker:
                 raise ValueError("tp_size: > 1 needs torch.distributed initialised (or a group)")
         inj = config.inject
         self.tp = TPState(rank=rank, size=tp_size, group=group,
-                          straggler_rank=inj.straggler_rank, straggler_us=inj.straggler_us)
+                          straggler_rank=inj.straggler_rank, straggler_us=inj.straggler_us,
+                          timer=DeviceTimer(enabled=self.device.type == "cuda"))
         self.dtype = resolve_dtype(mc.dtype)
         self.kv_pool = KVPool(config.kv_pool_size, mc.num_layers, mc.num_kv_heads // tp_size,
                               mc.head_dim, self.dtype, self.device)

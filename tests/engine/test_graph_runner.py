@@ -1,4 +1,5 @@
-"""Graph runner: capture list, can_run reasons, padding to the next bucket; real capture on CUDA."""
+"""Graph runner: capture list, can_run reasons, the padding replay uses (``prepare_replay``) on the CPU
+with a stand-in graph; real capture on CUDA."""
 from __future__ import annotations
 
 import pytest
@@ -6,7 +7,7 @@ import torch
 
 from srtscope.engine.config import EngineConfig
 from srtscope.engine.forward_batch import ForwardMode
-from srtscope.engine.runner.graph_runner import DEFAULT_CAPTURE_BS, GraphRunner, capture_bs_list, pad_forward_batch
+from srtscope.engine.runner.graph_runner import DEFAULT_CAPTURE_BS, GraphRunner, capture_bs_list
 from srtscope.engine.runner.tp_worker import TpModelWorker
 from tests.engine.worker_helpers import MiniBatcher
 
@@ -52,33 +53,6 @@ def test_cpu_is_always_eager_no_cuda(worker):
     res = worker.forward_batch_generation(mb.decode({0: 7, 1: 8}))
     assert (res.graph_used, res.eager_reason, res.padded_bs) == (False, "no_cuda", 2)
     assert worker.graph_capture_bs == []
-
-
-def test_padded_batch_run_eagerly_gives_the_unpadded_logits(worker):
-    mr = worker.model_runner
-    mb = MiniBatcher(8, 2048)
-    prompts = {0: list(range(3, 20)), 1: list(range(50, 55)), 2: [9], 4: list(range(100, 130))}
-    worker.forward_batch_generation(mb.extend(prompts))
-    fb = mb.decode({0: 11, 1: 12, 2: 13, 4: 14})
-    k_before = [b.clone() for b in worker.kv_pool.k_buffer]
-    ref = mr.forward_eager(fb)
-    padded_bs = _runner(16).padded_size(fb.batch_size + 1)   # 5 -> 8
-    # re-run the same step (same slots: rewrites the same K/V), padded to the next bucket
-    fb2 = pad_forward_batch(fb, padded_bs)
-    assert fb2.batch_size == 8 and fb2.seq_lens_cpu[4:] == [1, 1, 1, 1]
-    assert fb2.out_cache_loc[4:].tolist() == [0, 0, 0, 0]
-    out = mr.forward_eager(fb2)
-    torch.testing.assert_close(out[:4], ref, atol=1e-5, rtol=0)
-    # padded rows wrote only the dummy slot 0 (besides the same real slots as before)
-    for before, after in zip(k_before, worker.kv_pool.k_buffer):
-        changed = (before != after).any(-1).any(-1).nonzero().flatten().tolist()
-        assert set(changed) <= {0} | set(fb.out_cache_loc.tolist())
-
-
-def test_pad_rejects_extend(worker):
-    fb = MiniBatcher(2, 2048).extend({0: [1, 2]})
-    with pytest.raises(ValueError):
-        pad_forward_batch(fb, 4)
 
 
 @pytest.mark.gpu
@@ -167,3 +141,53 @@ def test_simulated_capture_and_replay_on_cpu():
     spans = {s[0]: s[5] for s in rec._DEFAULT.raw_spans()}
     assert spans["run.graph_replay"] == {"bs": 5, "padded_bs": 8}
     assert spans["run.eager"]["reason"] == "extend"
+
+
+def _simulated_worker(context_length=512):
+    w = TpModelWorker(EngineConfig(device="cpu", max_total_tokens=4096, cuda_graph_max_bs=16,
+                                   context_length=context_length))
+    mr = w.model_runner
+    mr.graph_runner = _SimulatedGraphRunner(mr, capture_bs_list(16), disabled=False, on_cuda=True)
+    return w
+
+
+def test_replay_padding_overwrites_a_larger_batch_and_writes_only_the_dummy_slot():
+    """``prepare_replay`` — the padding replay uses: a 5-row decode after a 7-row one pads rows 5-7
+    to (token 0, position 0, seq_len 1, request row 0, slot 0), whatever the 7-row batch left there;
+    the replayed logits equal the unpadded eager ones and the padding writes only slot 0."""
+    w = _simulated_worker()
+    mr, gr = w.model_runner, w.model_runner.graph_runner
+    mb = MiniBatcher(32, 512)
+    prompts = {i: list(range(5 * i + 1, 5 * i + 4 + i)) for i in range(1, 8)}
+    w.forward_batch_generation(mb.extend(prompts))
+    big = mb.decode({i: 40 + i for i in prompts})            # 7 rows -> padded to 8
+    pbig = gr.prepare_replay(big)
+    assert pbig.batch_size == 8 and gr.out_cache_loc[:7].tolist() == big.out_cache_loc.tolist()
+    k0 = [b[0].clone() for b in w.kv_pool.k_buffer]
+    gr.replay(pbig, 7)
+    assert all((b[0] != before).any() for b, before in zip(w.kv_pool.k_buffer, k0))  # padding wrote slot 0
+    fb = mb.decode({i: 60 + i for i in range(1, 6)})        # 5 rows -> padded to 8
+    k_before = [b.clone() for b in w.kv_pool.k_buffer]
+    ref = mr.forward_eager(fb)
+    pfb = gr.prepare_replay(fb)
+    assert pfb.batch_size == 8 and pfb.seq_lens_cpu == fb.seq_lens_cpu + [1, 1, 1]
+    assert gr.input_ids[5:8].tolist() == [0, 0, 0] and gr.positions[5:8].tolist() == [0, 0, 0]
+    assert gr.seq_lens[5:8].tolist() == [1, 1, 1] and gr.req_pool_indices[5:8].tolist() == [0, 0, 0]
+    assert gr.out_cache_loc[5:8].tolist() == [0, 0, 0]
+    assert gr.out_cache_loc[:5].tolist() == fb.out_cache_loc.tolist()
+    out = gr.replay(pfb, 5)
+    assert out.shape[0] == 5
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=0)
+    for before, after in zip(k_before, w.kv_pool.k_buffer):
+        changed = (before != after).any(-1).any(-1).nonzero().flatten().tolist()
+        assert set(changed) <= {0} | set(fb.out_cache_loc.tolist())
+
+
+def test_replay_padding_rejects_extend_and_oversized_batches():
+    w = _simulated_worker()
+    gr = w.model_runner.graph_runner
+    with pytest.raises(ValueError, match="forward_mode"):
+        gr.prepare_replay(MiniBatcher(2, 512).extend({0: [1, 2]}))
+    mb = MiniBatcher(32, 512)
+    with pytest.raises(ValueError, match="bs"):
+        gr.prepare_replay(mb.decode({i: 3 for i in range(17)}))

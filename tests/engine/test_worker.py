@@ -114,3 +114,33 @@ def test_tp1_touches_no_torch_distributed(worker):
     assert worker.tp.size == 1 and not worker.tp.enabled
     x = torch.ones(3)
     assert worker.tp.all_reduce(x) is x and worker.tp.all_gather_last_dim(x) is x
+
+
+def test_one_device_timer_for_runner_and_collectives(worker, monkeypatch):
+    """The runner's run ranges and the TP collectives share the worker's ``DeviceTimer``; on the CPU
+    it is off (no event, no ``device_ns``); with (stand-in) CUDA events the run range gets
+    ``device_ns`` once resolved, under the attribute names traces have always carried."""
+    from tests.probes.test_nvml_and_timer import _FakeEvent
+
+    mr = worker.model_runner
+    assert mr.timer is worker.tp.timer and not mr.timer.enabled
+    rec._DEFAULT.clear()
+    ranges.enable(nvtx=False)
+    try:
+        mb = MiniBatcher(4, 2048)
+        worker.forward_batch_generation(mb.extend({0: [1, 2, 3]}))
+        assert mr.timer.pending == 0
+        monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+        monkeypatch.setattr(mr.timer, "enabled", True)
+        monkeypatch.setattr(mr, "_timed", True)
+        monkeypatch.setattr(_FakeEvent, "lazy", True)
+        worker.forward_batch_generation(mb.decode({0: 4}))
+        assert mr.timer.pending == 1
+        worker.resolve_device_times(synchronize=True)
+        assert mr.timer.pending == 0
+    finally:
+        ranges.disable()
+    runs = [s[5] for s in rec._DEFAULT.raw_spans() if s[0] == "run.eager"]
+    rec._DEFAULT.clear()
+    assert "device_ns" not in runs[0]
+    assert set(runs[1]) == {"bs", "reason", "device_ns"} and runs[1]["device_ns"] > 0

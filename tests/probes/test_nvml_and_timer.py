@@ -56,3 +56,72 @@ def test_device_timer_measures_on_cuda():
             a = a @ a.T / 1024
     done = timer.collect(synchronize=True)
     assert done["mm"] > 0
+
+
+class _FakeEvent:
+    """Stands in for ``torch.cuda.Event``: a clock read at ``record``; ``query`` is False until
+    ``synchronize`` when ``lazy`` (an event the device has not reached yet)."""
+
+    lazy = False
+
+    def __init__(self, enable_timing=False):
+        self.t, self.done = None, not _FakeEvent.lazy
+
+    def record(self):
+        import time
+
+        self.t = time.perf_counter_ns()
+
+    def query(self):
+        return self.done
+
+    def synchronize(self):
+        self.done = True
+
+    def elapsed_time(self, end):
+        return (end.t - self.t) / 1e6        # ms, as CUDA events report
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(_FakeEvent, "lazy", False)
+    return _FakeEvent
+
+
+def test_device_timer_fills_keys_and_span_attributes(fake_cuda):
+    import time
+
+    timer = DeviceTimer(enabled=True)
+    attrs = {"bs": 4}
+    with timer.measure("step0"):
+        time.sleep(0.002)
+    with timer.measure(attrs=attrs):
+        time.sleep(0.001)
+    with timer.measure():                       # nowhere to report: not recorded
+        pass
+    assert timer.pending == 2
+    done = timer.collect()
+    assert set(done) == {"step0"} and done["step0"] >= 2_000_000 and timer.results == done
+    assert attrs["bs"] == 4 and attrs["device_ns"] >= 1_000_000 and timer.pending == 0
+
+
+def test_device_timer_collect_does_not_block_unless_asked(fake_cuda):
+    fake_cuda.lazy = True
+    timer = DeviceTimer(enabled=True)
+    attrs: dict = {}
+    with timer.measure(attrs=attrs):
+        pass
+    assert timer.collect() == {} and "device_ns" not in attrs and timer.pending == 1
+    timer.collect(synchronize=True)
+    assert "device_ns" in attrs and timer.pending == 0
+
+
+def test_device_timer_disabled_records_nothing(fake_cuda):
+    timer = DeviceTimer(enabled=False)
+    attrs: dict = {}
+    with timer.measure("k", attrs):
+        pass
+    assert timer.pending == 0 and timer.collect(synchronize=True) == {} and attrs == {}
