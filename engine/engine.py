@@ -1,4 +1,4 @@
-"""Engine: the facade — build the worker and scheduler, submit prompts, run the event loop.
+"""Engine: the facade — build the worker and scheduler, submit prompts, run the scheduler's loop.
 
     with Engine(EngineConfig(device="cpu")) as eng:
         outs = eng.generate(["Hello", [72, 105]], {"max_new_tokens": 8})
@@ -23,7 +23,6 @@ import torch
 
 from srtscope.engine.config import EngineConfig
 from srtscope.engine.request import Req, SamplingParams
-from srtscope.engine.scheduler.loops import run_step
 from srtscope.engine.scheduler.scheduler import Scheduler
 
 logger = logging.getLogger("srtscope.engine")
@@ -47,8 +46,11 @@ class GenerateOutput:
 
 
 class Engine:
+    """``tp_sync``: this TP rank's control plane (``engine.distributed.sync.TpSync``), handed to the
+    scheduler; None with one rank."""
+
     def __init__(self, config: EngineConfig | None = None, worker: Any = None,
-                 req_pool_size: int | None = None) -> None:
+                 req_pool_size: int | None = None, tp_sync: Any = None) -> None:
         self.config = config or EngineConfig()
         if self.config.enable_probes:
             from srtscope.probes.ranges import enable, nvtx_status
@@ -67,7 +69,7 @@ class Engine:
             worker = TpModelWorker(self.config)
         self.worker = worker
         self.tokenizer = worker.tokenizer
-        self.scheduler = Scheduler(self.config, worker, req_pool_size=req_pool_size)
+        self.scheduler = Scheduler(self.config, worker, req_pool_size=req_pool_size, tp_sync=tp_sync)
 
     # -- requests ------------------------------------------------------------------------------
     def tokenize(self, prompt: Prompt) -> list[int]:
@@ -93,17 +95,11 @@ class Engine:
 
     # -- running -------------------------------------------------------------------------------
     def step(self) -> bool:
-        """One event-loop iteration (normal or overlap, per config)."""
-        return run_step(self.scheduler)
+        """One event-loop iteration of the scheduler (normal or overlap, per config)."""
+        return self.scheduler.run_step()
 
     def run_until_idle(self, max_steps: int = 1_000_000) -> int:
-        steps = 0
-        while not self.scheduler.is_idle():
-            if steps >= max_steps:
-                raise RuntimeError(f"not idle after {max_steps} steps")
-            self.step()
-            steps += 1
-        return steps
+        return self.scheduler.run_until_idle(max_steps)
 
     def generate(self, prompts: Prompt | Sequence[Prompt],
                  sampling_params: ParamsLike | Sequence[ParamsLike] = None,
@@ -130,8 +126,8 @@ class Engine:
         for r in reqs:
             if isinstance(r, Req):
                 self.scheduler.submit(r)
-        self.run_until_idle()
-        self.scheduler.finished.clear()
+        self.scheduler.run_until_idle()
+        self.scheduler.take_finished()       # this call's requests are read from `reqs`
         return [self._output(r, p) for r, p in zip(reqs, plist)]
 
     def _output(self, r: Req | ValueError, prompt: Prompt) -> GenerateOutput:

@@ -215,29 +215,28 @@ def run_workload(engine: Any, workload: Workload, max_steps: int = 10_000_000) -
         by_rid[req.rid] = item
         sched.submit(req)
 
-    prev_hook, sched.on_finish = sched.on_finish, on_finish
+    sched.take_finished()
     t0 = time.perf_counter()
-    try:
-        steps = 0
-        while pending or spawned or by_rid:
-            now = time.perf_counter() - t0
-            while pending and pending[0].arrival_s <= now:
-                submit(pending.pop(0))
-            while spawned:
-                submit(spawned.pop(0))
-            if sched.is_idle() and pending:
-                time.sleep(max(0.0, pending[0].arrival_s - (time.perf_counter() - t0)))
-                continue
-            engine.step()
-            steps += 1
-            if steps > max_steps:
-                raise RuntimeError(f"workload not done after {max_steps} steps")
-        while not sched.is_idle():
-            engine.step()
-    finally:
-        sched.on_finish = prev_hook
+    steps = 0
+    while pending or spawned or by_rid:
+        now = time.perf_counter() - t0
+        while pending and pending[0].arrival_s <= now:
+            submit(pending.pop(0))
+        while spawned:
+            submit(spawned.pop(0))
+        if sched.is_idle() and pending:
+            time.sleep(max(0.0, pending[0].arrival_s - (time.perf_counter() - t0)))
+            continue
+        engine.step()
+        for req in sched.take_finished():      # finished this step (their follow-ups next step)
+            on_finish(req)
+        steps += 1
+        if steps > max_steps:
+            raise RuntimeError(f"workload not done after {max_steps} steps")
+    while not sched.is_idle():
+        engine.step()
     wall = time.perf_counter() - t0
-    sched.finished.clear()
+    sched.take_finished()
     ttft = np.array([(r.first_token_ns - r.arrival_ns) / 1e6 for r in done if r.first_token_ns])
     itl = np.concatenate([np.diff(np.asarray(r.token_ns, dtype=np.int64)) / 1e6 for r in done]
                          + [np.zeros(0)])

@@ -89,6 +89,7 @@ def run_rank(config: EngineConfig, workload: Any, out: Path, spec: RankSpec) -> 
 
     from srtscope.engine.engine import Engine
     from srtscope.engine.runner.tp_worker import TpModelWorker
+    from srtscope.engine.scheduler.scheduler import eos_token_ids_of
     from srtscope.engine.workloads import run_workload
     from srtscope.probes.recorder import Recorder, set_recorder
     from srtscope.probes.torch_capture import from_env
@@ -108,10 +109,9 @@ def run_rank(config: EngineConfig, workload: Any, out: Path, spec: RankSpec) -> 
     try:
         worker = TpModelWorker(config, rank=spec.rank, tp_size=spec.world_size, group=model_group)
         # under `srtscope capture --backend torch`, each rank writes its own Kineto trace
-        with from_env(rank=spec.rank), Engine(config, worker=worker) as engine:
-            sync = TpSync(spec.rank, spec.world_size, cpu_group,
-                          eos_token_ids=engine.scheduler.eos_token_ids)
-            engine.scheduler.tp_sync = sync
+        sync = TpSync(spec.rank, spec.world_size, cpu_group,
+                      eos_token_ids=eos_token_ids_of(worker, config))
+        with from_env(rank=spec.rank), Engine(config, worker=worker, tp_sync=sync) as engine:
             if spec.kill_at_step >= 0:
                 _arm_kill(engine, spec.kill_at_step)
             summary: dict[str, Any] = {"rank": spec.rank, "world_size": spec.world_size}

@@ -27,11 +27,16 @@ logger = logging.getLogger("srtscope.engine")
 
 
 @dataclass
-class ForwardOutput:
-    logits: torch.Tensor          # [bs, vocab] float32
-    graph_used: bool
-    eager_reason: str | None
-    padded_bs: int
+class GenerationBatchResult:
+    """One forward's output (the runner fills all but ``next_token_ids``, the worker's sampler
+    that). Token layout: row i of each tensor is row i of the ForwardBatch (``reqs[i]`` of the
+    launched batch); a row outside ``sample_rows`` (a chunk) carries a token nobody uses."""
+
+    logits: torch.Tensor                          # [bs, vocab] float32: each row's last new token
+    graph_used: bool = False
+    eager_reason: str | None = None               # bs_over_max | extend | disabled | no_cuda
+    padded_bs: int = 0                            # rows the graph ran (>= bs); eager: bs
+    next_token_ids: torch.Tensor | None = None    # [bs] int64 on the device, not synced
 
 
 class ModelRunner:
@@ -77,7 +82,7 @@ class ModelRunner:
         return torch.cumsum(fb.extend_seq_lens.to(self.device, torch.int64), 0) - 1
 
     # ------------------------------------------------------------------ one step
-    def forward(self, fb: ForwardBatch) -> ForwardOutput:
+    def forward(self, fb: ForwardBatch) -> GenerationBatchResult:
         self.resolve_device_times()
         bs = fb.batch_size
         if fb.forward_mode == ForwardMode.IDLE:
@@ -90,8 +95,8 @@ class ModelRunner:
             with stage("run.graph_replay", bs=bs, padded_bs=pfb.batch_size) as r:
                 with self._device_timed(r.attrs):
                     logits = gr.replay(pfb, bs)
-            return ForwardOutput(logits, True, None, pfb.batch_size)
-        return ForwardOutput(self.forward_eager(fb, reason), False, reason, bs)
+            return GenerationBatchResult(logits, True, None, pfb.batch_size)
+        return GenerationBatchResult(self.forward_eager(fb, reason), False, reason, bs)
 
     def forward_eager(self, fb: ForwardBatch, reason: str | None = None) -> torch.Tensor:
         with stage("prep.batch", part="attn", bs=fb.batch_size):
@@ -100,7 +105,7 @@ class ModelRunner:
             with self._device_timed(r.attrs):
                 return self.run_model(fb)
 
-    def _forward_idle(self, fb: ForwardBatch) -> ForwardOutput:
+    def _forward_idle(self, fb: ForwardBatch) -> GenerationBatchResult:
         vocab = self.model_config.vocab_size
         if self.tp.size > 1:
             # every rank joins the same collectives, with zero tokens
@@ -112,7 +117,7 @@ class ModelRunner:
             logits = self.model.compute_logits(hidden)
         else:
             logits = torch.empty(0, vocab, dtype=torch.float32, device=self.device)
-        return ForwardOutput(logits, False, None, 0)
+        return GenerationBatchResult(logits, False, None, 0)
 
     # ------------------------------------------------------------------ device timing
     def _device_timed(self, attrs: dict):

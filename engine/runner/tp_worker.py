@@ -2,13 +2,13 @@
 
 The scheduler (``engine/scheduler``) builds a ``ForwardBatch`` per step and calls
 ``forward_batch_generation``; the worker writes this step's K/V at ``fb.out_cache_loc``, reads each
-request's context through ``fb.req_to_token`` and returns the sampled next tokens — on the device,
-not synced: the caller decides when to wait for them (``sync.wait``).
+request's context through ``fb.req_to_token`` and returns one ``GenerationBatchResult``
+(runner/model_runner.py) with the sampled next tokens, one per batch row — on the device, not synced:
+the caller decides when to wait for them (``sync.wait``).
 """
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import torch
 
@@ -17,19 +17,12 @@ from srtscope.engine.forward_batch import ForwardBatch, ForwardMode
 from srtscope.engine.mem.kv_pool import KVPool, resolve_dtype
 from srtscope.engine.model.parallel import TPState
 from srtscope.engine.model.weights import model_config_from_hf
-from srtscope.engine.runner.model_runner import ModelRunner
+from srtscope.engine.runner.model_runner import GenerationBatchResult, ModelRunner
 from srtscope.engine.runner.sampler import Sampler
 from srtscope.engine.tokenizer import get_tokenizer
 from srtscope.probes.cuda_timer import DeviceTimer
 
-
-@dataclass
-class GenerationBatchResult:
-    next_token_ids: torch.Tensor        # [bs] int64 on the device; rows not in sample_rows: anything
-    logits: torch.Tensor                # [bs, vocab] float32: each request's last new token
-    graph_used: bool = False
-    eager_reason: str | None = None     # bs_over_max | extend | disabled | no_cuda (None: replay/idle)
-    padded_bs: int = 0
+__all__ = ["GenerationBatchResult", "TpModelWorker", "resolve_model_config"]
 
 
 def resolve_model_config(config: EngineConfig) -> ModelConfig:
@@ -96,7 +89,8 @@ class TpModelWorker:
                 ids = torch.empty(0, dtype=torch.int64, device=self.device)
             else:
                 ids = self.sampler.sample(out.logits, fb.sampling)
-        return GenerationBatchResult(ids, out.logits, out.graph_used, out.eager_reason, out.padded_bs)
+        out.next_token_ids = ids
+        return out
 
     def resolve_device_times(self, synchronize: bool = False) -> None:
         self.model_runner.resolve_device_times(synchronize)

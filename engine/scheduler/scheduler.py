@@ -1,5 +1,16 @@
-"""Scheduler: the waiting queue, the running batch, the chunked request, and the choice of the next
-batch (``get_next_batch_to_run``) in the seed's order:
+"""Scheduler: the waiting queue, the running batch, the chunked request, the choice of the next
+batch (``get_next_batch_to_run``) and the event loops that run it (as in SGLang / mini-sglang).
+
+One iteration (``run_step``), each inside a ``loop.step`` probe range:
+
+normal:  recv -> schedule t -> prep + forward t -> wait -> results t
+overlap: recv -> schedule t+1 -> prep + launch t+1 (worker thread) -> wait t -> results t
+         The forward of step t+1 runs while the host processes step t's results; a request that
+         finishes at step t was already put into step t+1: its extra token is dropped and its
+         extra KV slot freed by ``cache_finished_req``. Before a retraction the in-flight step is
+         settled first (outputs must be final before a request is requeued).
+
+The batch choice, in the seed's order:
 
 1. merge the last step's finished prefill into the running batch;
 2. a new prefill batch (the chunked request's next chunk first, then admissions) if any — with
@@ -9,7 +20,10 @@ batch (``get_next_batch_to_run``) in the seed's order:
 4. otherwise idle (None).
 
 Result processing (``process_batch_result``) appends tokens, runs stop checks, caches finished
-requests' KV and frees their rows. The event loops live in ``engine/scheduler/loops.py``.
+requests' KV and frees their rows; finished requests wait in ``take_finished()`` for the caller (and
+go to the ``on_finish`` given at construction, if any). The scheduler calls nothing of its caller:
+its collaborators (worker, ``tp_sync``, ``on_finish``) are fixed at construction and its state is
+written only by its own methods.
 """
 from __future__ import annotations
 
@@ -33,8 +47,12 @@ from srtscope.engine.scheduler.worker_client import Pending, WorkerClient
 from srtscope.probes.ranges import stage
 from srtscope.probes.stages import Stage
 
+_LOOP = Stage.LOOP_STEP.value
+_RECV = Stage.SCHED_RECV.value
+_SCHED = Stage.SCHED_SCHEDULE.value
 _PREP = Stage.PREP_BATCH.value
 _RESULT = Stage.SCHED_RESULT.value
+_IDLE = ForwardMode.IDLE.label
 
 RETRACT_DECODE_STEPS = 4   # after a retraction, keep room for this many decode steps
 
@@ -65,17 +83,26 @@ class SchedulerStats:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
+def eos_token_ids_of(worker: Any, config: EngineConfig) -> tuple[int, ...]:
+    """The EOS ids requests stop at: the loaded checkpoint's, else the tokenizer's."""
+    mc = getattr(worker, "model_config", config.model)
+    tok_eos = getattr(getattr(worker, "tokenizer", None), "eos_token_id", None)
+    return tuple(mc.eos_token_ids) or (() if tok_eos is None else (int(tok_eos),))
+
+
 class Scheduler:
-    def __init__(self, config: EngineConfig, worker: Any, req_pool_size: int | None = None) -> None:
+    """``on_finish(req)``: called as each request finishes (optional). ``tp_sync``: a TP rank's
+    control plane (``engine.distributed.sync.TpSync``; None with one rank)."""
+
+    def __init__(self, config: EngineConfig, worker: Any, req_pool_size: int | None = None, *,
+                 on_finish: Callable[[Req], None] | None = None, tp_sync: Any = None) -> None:
         self.config = config
         self.worker = worker
         self.device = worker.device
         self.tokenizer = getattr(worker, "tokenizer", None)
         # the loaded checkpoint's architecture (config.model may be overridden by its config.json)
         self.model_config = getattr(worker, "model_config", config.model)
-        tok_eos = getattr(self.tokenizer, "eos_token_id", None)
-        self.eos_token_ids: tuple[int, ...] = (self.model_config.eos_token_ids
-                                               or (() if tok_eos is None else (int(tok_eos),)))
+        self.eos_token_ids: tuple[int, ...] = eos_token_ids_of(worker, config)
         rows = req_pool_size if req_pool_size is not None else config.max_running_requests + 1
         self.req_to_token = ReqToTokenPool(rows, config.context_length, self.device)
         self.allocator = TokenSlotAllocator(config.max_total_tokens)
@@ -87,18 +114,86 @@ class Scheduler:
         self.running_batch = ScheduleBatch([], ForwardMode.DECODE)
         self.last_batch: ScheduleBatch | None = None
         self.chunked_req: Req | None = None
-        self.inflight: LaunchedStep | None = None     # overlap: launched, result not processed
+        self._inflight: LaunchedStep | None = None    # overlap: launched, result not processed
         self.new_token_ratio = config.init_new_token_ratio
-        self.step = 0
+        self._step = 0
+        self._results_processed = 0
         self.stats = SchedulerStats()
-        self.finished: list[Req] = []                 # drained by the engine
-        self.on_finish: Callable[[Req], None] | None = None
+        self.finished: list[Req] = []                 # drained by take_finished()
+        self._on_finish = on_finish
         self._order = itertools.count()
         self._aborts: list[Req] = []
         self._live: dict[str, Req] = {}
         self._inbox: list[Req] = []
         self._inbox_rids: set[str] = set()
-        self.tp_sync: Any = None    # engine.distributed.sync.TpSync on a TP rank (tp_size > 1)
+        self._tp_sync = tp_sync
+
+    @property
+    def step(self) -> int:
+        """The number of the next step to launch (steps launched so far)."""
+        return self._step
+
+    @property
+    def tp_sync(self) -> Any:
+        return self._tp_sync
+
+    # -- the event loops -------------------------------------------------------------------------
+    def run_step(self) -> bool:
+        """One event-loop iteration (normal or overlap, per config); False when nothing ran (and,
+        overlap, nothing was in flight)."""
+        return self._step_overlap() if self.config.enable_overlap else self._step_normal()
+
+    def run_until_idle(self, max_steps: int = 1_000_000) -> int:
+        """Iterate until every submitted request is finished; returns the iterations."""
+        steps = 0
+        while not self.is_idle():
+            if steps >= max_steps:
+                raise RuntimeError(f"not idle after {max_steps} steps")
+            self.run_step()
+            steps += 1
+        return steps
+
+    def _step_normal(self) -> bool:
+        with stage(_LOOP, step=self._step) as ls:
+            batch = self._schedule(ls)
+            if batch is None:
+                return False
+            self.process_batch_result(self.run_batch(batch))
+            return True
+
+    def _step_overlap(self) -> bool:
+        done_before = self._results_processed
+        with stage(_LOOP, step=self._step) as ls:
+            batch = self._schedule(ls)            # may settle the in-flight step (retraction)
+            launched = self.run_batch(batch) if batch is not None else None
+            prev, self._inflight = self._inflight, launched
+            if prev is not None:
+                self.process_batch_result(prev)
+            return launched is not None or self._results_processed != done_before
+
+    def _schedule(self, ls: Any) -> ScheduleBatch | None:
+        """``sched.recv`` then ``sched.schedule`` (the batch choice; under TP, the ranks' consensus)."""
+        with stage(_RECV) as r:
+            r.set(received=self.recv_requests())
+        with stage(_SCHED) as sc:
+            batch = self.get_next_batch_to_run()
+            if self._tp_sync is not None:
+                self._tp_sync.check_consensus(self._step, batch)   # divergence: an error, not a hang
+            if batch is None:
+                sc.set(mode=_IDLE, bs=0)
+            else:
+                sc.set(mode=batch.forward_mode.label, bs=batch.batch_size())
+        if batch is None:
+            ls.set(mode=_IDLE, bs=0, tokens=0)
+        else:
+            ls.set(mode=batch.forward_mode.label, bs=batch.batch_size(), tokens=batch.num_tokens())
+        return batch
+
+    def _settle_inflight(self) -> None:
+        """Overlap: process the in-flight step's results now (before a retraction)."""
+        prev, self._inflight = self._inflight, None
+        if prev is not None:
+            self.process_batch_result(prev)
 
     # -- intake --------------------------------------------------------------------------------
     def make_req(self, input_ids: list[int], params: SamplingParams | Mapping[str, Any] | None = None,
@@ -129,7 +224,7 @@ class Scheduler:
     def recv_requests(self) -> int:
         """Move submitted requests into the waiting queue; returns how many. Under TP, rank 0's
         new requests and aborts are broadcast to every rank here (followers submit nothing)."""
-        if self.tp_sync is not None:
+        if self._tp_sync is not None:
             return self._recv_tp()
         if not self._inbox:
             return 0
@@ -143,10 +238,10 @@ class Scheduler:
         inbox, self._inbox = self._inbox, []
         self._inbox_rids.clear()
         aborts = [r.rid for r in self._aborts]
-        reqs, abort_rids = self.tp_sync.exchange(inbox, aborts)
+        reqs, abort_rids = self._tp_sync.exchange(inbox, aborts)
         for req in reqs:
             self.add_request(req)
-        if not self.tp_sync.is_leader:
+        if not self._tp_sync.is_leader:
             for rid in abort_rids:
                 self.abort(rid)
         return len(reqs)
@@ -171,11 +266,16 @@ class Scheduler:
     def is_idle(self) -> bool:
         last = self.last_batch
         return (not self.waiting_queue and not self._inbox and self.running_batch.is_empty()
-                and self.chunked_req is None and self.inflight is None
+                and self.chunked_req is None and self._inflight is None
                 and (last is None or all(r.finished for r in last.reqs)))
 
     def num_live(self) -> int:
         return len(self._live)
+
+    def take_finished(self) -> list[Req]:
+        """The requests finished since the last call, in finishing order (the list is emptied)."""
+        done, self.finished = self.finished, []
+        return done
 
     # -- the batch choice ------------------------------------------------------------------------
     def get_next_batch_to_run(self) -> ScheduleBatch | None:
@@ -272,8 +372,8 @@ class Scheduler:
     def update_running_batch(self, batch: ScheduleBatch) -> ScheduleBatch | None:
         """Make room for one decode step (retracting if needed), then allocate its slots."""
         if not self._decode_fits(batch.batch_size()):
-            if self.inflight is not None and self._drain_hook is not None:
-                self._drain_hook()                 # overlap: settle outputs before retracting
+            if self._inflight is not None:
+                self._settle_inflight()            # overlap: settle outputs before retracting
                 batch.filter(lambda r: not r.finished)
                 if batch.is_empty():
                     return None
@@ -287,8 +387,6 @@ class Scheduler:
         batch.prepare_for_decode(self.allocator, self.req_to_token, self.tree_cache)
         self.stats.decode_tokens += batch.batch_size()
         return batch
-
-    _drain_hook: Callable[[], object] | None = None
 
     def _decode_fits(self, bs: int, steps: int = 1) -> bool:
         return self.allocator.available_size() + self.tree_cache.evictable_size() >= bs * steps
@@ -339,30 +437,39 @@ class Scheduler:
             self._finish(req)
 
     # -- prep, launch, results -------------------------------------------------------------------
-    def launch_batch(self, batch: ScheduleBatch) -> LaunchedStep:
-        """Lower the batch to a ForwardBatch (``prep.batch``) and hand it to the worker."""
-        with stage(_PREP, mode=batch.forward_mode.label, bs=batch.batch_size(), step=self.step):
+    def run_batch(self, batch: ScheduleBatch) -> LaunchedStep:
+        """Lower the batch to a ForwardBatch (``prep.batch``) and hand it to the worker (which runs
+        it now, or on its thread in the overlap loop); the step counter moves on."""
+        with stage(_PREP, mode=batch.forward_mode.label, bs=batch.batch_size(), step=self._step):
             spin_us(self.config.inject.prep_us)
             fb, writes, placeholders = batch.to_forward_batch(self.req_to_token, self.client.device,
-                                                              self.step)
+                                                              self._step)
             rows = fb.sample_rows or []
             base = self.client.reserve_future(len(rows)) if self.client.overlap else 0
             if self.client.overlap:
                 for j, i in enumerate(rows):
                     batch.reqs[i].future_idx = base + j
-        launched = LaunchedStep(self.step, batch.forward_mode, tuple(batch.reqs), tuple(rows),
+        launched = LaunchedStep(self._step, batch.forward_mode, tuple(batch.reqs), tuple(rows),
                                 base, num_tokens=fb.num_tokens,
                                 num_decode_rows=batch.num_decode_rows)
         launched.handle = self.client.launch(Pending(fb, writes, placeholders, base, len(rows)))
+        self._step += 1
+        self.stats.steps += 1
         return launched
 
     def process_batch_result(self, launched: LaunchedStep) -> None:
-        """Tokens -> requests; stop checks; finished requests' KV cached and rows freed."""
+        """Tokens -> requests; stop checks; finished requests' KV cached and rows freed.
+
+        Token layout (``GenerationBatchResult``): one token per batch row, row i = ``reqs[i]``;
+        only the rows in ``sample_rows`` are used (a chunk's row carries an unused token)."""
         tokens = self.client.wait_tokens(launched.handle)
+        if len(tokens) != len(launched.reqs):
+            raise RuntimeError(f"next_token_ids: {len(tokens)} tokens for a batch of "
+                               f"{len(launched.reqs)} rows (one per row expected)")
+        self._results_processed += 1
         with stage(_RESULT, mode=launched.mode.label, bs=len(launched.reqs), step=launched.step) as r:
             spin_us(self.config.inject.result_us)
             now = time.perf_counter_ns()
-            by_row = len(tokens) == len(launched.reqs) and len(tokens) != len(launched.sample_rows)
             detok = self.tokenizer
             n_finished = 0
             # rows whose prompt was (re)filled this step: share it in the cache right away
@@ -376,7 +483,7 @@ class Scheduler:
                     continue       # one step late (overlap) or aborted: the token is dropped
                 req.is_chunked = 0
                 self.stats.generated_tokens += 1
-                if req.append_token(tokens[i] if by_row else tokens[j], detok, now):
+                if req.append_token(tokens[i], detok, now):
                     self.tree_cache.cache_finished_req(req)
                     self._finish(req)
                     n_finished += 1
@@ -388,8 +495,8 @@ class Scheduler:
         req.finish_ns = time.perf_counter_ns()
         self._live.pop(req.rid, None)
         self.finished.append(req)
-        if self.on_finish is not None:
-            self.on_finish(req)
+        if self._on_finish is not None:
+            self._on_finish(req)
 
     # -- invariants ------------------------------------------------------------------------------
     def check_invariants(self) -> None:

@@ -35,7 +35,8 @@ _SYNC = Stage.SYNC_WAIT.value
 
 @dataclass
 class Pending:
-    """One launched forward. ``result`` is the worker's GenerationBatchResult once ``done``."""
+    """One launched forward. ``result`` is the worker's ``GenerationBatchResult`` once ``done``
+    (one token per batch row; ``num_sampled`` of them, the rows in ``fb.sample_rows``, are used)."""
 
     fb: ForwardBatch
     writes: tuple | None
@@ -164,8 +165,8 @@ class WorkerClient:
                                                    ids)
             result = self.worker.forward_batch_generation(fb)
             if self.overlap and p.num_sampled:
-                ids = result.next_token_ids
-                if ids.shape[0] != p.num_sampled:
+                ids = result.next_token_ids               # one per batch row
+                if p.num_sampled != fb.batch_size:        # future slots hold the sampled rows only
                     ids = ids[torch.as_tensor(fb.sample_rows, device=ids.device)]
                 self.future_buf[p.future_base:p.future_base + p.num_sampled] = ids
             if slot is not None:

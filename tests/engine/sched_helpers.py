@@ -61,12 +61,10 @@ class FakeWorker:
 def drain(s, max_steps: int = 10_000) -> None:
     """Run event-loop iterations until the scheduler is idle (failing if it never is), then check
     the idle invariant."""
-    from srtscope.engine.scheduler.loops import run_step
-
     for _ in range(max_steps):
         if s.is_idle():
             break
-        run_step(s)
+        s.run_step()
     else:
         raise AssertionError(f"scheduler not idle after {max_steps} steps")
     s.check_invariants()

@@ -238,10 +238,10 @@ def test_duplicate_rid_rejected_while_queued_or_running(eng):
     with pytest.raises(ValueError, match="^rid: duplicate"):
         eng.submit("second", {"max_new_tokens": 3}, rid="x")
     eng.run_until_idle()
-    eng.scheduler.finished.clear()
+    eng.scheduler.take_finished()
     eng.submit("again", {"max_new_tokens": 2}, rid="x")           # finished: the rid is free again
     eng.run_until_idle()
-    eng.scheduler.finished.clear()
+    eng.scheduler.take_finished()
     eng.check_invariants()
 
 

@@ -14,7 +14,6 @@ from srtscope.engine.config import EngineConfig
 from srtscope.engine.engine import Engine
 from srtscope.engine.forward_batch import ForwardMode
 from srtscope.engine.runner.tp_worker import TpModelWorker
-from srtscope.engine.scheduler.loops import run_step
 from srtscope.engine.scheduler.scheduler import Scheduler
 from srtscope.probes.recorder import get_recorder
 from srtscope.probes.stages import Stage
@@ -43,8 +42,8 @@ def test_config_needs_chunked_prefill():
 def test_decode_rows_ride_along_one_token_and_the_chunk_emits_none():
     s = make()
     short = s.submit(s.make_req(byte_prompt(1, 6), {"max_new_tokens": 30}))
-    run_step(s)                                   # prefill of the short request
-    run_step(s)                                   # one decode step
+    s.run_step()                                   # prefill of the short request
+    s.run_step()                                   # one decode step
     assert len(short.output_ids) == 2
     long = s.submit(s.make_req(byte_prompt(2, 40), {"max_new_tokens": 3}))
     s.recv_requests()
@@ -58,16 +57,14 @@ def test_decode_rows_ride_along_one_token_and_the_chunk_emits_none():
         assert batch.extend_lens[0] == min(15, 40 - long.kv_len + batch.extend_lens[0])
         assert batch.num_tokens() == batch.extend_lens[0] + 1 <= 16
         chunks.append(batch.extend_lens[0])
-        s.process_batch_result(s.launch_batch(batch))
-        s.step += 1
+        s.process_batch_result(s.run_batch(batch))
         assert len(short.output_ids) == before + 1     # exactly one token per mixed step
         assert long.output_ids == [] if long.kv_len < 40 else len(long.output_ids) == 1
     assert sum(chunks) == 40 and len(chunks) == 3 and s.chunked_req is None
     assert len(long.output_ids) == 1                   # the last chunk samples the first token
     nxt = s.get_next_batch_to_run()                    # both decode now
     assert nxt.forward_mode == ForwardMode.DECODE and set(nxt.reqs) == {long, short}
-    s.process_batch_result(s.launch_batch(nxt))
-    s.step += 1
+    s.process_batch_result(s.run_batch(nxt))
     drain(s)
     s.close()
     assert len(short.output_ids) == 30 and len(long.output_ids) == 3
@@ -77,14 +74,14 @@ def test_too_many_decode_rows_for_the_chunk_budget_no_mixing():
     s = make(chunked_prefill_size=4)
     for i in range(4):
         s.submit(s.make_req(byte_prompt(i, 1), {"max_new_tokens": 20}))
-    run_step(s)                                   # one 4-token prefill: 4 decoding requests
-    run_step(s)
+    s.run_step()                                   # one 4-token prefill: 4 decoding requests
+    s.run_step()
     assert len(s.running_batch.reqs) == 4
     s.submit(s.make_req(byte_prompt(9, 12), {"max_new_tokens": 2}))
     s.recv_requests()
     batch = s.get_next_batch_to_run()
     assert batch.forward_mode == ForwardMode.EXTEND and batch.num_decode_rows == 0
-    s.process_batch_result(s.launch_batch(batch))
+    s.process_batch_result(s.run_batch(batch))
     drain(s)
     s.close()
 
@@ -108,7 +105,7 @@ def _staggered(s: Scheduler, seed: int, abort_at: int = -1) -> tuple[list, list]
             break
         s.recv_requests()
         before = len(s.worker.calls)
-        run_step(s)
+        s.run_step()
         modes.extend(c[0] for c in s.worker.calls[before:])
     s.check_invariants()
     s.close()

@@ -12,7 +12,6 @@ from srtscope import probes
 from srtscope.engine.config import EngineConfig
 from srtscope.engine.engine import Engine
 from srtscope.engine.runner.tp_worker import TpModelWorker
-from srtscope.engine.scheduler.loops import run_step
 from srtscope.engine.scheduler.scheduler import Scheduler
 from srtscope.probes.recorder import get_recorder
 from srtscope.probes.stages import Stage
@@ -92,7 +91,7 @@ def test_fake_worker_overlap_with_slow_forward_and_aborts():
                 break
             if k == 6:
                 s.abort(victim.rid)
-            run_step(s)
+            s.run_step()
         s.check_invariants()
         s.close()
         assert victim.finished_reason.kind.value == "abort"
