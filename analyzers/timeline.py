@@ -85,6 +85,7 @@ class WarningCode(str, Enum):
     SINGLE_ITERATION = "single_iteration"        # one step or one pass: nothing to average over
     PYTHON_TRACING = "python_tracing"            # with_stack tracing inflates host time
     OTHER = "other"
+    CORRUPT = "corrupt"                          # a damaged file: some of what it held was lost
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,8 @@ def _windows(tl: Timeline, stages: np.ndarray, rule: StepRule) -> tuple[str, pd.
         return "loop.step", df
     sched = stages == Stage.SCHED_SCHEDULE.value
     if len(stages) and sched.any():
+        sched &= rg["end_ns"].to_numpy() > rg["start_ns"].to_numpy()  # a zero-length range marks no step
+    if len(stages) and sched.any():
         parts = []
         known = stages != ""
         for (rank, pid, tid), idx in rg[sched].groupby(["rank", "pid", "tid"]).indices.items():

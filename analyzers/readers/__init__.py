@@ -22,6 +22,11 @@ from srtscope.analyzers.timeline import SourceFormat, Timeline, TimelineError, m
 __all__ = ["load_timeline", "read_one", "detect_format", "TraceError"]
 
 Progress = Callable[[float, str], None]
+#: The largest time value (ns, either sign) and the longest span of a file's events the analyses
+#: take: beyond 2^62 their sums and differences would overflow int64; 2^56 ns is 2.3 years, far
+#: beyond any capture, and leaves room for sums of thousands of spans.
+MAX_ABS_NS = 1 << 62
+MAX_SPAN_NS = 1 << 56
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
 
@@ -62,7 +67,32 @@ def read_one(path: str | Path, rank: int = 0, allow_no_kernels: bool = False) ->
     if not allow_no_kernels and not len(tl.device):
         raise TraceError(path, "trace has zero kernels and no other device activity "
                                "(was CUDA/GPU tracing enabled?)")
+    check_times(path, tl)
     return tl
+
+
+def check_times(path: str | Path, tl: Timeline) -> None:
+    """``TraceError`` for times no capture has: beyond ``MAX_ABS_NS`` or spanning over ``MAX_SPAN_NS``
+    (int64 extremes, a corrupt or zeroed timestamp among epoch times)."""
+    lo: int | None = None
+    hi: int | None = None
+    for df, a, b in ((tl.device, "start_ns", "end_ns"), (tl.api, "start_ns", "end_ns"),
+                     (tl.ranges, "start_ns", "end_ns"), (tl.counters, "t_ns", "t_ns")):
+        if len(df):
+            mn, mx = int(df[a].min()), int(df[b].max())
+            lo, hi = (mn, mx) if lo is None or hi is None else (min(lo, mn), max(hi, mx))
+    m = tl.meta
+    if m.window_end_ns > m.window_start_ns:
+        lo = m.window_start_ns if lo is None else min(lo, m.window_start_ns)
+        hi = m.window_end_ns if hi is None else max(hi, m.window_end_ns)
+    if lo is None or hi is None:
+        return
+    if max(-lo, hi) > MAX_ABS_NS:
+        raise TraceError(path, f"time values out of range ({lo} .. {hi} ns; beyond 2^62 ns, 146 years, "
+                               "they are not times): the trace is corrupt")
+    if hi - lo > MAX_SPAN_NS:
+        raise TraceError(path, f"the events span {(hi - lo) / 86400e9:.4g} days ({lo} .. {hi} ns): some "
+                               "timestamps are corrupt or from another clock")
 
 
 def _expand(paths: Sequence[str | Path]) -> list[Path]:

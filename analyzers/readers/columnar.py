@@ -32,28 +32,33 @@ def report_scans(callback: Callable[[int], None] | None) -> Iterator[None]:
 
 
 def _chunks(con: sqlite3.Connection, table: str, exprs: list[str], where: str,
-            lo: int, hi: int) -> list[list[np.ndarray]]:
-    """Per expression, the int64 chunks of the rows with ``lo <= rowid <= hi`` (rowid order).
+            lo: int, hi: int, seen: list[int] | None = None) -> list[list[np.ndarray]]:
+    """Per expression, the int64 chunks of the rows with ``lo <= rowid <= hi`` (rowid order);
+    ``seen`` gets the number of rows in the range, matching ``where`` or not.
 
     NOTE: one plain rowid-range scan per chunk (no ordered, limited subquery to feed it: ~25%
     faster); after each chunk the next existing rowid is looked up, so sparse or huge rowids in a
     damaged file cannot make it spin.
     """
-    sel = ", ".join(f"group_concat({e})" for e in exprs)
-    cond = f" AND ({where})" if where else ""
-    q = f"SELECT {sel}, COUNT(*) FROM {table} WHERE rowid >= ? AND rowid <= ?{cond}"
+    # NOTE: the filter goes into the aggregates (FILTER clause), not the WHERE: the same speed, and
+    # the rows of the range are counted too (a damaged file shows as rows missing from the span)
+    cond = f" FILTER (WHERE {where})" if where else ""
+    sel = ", ".join(f"group_concat({e}){cond}" for e in exprs)
+    q = f"SELECT {sel}, COUNT(*){cond}, COUNT(*) FROM {table} WHERE rowid >= ? AND rowid <= ?"
     nxt = f"SELECT MIN(rowid) FROM {table} WHERE rowid > ?"
     parts: list[list[np.ndarray]] = [[] for _ in exprs]
     a = lo
     while a is not None and a <= hi:
         b = min(a + CHUNK - 1, hi)
         row = con.execute(q, (a, b)).fetchone()
-        n = int(row[-1])
+        n = int(row[-2])
+        if seen is not None:
+            seen.append(int(row[-1]))
         if n:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 cols = [np.fromstring(v, dtype=np.int64, sep=",") if v else np.zeros(0, np.int64)
-                        for v in row[:-1]]
+                        for v in row[:-2]]
             if any(len(c) != n for c in cols):
                 raise sqlite3.DatabaseError(f"malformed values in {table}")
             for acc, c in zip(parts, cols):
@@ -68,7 +73,8 @@ def _chunks(con: sqlite3.Connection, table: str, exprs: list[str], where: str,
 
 
 def fetch_ints(con: sqlite3.Connection, table: str, exprs: list[str], where: str = "",
-               second: Callable[[], sqlite3.Connection] | None = None) -> list[np.ndarray]:
+               second: Callable[[], sqlite3.Connection] | None = None,
+               span: list[int] | None = None) -> list[np.ndarray]:
     """Integer columns ``exprs`` of ``table`` rows matching ``where`` -> one int64 array each.
 
     NOTE: rows are aggregated in SQLite (``group_concat`` over chunks of rows in rowid order)
@@ -78,24 +84,28 @@ def fetch_ints(con: sqlite3.Connection, table: str, exprs: list[str], where: str
     columns of one chunk come from the same aggregate pass, so their rows line up. Chunks are
     rowid ranges, in rowid order. Integer literals (``"-1"``) are not asked of SQLite: numpy fills
     them. ``second`` opens another connection: the upper half of a big table's rowids is then read
-    on it in a thread, in parallel.
+    on it in a thread, in parallel. ``span`` gets [rows in the table, lowest rowid, highest rowid]
+    (nothing for an empty table).
     """
     const = {i: int(e) for i, e in enumerate(exprs) if _INT_LITERAL.fullmatch(e.strip())}
     if len(const) == len(exprs):
         const = {}
     asked = [e for i, e in enumerate(exprs) if i not in const]
     lo, hi = con.execute(f"SELECT MIN(rowid), MAX(rowid) FROM {table}").fetchone()
+    seen: list[int] = []
     if lo is None:
         parts: list[list[np.ndarray]] = [[] for _ in asked]
     elif second is None or hi - lo < 2 * CHUNK:
-        parts = _chunks(con, table, asked, where, lo, hi)
+        parts = _chunks(con, table, asked, where, lo, hi, seen)
     else:
         mid = lo + (hi - lo) // 2
         with ThreadPoolExecutor(max_workers=1) as pool:
-            upper = pool.submit(_chunks_on, second, table, asked, where, mid + 1, hi)
-            parts = _chunks(con, table, asked, where, lo, mid)
+            upper = pool.submit(_chunks_on, second, table, asked, where, mid + 1, hi, seen)
+            parts = _chunks(con, table, asked, where, lo, mid, seen)
             for acc, more in zip(parts, upper.result()):
                 acc.extend(more)
+    if span is not None and lo is not None:
+        span[:] = [sum(seen), int(lo), int(hi)]
     n = sum(len(c) for c in parts[0]) if parts else 0
     out, k = [], 0
     for i in range(len(exprs)):        # column by column, dropping the chunks as we go
@@ -109,10 +119,10 @@ def fetch_ints(con: sqlite3.Connection, table: str, exprs: list[str], where: str
 
 
 def _chunks_on(connect: Callable[[], sqlite3.Connection], table: str, exprs: list[str], where: str,
-               lo: int, hi: int) -> list[list[np.ndarray]]:
+               lo: int, hi: int, seen: list[int] | None = None) -> list[list[np.ndarray]]:
     con = connect()
     try:
-        return _chunks(con, table, exprs, where, lo, hi)
+        return _chunks(con, table, exprs, where, lo, hi, seen)
     finally:
         con.close()
 
@@ -144,6 +154,12 @@ def nesting_depth(start: np.ndarray, end: np.ndarray, thread: np.ndarray,
     g = g.reshape(-1).astype(np.int64)
     t0 = int(min(s.min(), e.min()))
     span = int(max(s.max(), e.max())) - t0 + 1
+    if span * (int(g.max()) + 1) >= 1 << 62:
+        # keys per thread would overflow int64: times -> their ranks among all times (the same order
+        # and ties; same-start ranges still sort longer first, as their ends keep their order)
+        _, r = np.unique(np.r_[s, e], return_inverse=True)
+        r = r.reshape(-1).astype(np.int64)
+        s, e, t0, span = r[:len(s)], r[len(s):], 0, 2 * len(s) + 1
     ks, ke = g * span + (s - t0), g * span + (e - t0)
     order = np.lexsort((-(e - s), ks))            # by (thread, start), longer first on ties
     pos = np.empty(len(idx), np.int64)

@@ -168,9 +168,12 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
     return _build(path, header, dev, api, rng, cats, thread_names, n_events, rank)
 
 
-def _times(cols: _Cols, base_ns: int) -> tuple[np.ndarray, np.ndarray]:
-    start = np.fromiter((us_to_ns(v) for v in cols.cols["start"]), np.int64, len(cols)) + base_ns
-    dur = np.fromiter((us_to_ns(v) for v in cols.cols["dur"]), np.int64, len(cols))
+def _times(cols: _Cols, base_ns: int, path: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        start = np.fromiter((us_to_ns(v) for v in cols.cols["start"]), np.int64, len(cols)) + np.int64(base_ns)
+        dur = np.fromiter((us_to_ns(v) for v in cols.cols["dur"]), np.int64, len(cols))
+    except (OverflowError, ValueError) as exc:
+        raise TraceError(path or "<kineto>", f"an event's time is out of range or not a number ({exc})") from None
     return start, start + np.maximum(dur, 0)
 
 
@@ -187,7 +190,7 @@ def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Col
 
     device = api_df = ranges = None
     if len(dev):
-        s, e = _times(dev, base_ns)
+        s, e = _times(dev, base_ns, path)
         c = dev.cols
         device = pd.DataFrame({"start_ns": s, "end_ns": e, "kind": pd.Categorical(c["kind"]),
                                "name": pd.Categorical(c["name"]), "device": c["device"],
@@ -195,7 +198,7 @@ def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Col
                                "correlation": c["correlation"], "rank": file_rank,
                                "bytes": c["bytes"]})
     if len(api):
-        s, e = _times(api, base_ns)
+        s, e = _times(api, base_ns, path)
         c = api.cols
         raw = pd.Categorical(c["name"])
         mapped = np.asarray([strip_api_suffix(hip_to_cuda(n)) for n in raw.categories], dtype=object)
@@ -206,7 +209,7 @@ def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Col
                                "name": names, "kind": kinds, "correlation": c["correlation"],
                                "rank": file_rank})
     if len(rng):
-        s, e = _times(rng, base_ns)
+        s, e = _times(rng, base_ns, path)
         c = rng.cols
         names, attrs = split_labels(c["name"])
         ranges = pd.DataFrame({"start_ns": s, "end_ns": e, "pid": c["pid"], "tid": c["tid"],

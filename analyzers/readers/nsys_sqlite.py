@@ -6,9 +6,14 @@ arrays chunk by chunk, names become categoricals over the few distinct StringIds
 
 NOTE: ``globalTid`` packs ``hw << 48 | pid << 24 | tid``; GPU tables carry ``globalPid`` only.
 NOTE: correlation ids are unique per process only; the Timeline keeps ``pid`` beside them.
+NOTE: ``immutable=1`` ignores a ``-wal`` log or hot ``-journal`` beside the file: such a file is
+refused (``check_side_files``) rather than read stale or torn. Structure is verified with
+``PRAGMA quick_check`` (``check_integrity``): always on files up to ``QUICK_CHECK_ALWAYS_BYTES``,
+on larger ones per small table always and in full when what was read looks inconsistent.
 """
 from __future__ import annotations
 
+import shlex
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -35,6 +40,7 @@ from srtscope.analyzers.timeline import (
     DeviceKind,
     SourceFormat,
     Timeline,
+    TimelineError,
     TimelineMeta,
     Traced,
     WarningCode,
@@ -47,6 +53,11 @@ NVTX_PUSH_RANGE, NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE = 35, 59, 60,
 _COPY_KIND = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
               8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
 _MASK24 = 0xFFFFFF
+#: Files up to this size get a full ``PRAGMA quick_check`` before the read (it costs ~4 s per GB,
+#: about a fifth of the read: larger files get it only when what was read looks inconsistent).
+QUICK_CHECK_ALWAYS_BYTES = 16 << 20
+_JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
+_WAL_HEADER = 32
 
 
 def _kind_col(kind: DeviceKind, n: int) -> pd.Categorical:
@@ -62,6 +73,54 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
     return con
 
 
+def check_side_files(path: Path) -> None:
+    """Refuse a database whose last transactions sit in a ``-wal`` log or whose file may be torn (a
+    hot ``-journal``): the immutable connection would read it stale or half-written, silently."""
+    how = (f"settle it by opening the database once with sqlite3 (sqlite3 {shlex.quote(str(path))} "
+           "'PRAGMA wal_checkpoint(TRUNCATE)'), which checkpoints or rolls back, then read it again")
+    for base in dict.fromkeys((str(path), str(path.resolve()))):
+        wal, journal = Path(base + "-wal"), Path(base + "-journal")
+        try:
+            if wal.is_file() and wal.stat().st_size > _WAL_HEADER:
+                raise TraceError(path, f"a write-ahead log {wal} lies beside it: transactions in it are not "
+                                       f"in the database file, which would read stale; {how}")
+            if journal.is_file() and journal.stat().st_size > 0:
+                with open(journal, "rb") as fh:
+                    hot = fh.read(len(_JOURNAL_MAGIC)) == _JOURNAL_MAGIC
+                if hot:
+                    raise TraceError(path, f"a hot rollback journal {journal} lies beside it: a write was "
+                                           f"interrupted and the database file may be torn; {how}")
+        except OSError:
+            continue  # unreadable side file: SQLite could not use it either
+
+
+def _problems(con: sqlite3.Connection, table: str | None = None) -> list[str]:
+    """``PRAGMA quick_check`` (of one table, else of the whole file): its complaints, [] when ok."""
+    arg = f"({table})" if table else ""
+    try:
+        rows = [str(r[0]) for r in con.execute(f"PRAGMA quick_check{arg}")]
+    except sqlite3.DatabaseError as exc:
+        return [str(exc)]
+    rows = [" ".join(r.replace("*** in database main ***", "").split()) for r in rows]
+    return [r for r in rows if r and r != "ok"]
+
+
+def check_integrity(path: Path, con: sqlite3.Connection, why: str = "",
+                    tables: tuple[str, ...] = ()) -> None:
+    """``TraceError`` when ``PRAGMA quick_check`` finds the file structurally corrupt (page swaps,
+    flipped bits in b-tree pages: rows then read as other rows, silently). ``tables``: check only
+    these (small) tables; ``why``: what looked inconsistent, said in the message."""
+    problems: list[str] = []
+    for t in tables or (None,):
+        problems += _problems(con, t)
+    if problems:
+        seen = f" (what was read looked inconsistent: {why[:200]})" if why else ""
+        n = f"{len(problems)}+" if len(problems) >= 100 else str(len(problems))   # it stops at 100
+        raise TraceError(path, f"corrupt SQLite database: PRAGMA quick_check reports {n} problem(s), "
+                               f"first: {problems[0][:200]}{seen}; re-export it from the .nsys-rep "
+                               "report (nsys export --type sqlite)")
+
+
 
 
 
@@ -71,12 +130,25 @@ class _Reader:
         self.tables = {r[0] for r in con.execute(
             "SELECT name FROM sqlite_master WHERE type='table'")}
         self._strings: dict[int, str] | None = None
+        self.missing_strings = 0    # rows whose StringIds id is not in StringIds
+        self.named_rows = 0         # rows whose name was looked up in StringIds
+        self.suspect: list[str] = []  # what looked inconsistent while reading (quick_check then)
 
     def has(self, table: str) -> bool:
         return table in self.tables
 
     def columns(self, table: str) -> set[str]:
         return {r[1] for r in self.con.execute(f"PRAGMA table_info({table})")}
+
+    def fetch(self, table: str, exprs: list[str], where: str = "", parallel: bool = False) -> list[np.ndarray]:
+        """``fetch_ints``, noting a table whose row count is not its rowid span: nsys writes rowids
+        1..n, so rows were lost or moved (a swapped page) -- or the export was edited."""
+        span: list[int] = []
+        second = (lambda: connect_readonly(self.path)) if parallel else None
+        out = fetch_ints(self.con, table, exprs, where, second=second, span=span)
+        if span and span[2] - span[1] + 1 != span[0]:
+            self.suspect.append(f"{span[0]} rows in {table} over rowids {span[1]}..{span[2]}")
+        return out
 
     def count(self, table: str, where: str = "") -> int:
         return int(self.con.execute(f"SELECT COUNT(*) FROM {table} {where}").fetchone()[0])
@@ -96,6 +168,10 @@ class _Reader:
         inv, uniq = factorize(ids)
         lut = self.strings(uniq)
         vals = [lut.get(int(u), "") for u in uniq.tolist()]
+        self.named_rows += len(ids)
+        lost = [i for i, u in enumerate(uniq.tolist()) if int(u) not in lut]
+        if lost:
+            self.missing_strings += int(np.isin(inv, lost).sum())
         if transform is not None:
             vals = [transform(v) for v in vals]
         return cat_from_codes(inv, vals)
@@ -121,10 +197,9 @@ class _Reader:
         name_col = "demangledName" if "demangledName" in cols else "shortName"
         gid = "COALESCE(graphId,-1)" if "graphId" in cols else "-1"
         gnode = "COALESCE(graphNodeId,-1)" if "graphNodeId" in cols else "-1"
-        s, e, dev, strm, corr, gpid, name, g, node = fetch_ints(
-            self.con, t, ["start", "end", "deviceId", "streamId", "COALESCE(correlationId,-1)",
-                          "COALESCE(globalPid,0)", name_col, gid, gnode],
-            second=lambda: connect_readonly(self.path))
+        s, e, dev, strm, corr, gpid, name, g, node = self.fetch(
+            t, ["start", "end", "deviceId", "streamId", "COALESCE(correlationId,-1)",
+                "COALESCE(globalPid,0)", name_col, gid, gnode], parallel=True)
         names = self.categorical(name)
         del name
         return {"start_ns": s, "end_ns": e, "kind": _kind_col(DeviceKind.KERNEL, len(s)),
@@ -138,10 +213,9 @@ class _Reader:
         ck = "copyKind" if "copyKind" in cols and kind is DeviceKind.MEMCPY else "0"
         gnode = "COALESCE(graphNodeId,-1)" if "graphNodeId" in cols else "-1"
         nbytes = "COALESCE(bytes,-1)" if "bytes" in cols else "-1"
-        s, e, dev, strm, corr, gpid, k, node, nb = fetch_ints(
-            self.con, table, ["start", "end", "deviceId", "streamId",
-                              "COALESCE(correlationId,-1)", "COALESCE(globalPid,0)",
-                              f"COALESCE({ck},0)", gnode, nbytes])
+        s, e, dev, strm, corr, gpid, k, node, nb = self.fetch(
+            table, ["start", "end", "deviceId", "streamId", "COALESCE(correlationId,-1)",
+                    "COALESCE(globalPid,0)", f"COALESCE({ck},0)", gnode, nbytes])
         inv, uniq = factorize(k)
         if kind is DeviceKind.MEMCPY:
             labels = [f"Memcpy {_COPY_KIND.get(int(u), str(u))}" for u in uniq.tolist()]
@@ -158,9 +232,9 @@ class _Reader:
             return None
         cols = self.columns(t)
         gid = "COALESCE(graphId,-1)" if "graphId" in cols else "-1"
-        s, e, dev, strm, corr, gpid, g = fetch_ints(
-            self.con, t, ["start", "end", "deviceId", "streamId", "COALESCE(correlationId,-1)",
-                          "COALESCE(globalPid,0)", gid])
+        s, e, dev, strm, corr, gpid, g = self.fetch(
+            t, ["start", "end", "deviceId", "streamId", "COALESCE(correlationId,-1)",
+                "COALESCE(globalPid,0)", gid])
         inv, uniq = factorize(g)
         return {"start_ns": s, "end_ns": e, "kind": _kind_col(DeviceKind.GRAPH, len(s)),
                 "name": cat_from_codes(inv, [f"cudaGraph {u}" for u in uniq.tolist()]),
@@ -174,9 +248,8 @@ class _Reader:
             return None
         # 0 = CUDA runtime, 1 = CUDA driver; 2022.2 adds a duplicate row per call with class 67.
         where = "eventClass IN (0, 1)" if "eventClass" in self.columns(t) else ""
-        s, e, gtid, corr, name = fetch_ints(
-            self.con, t, ["start", "end", "COALESCE(globalTid,0)", "COALESCE(correlationId,-1)",
-                          "nameId"], where)
+        s, e, gtid, corr, name = self.fetch(
+            t, ["start", "end", "COALESCE(globalTid,0)", "COALESCE(correlationId,-1)", "nameId"], where)
         names = self.categorical(name, strip_api_suffix)
         del name
         kind_lut = np.asarray([api_kind(c).value for c in names.categories], dtype=object)
@@ -190,7 +263,7 @@ class _Reader:
         t = "OSRT_API"
         if not self.has(t) or not self.count(t):
             return None
-        s, e, gtid, name = fetch_ints(self.con, t, ["start", "end", "COALESCE(globalTid,0)", "nameId"])
+        s, e, gtid, name = self.fetch(t, ["start", "end", "COALESCE(globalTid,0)", "nameId"])
         names = self.categorical(name)
         kind_lut = np.asarray([os_kind(str(c)).value for c in names.categories], dtype=object)
         kinds = pd.Categorical(kind_lut[names.codes] if len(kind_lut) else np.zeros(0, dtype=object),
@@ -207,8 +280,8 @@ class _Reader:
         types = f"({NVTX_PUSH_RANGE}, {NVTX_PUSH_POP}, {NVTX_START_END})"
         where = f"WHERE n.eventType IN {types} AND n.end IS NOT NULL"
         dom_sql = "COALESCE(domainId,0)" if "domainId" in cols else "0"
-        s, e, etype, gtid, dom = fetch_ints(
-            self.con, t, ["start", "end", "eventType", "COALESCE(globalTid,0)", dom_sql],
+        s, e, etype, gtid, dom = self.fetch(
+            t, ["start", "end", "eventType", "COALESCE(globalTid,0)", dom_sql],
             where.replace("WHERE ", "").replace("n.", ""))
         has_tid = "textId" in cols
         label_sql = ("COALESCE(n.text, s.value, '') FROM NVTX_EVENTS n LEFT JOIN StringIds s "
@@ -264,6 +337,8 @@ class _Reader:
                 for i, nm, s, m in self.con.execute(
                     f"SELECT id, name, {sm}, {mem} FROM TARGET_INFO_GPU")}
         picked = [rows.get(i, DeviceInfo(i)) for i in sorted(used)] if used else list(rows.values())
+        if rows and (unknown := used - rows.keys()):
+            self.suspect.append(f"device id(s) {sorted(unknown)[:4]} not in TARGET_INFO_GPU")
         return picked, len(rows)
 
     def thread_names(self, pids: set[int]) -> dict[str, str]:
@@ -275,14 +350,15 @@ class _Reader:
                 for g, v in rows if g is not None and ((int(g) >> 24) & _MASK24) in pids}
 
 
-def _read_host(path: Path) -> tuple[dict | None, tuple[dict | None, int]]:
-    """API and NVTX tables on their own connection (run in a worker thread)."""
+def _read_host(path: Path) -> tuple[dict | None, tuple[dict | None, int], _Reader]:
+    """API and NVTX tables on their own connection (run in a worker thread), and the reader (for
+    its notes: ``suspect``, ``missing_strings``, ``named_rows``)."""
     con = connect_readonly(path)
     try:
         r = _Reader(path, con)
         api = concat_sorted([p for p in (r.api(), r.osrt()) if p is not None and len(p["start_ns"])])
         ranges, marks = r.nvtx()
-        return api, (sort_columns(ranges), marks)
+        return api, (sort_columns(ranges), marks), r
     finally:
         con.close()
 
@@ -319,14 +395,29 @@ def read_nsys(path: str | Path, rank: int = 0) -> Timeline:
     """Read one nsys SQLite export. ``rank`` is the rank of its first process (several processes
     in one file get consecutive ranks in pid order)."""
     path = Path(path)
+    check_side_files(path)
     con = connect_readonly(path)
     try:
-        return _read(path, _Reader(path, con), rank)
+        checked = path.stat().st_size <= QUICK_CHECK_ALWAYS_BYTES
+        if checked:
+            check_integrity(path, con)
+        try:
+            return _read(path, _Reader(path, con), rank, checked)
+        except (sqlite3.DatabaseError, ValueError, TimelineError) as exc:
+            if not checked and not isinstance(exc, TraceError):
+                check_integrity(path, con, why=str(exc))  # a damaged file says so rather than why
+            raise
     finally:
         con.close()
 
 
-def _read(path: Path, r: _Reader, rank: int) -> Timeline:
+#: small tables read whole: always checked (milliseconds) when the file is too big for a full check
+_SMALL_TABLES = ("sqlite_master", "StringIds", "META_DATA_EXPORT", "EXPORT_META_DATA", "META_DATA_CAPTURE",
+                 "TARGET_INFO_GPU", "ANALYSIS_DETAILS", "TARGET_INFO_SESSION_START_TIME", "PROCESSES",
+                 "ThreadNames")
+
+
+def _read(path: Path, r: _Reader, rank: int, checked: bool = False) -> Timeline:
     if "StringIds" not in r.tables:
         raise TraceError(path, "SQLite database, but not an Nsight Systems export "
                                "(no StringIds table)")
@@ -344,7 +435,10 @@ def _read(path: Path, r: _Reader, rank: int) -> Timeline:
                              r.graph_execs()) if p is not None and len(p["start_ns"])]
         device = concat_sorted(parts)
         del parts
-        api, (ranges, marks) = host.result()
+        api, (ranges, marks), hr = host.result()
+    r.missing_strings += hr.missing_strings
+    r.named_rows += hr.named_rows
+    r.suspect += hr.suspect
     n_dev = 0 if device is None else len(device["start_ns"])
     n_api = 0 if api is None else len(api["start_ns"])
     n_rng = 0 if ranges is None else len(ranges["start_ns"])
@@ -379,6 +473,8 @@ def _read(path: Path, r: _Reader, rank: int) -> Timeline:
             if n_dev and not lo <= first <= hi and 0 <= first <= hi - lo:
                 lo, hi = 0, hi - lo
             meta.window_start_ns, meta.window_end_ns = lo, hi
+            if n_dev and (first < lo or int(dev_cols["end_ns"].max()) > hi):
+                r.suspect.append("device rows outside the session's bounds (ANALYSIS_DETAILS)")
     if r.has("TARGET_INFO_SESSION_START_TIME"):
         row = r.con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
         if row and row[0]:
@@ -446,6 +542,21 @@ def _read(path: Path, r: _Reader, rank: int) -> Timeline:
     if schema not in KNOWN_SCHEMAS:
         meta.warn(WarningCode.UNKNOWN_SCHEMA, f"export schema version {schema or '(none)'} "
                   "was not seen in testing; columns are read by name and may be incomplete")
+    known = meta.extra["nsys.process_names"]
+    if r.has("PROCESSES") and known and (phantom := set(pids) - set(known)):
+        r.suspect.append(f"pid(s) {sorted(phantom)[:4]} not in PROCESSES")
+    if r.missing_strings:
+        r.suspect.append(f"{r.missing_strings} row(s) name strings missing from StringIds")
+    if not checked:
+        check_integrity(path, r.con, tables=tuple(t for t in _SMALL_TABLES if t == "sqlite_master" or r.has(t)))
+        if r.suspect:
+            check_integrity(path, r.con, why="; ".join(r.suspect))
+    if r.missing_strings:
+        if 2 * r.missing_strings >= r.named_rows:
+            raise TraceError(path, f"damaged export: {r.missing_strings} of {r.named_rows} rows name strings "
+                                   "that are not in StringIds; re-export it from the .nsys-rep report")
+        meta.warn(WarningCode.CORRUPT, f"{r.missing_strings} of {r.named_rows} rows name strings that are "
+                  "not in StringIds (shown as empty names): the export is damaged")
     # NOTE: the same validation as Timeline.build, one table at a time, keeping the fetched arrays
     # as the frames' columns (no consolidating copy: ~1.8 s and ~0.5 GB less on a 1 GB export).
     device_df = _validated(device, "device")

@@ -3,11 +3,13 @@
 Spans -> ranges (domain ``srtscope``, attrs kept). The worker's forward spans (``run.eager``,
 ``run.graph_replay``, ``comm.all_reduce``) are ALSO device rows of kind ``cpu_forward``: on a CPU
 run they are the closest thing to device activity (warning ``cpu_stand_in``). Counters -> counters.
+Read element by element (``jsonstream.load_columns``), bounded whatever the inflated size: at most
+``MAX_PROBE_ROWS`` spans or counters, ``MAX_PROBE_CHARS`` characters, ``MAX_PROBE_VALUE`` per value.
 """
 from __future__ import annotations
 
 import gzip
-import json
+import io
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +17,26 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers.readers.errors import TraceError
+from srtscope.analyzers.readers.jsonstream import JsonStreamError, load_columns
 from srtscope.analyzers.readers.stand_in import forward_stand_ins, note_stand_ins
 from srtscope.analyzers.timeline import SourceFormat, Timeline, TimelineMeta, Traced, WarningCode
 from srtscope.probes.export import FORMAT, VERSION
 from srtscope.probes.stages import DOMAIN
 
+MAX_PROBE_ROWS = 1_000_000       # spans (or counters): a run records about six per engine step
+MAX_PROBE_CHARS = 256 << 20      # the whole document, inflated (~70 characters per span)
+MAX_PROBE_VALUE = 1 << 20        # one value: a name, a span's attrs, the meta object
+
 
 def _load(path: Path) -> dict[str, Any]:
     with open(path, "rb") as fh:
         gz = fh.read(2) == b"\x1f\x8b"
-    opener = gzip.open if gz else open
-    with opener(path, "rb") as fh:
-        doc = json.loads(fh.read().decode("utf-8"))
+    raw = gzip.open(path, "rb") if gz else open(path, "rb")
+    with io.TextIOWrapper(raw, encoding="utf-8", errors="strict") as fh:
+        try:
+            doc = load_columns(fh, MAX_PROBE_ROWS, MAX_PROBE_CHARS, max_value=MAX_PROBE_VALUE)
+        except JsonStreamError as exc:
+            raise TraceError(path, f"not a valid {FORMAT} trace: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise TraceError(path, f"not a {FORMAT} trace")
     if doc.get("version") != VERSION:
@@ -35,11 +45,11 @@ def _load(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _column(table: dict, key: str, n: int, path: Path) -> list:
+def _column(table: dict, key: str, n: int, path: Path) -> list | np.ndarray:
     col = table.get(key)
     if n == 0 and col is None:
         return []
-    if not isinstance(col, list) or len(col) != n:
+    if not isinstance(col, (list, np.ndarray)) or len(col) != n:
         raise TraceError(path, f"probe trace column {key!r} is missing or not {n} long")
     return col
 
