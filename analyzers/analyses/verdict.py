@@ -44,7 +44,8 @@ from srtscope.analyzers.vocab import Bottleneck, Cause
 
 _ADEQUACY = (WarningCode.NO_NVTX, WarningCode.GRAPH_NOT_PER_NODE, WarningCode.LOW_NVTX_COVERAGE,
              WarningCode.WINDOW_CUT, WarningCode.NO_API, WarningCode.UNKNOWN_SCHEMA, WarningCode.NO_KERNELS,
-             WarningCode.PARTIAL_RANKS, WarningCode.COLD_START, WarningCode.PYTHON_TRACING)
+             WarningCode.PARTIAL_RANKS, WarningCode.COLD_START, WarningCode.PYTHON_TRACING,
+             WarningCode.CORRUPT)
 _THIN = (WarningCode.SINGLE_ITERATION, WarningCode.LOW_DEVICE_COVERAGE)
 LOW_COVERAGE = 0.5
 CAP_THIN = 0.6

@@ -146,7 +146,9 @@ def test_json_contract_keys_and_integer_times():
     def ints(node, path=""):
         if isinstance(node, dict):
             for k, v in node.items():
-                if k.endswith("_ns") and v is not None and not isinstance(v, dict):
+                if k.endswith("_ns") and isinstance(v, list):          # per-bin series (overview)
+                    assert all(type(x) is int for x in v), f"{path}.{k} holds non-integers"
+                elif k.endswith("_ns") and v is not None and not isinstance(v, dict):
                     assert type(v) is int, f"{path}.{k} is {type(v).__name__}"
                 ints(v, f"{path}.{k}")
         elif isinstance(node, list):
