@@ -9,7 +9,9 @@
 2. The engine's prefix-cache hit rate on that workload.
 3. Host time per decode step spent in scheduling + preparation + result processing
    (``sched.recv`` + ``sched.schedule`` + ``prep.batch`` + ``sched.result``, main thread) at
-   bs 1, 8, 32, from the probe ranges. Target < 0.5 ms at bs 32.
+   bs 1, 8, 32, from the probe ranges. Target < 0.5 ms at bs 32. Time is exclusive — the
+   innermost stage range wins, as in the analyzers: slot allocation (``prep.batch part=alloc``,
+   nested in ``sched.schedule``) counts as prep only, never twice.
 """
 from __future__ import annotations
 
@@ -76,6 +78,20 @@ def naive_generate(worker: TpModelWorker, items: list[WorkItem], static_bs: int,
     return outs, time.perf_counter() - t0
 
 
+def exclusive_ns(spans: list) -> list[int]:
+    """Each span's own time (ns): its duration less its direct children's, for spans of one thread
+    ordered by start (a child starts and ends inside its parent)."""
+    own = [s.dur_ns for s in spans]
+    stack: list[int] = []
+    for k, s in enumerate(spans):
+        while stack and spans[stack[-1]].end_ns <= s.start_ns:
+            stack.pop()
+        if stack:
+            own[stack[-1]] -= s.dur_ns
+        stack.append(k)
+    return own
+
+
 def host_per_decode_step(cfg: EngineConfig, worker: TpModelWorker, bs: int,
                          steps: int = 40) -> dict[str, float]:
     """Median µs per decode step at batch size ``bs`` in the scheduler-side stages."""
@@ -99,15 +115,14 @@ def host_per_decode_step(cfg: EngineConfig, worker: TpModelWorker, bs: int,
     cols: dict[str, list[float]] = {"sched": [], "prep": [], "result": [], "attn_prep": []}
     for lp in loops:
         lo, hi = np.searchsorted(starts, [lp.start_ns, lp.end_ns])
+        inner = [spans[k] for k in order[lo:hi] if spans[k].tid == lp.tid and spans[k] is not lp]
+        inner.sort(key=lambda s: (s.start_ns, -s.end_ns))
         acc = dict.fromkeys(cols, 0)
-        for k in order[lo:hi]:
-            s = spans[k]
-            if s.tid != lp.tid:
-                continue
+        for s, own in zip(inner, exclusive_ns(inner)):
             if s.name in part_of:
-                acc[part_of[s.name]] += s.dur_ns
+                acc[part_of[s.name]] += own
             elif s.name == Stage.PREP_BATCH.value:
-                acc["attn_prep" if s.attrs.get("part") == "attn" else "prep"] += s.dur_ns
+                acc["attn_prep" if s.attrs.get("part") == "attn" else "prep"] += own
         for key in cols:
             cols[key].append(acc[key] / 1000)
     med = {k: statistics.median(v) if v else float("nan") for k, v in cols.items()}

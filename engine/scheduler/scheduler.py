@@ -58,12 +58,13 @@ RETRACT_DECODE_STEPS = 4   # after a retraction, keep room for this many decode 
 
 
 def spin_us(us: int) -> None:
-    """Busy-wait ``us`` microseconds (sleeping first for long waits) — fault injection."""
+    """Busy-wait ``us`` microseconds (sleeping first for long waits, 2 ms short of the end, so a
+    late wake-up on a loaded machine rarely overshoots) — fault injection."""
     if us <= 0:
         return
     end = time.perf_counter_ns() + us * 1000
-    if us > 2000:
-        time.sleep((us - 1000) / 1e6)
+    if us > 3000:
+        time.sleep((us - 2000) / 1e6)
     while time.perf_counter_ns() < end:
         pass
 
