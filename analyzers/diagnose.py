@@ -4,6 +4,7 @@ Pure: no printing, no I/O. The CLI renders ``Diagnosis`` / ``DiagnosisDiff`` and
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -21,10 +22,12 @@ from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons, fal
 from srtscope.analyzers.analyses.overview import overview
 from srtscope.analyzers.analyses.steps import StepRule, find_steps
 from srtscope.analyzers.analyses.verdict import decide
+from srtscope.analyzers.analyses.whatif import what_if
 from srtscope.analyzers.columns import isin, str_codes, sum_by
 from srtscope.analyzers.host_activity import HostActivity
-from srtscope.analyzers.results import BUBBLE_CLASSES, BubbleResult, CaptureInfo, Diagnosis, StepsResult
+from srtscope.analyzers.results import BUBBLE_CLASSES, BubbleResult, CaptureInfo, Diagnosis, Finding, StepsResult
 from srtscope.analyzers.timeline import DeviceKind, Timeline, WarningCode
+from srtscope.analyzers.units import fmt_ns
 from srtscope.analyzers.vocab import Cause
 
 __all__ = ["DiagnoseParams", "diagnose", "compare", "crop", "top_kernels", "DiagnosisDiff", "FigureDelta"]
@@ -156,8 +159,10 @@ def top_kernels(tl: Timeline, n: int) -> pd.DataFrame:
                          "share": np.round(g["sum"].to_numpy() / total, 4) if total else 0.0})
 
 
-def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams()) -> Diagnosis:
-    """Every analysis over one Timeline, and the verdict."""
+def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams(), *,
+             shrink_ns: Mapping[str, int] | None = None) -> Diagnosis:
+    """Every analysis over one Timeline, and the verdict. ``shrink_ns`` (cause -> host ns cut per
+    step, ``analyses.whatif.SHRINKABLE``): the what-if of those causes shrinks them instead of removing them."""
     tl, source, steps = _select_steps(tl, params)
     bubbles, by_device, by_stream = find_bubbles(tl, params.threshold_ns)
     nxt = bubbles["next_row"].to_numpy()
@@ -234,4 +239,12 @@ def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams()) -> Diagnos
     p = asdict(params)
     p["step_range"] = list(params.step_range) if params.step_range else None
     ov = overview(tl, table, steps, mask)
-    return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, p, dres, ov)
+    wif = what_if(tl, steps, pieces, budget.table, cres, primary_devices(by_device), params.threshold_ns,
+                  model, shrink_ns, params.burst_rule)
+    if wif and wif[0].saved_ns >= 0.01 * wif[0].step_ns_before:
+        best = wif[0]
+        verdict = replace(verdict, evidence=verdict.evidence + (Finding(
+            "what_if", f"what if: without {best.cause} the mean step would take {fmt_ns(best.step_ns_after)} "
+            f"instead of {fmt_ns(best.step_ns_before)} ({100 * best.saved_ns / best.step_ns_before:.0f}% less)",
+            best.saved_ns, "ns"),))
+    return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, p, dres, ov, wif)

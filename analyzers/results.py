@@ -390,6 +390,7 @@ class Diagnosis:
     params: dict[str, Any] = field(default_factory=dict)
     device: DeviceResult | None = None
     overview: OverviewResult | None = None
+    what_if: tuple[WhatIf, ...] = ()      # largest saving first (analyses.whatif)
 
     def to_json(self) -> dict[str, Any]:
         steps = self.steps.to_json()
@@ -406,7 +407,8 @@ class Diagnosis:
                 "budget": self.budget.to_json(), "top_kernels": _records(self.top_kernels),
                 "device": None if self.device is None else self.device.to_json(),
                 "overview": None if self.overview is None else self.overview.to_json(),
-                "capture": self.capture.to_json(), "params": dict(self.params)}
+                "capture": self.capture.to_json(), "params": dict(self.params),
+                "what_if": [w.to_json() for w in self.what_if]}
 
 
 def _step_parts(bt: pd.DataFrame) -> list[dict[str, int]]:
@@ -432,3 +434,33 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
             rec[c] = v
         out.append(rec)
     return out
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """One cause removed (or shrunk): the predicted mean step wall time, ns, and what that assumes.
+
+    ``saved_ns`` is per mean step (summed saving over the steps / the number of steps);
+    ``step_ns_after = step_ns_before - saved_ns``; ``steps``: how many steps gain anything.
+    """
+
+    cause: str                            # a vocab.Cause value
+    cls: str                              # its bottleneck class (vocab.Bottleneck value)
+    saved_ns: int
+    step_ns_before: int
+    step_ns_after: int
+    steps: int
+    assumptions: tuple[str, ...] = ()
+    #: per step (rows of the step table, in order): ns saved — for scripts; not in the JSON
+    per_step_ns: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def speedup(self) -> float:
+        """End-to-end step speedup, before / after (1.0 when nothing changes)."""
+        return self.step_ns_before / self.step_ns_after if self.step_ns_after > 0 else 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cause": self.cause, "class": self.cls, "saved_ns": _ns(self.saved_ns),
+                "step_ns_before": _ns(self.step_ns_before), "step_ns_after": _ns(self.step_ns_after),
+                "speedup": round(self.speedup, 4), "steps": int(self.steps),
+                "assumptions": list(self.assumptions)}

@@ -28,6 +28,12 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
         out += ["", "## What to do next", ""]
         for a in v["advice"]:
             out.append(f"- **{_md(a.get('cause'), 40)}**: {_md(a.get('text'), 600)}")
+    wif = [w for w in d.get("what_if") or [] if int(w.get("saved_ns") or 0) > 0][:6]
+    if wif:
+        out += ["", "## What if (predicted mean step without each cause; device work as measured)", "",
+                "| cause | saved per step | step before | step after | speedup |", "|---|---:|---:|---:|---:|"]
+        out += [f"| {_md(w.get('cause'), 40)} | {fmt_ns(w.get('saved_ns'))} | {fmt_ns(w.get('step_ns_before'))} | "
+                f"{fmt_ns(w.get('step_ns_after'))} | {float(w.get('speedup') or 1):.2f}x |" for w in wif]
     dv = d.get("device") or {}
     if dv.get("busy_ns"):
         busy = int(dv["busy_ns"])
