@@ -241,7 +241,7 @@ def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams(), *,
     ov = overview(tl, table, steps, mask)
     wif = what_if(tl, steps, pieces, budget.table, cres, primary_devices(by_device), params.threshold_ns,
                   model, shrink_ns, params.burst_rule)
-    if wif and wif[0].saved_ns >= 0.01 * wif[0].step_ns_before:
+    if wif and wif[0].step_ns_before > 0 and wif[0].saved_ns >= max(0.01 * wif[0].step_ns_before, 1):
         best = wif[0]
         verdict = replace(verdict, evidence=verdict.evidence + (Finding(
             "what_if", f"what if: without {best.cause} the mean step would take {fmt_ns(best.step_ns_after)} "
