@@ -67,10 +67,17 @@ def timeline_svgs(d: dict[str, Any]) -> str:
                 parts += [(c, dv["bubbles_ns"][c][i]) for c in classes]
                 t0 = (i * bin_ns) / 1e6
                 tip = f"{t0:.3f} ms: " + ", ".join(f"{LABELS.get(k, k)} {fmt_ns(v)}" for k, v in parts if v)
-                cols.append(_bar_stack((i - p0) * bw, bw, h, parts, bin_ns, tip))
-            ticks = "".join(f'<line x1="{(t - start) / bin_ns * bw - p0 * bw:.1f}" y1="0" '
-                            f'x2="{(t - start) / bin_ns * bw - p0 * bw:.1f}" y2="6" stroke="#222"/>'
-                            for t in dv.get("steps_ns") or [] if p0 <= (t - start) / bin_ns < p1)
+                # NOTE: parts overlap (a copy beside a kernel): the column is scaled to fit, not clipped
+                cols.append(_bar_stack((i - p0) * bw, bw, h, parts, max(bin_ns, sum(v for _, v in parts)), tip))
+            # one tick per column holding step starts (a long trace has tens of thousands of steps)
+            starts: dict[int, int] = {}
+            for t in dv.get("steps_ns") or []:
+                col = int((t - start) // bin_ns)
+                if p0 <= col < p1:
+                    starts[col] = starts.get(col, 0) + 1
+            ticks = "".join(f'<g><title>{n} step start{"s" if n > 1 else ""}</title>'
+                            f'<line x1="{(c - p0 + 0.5) * bw:.1f}" y1="0" x2="{(c - p0 + 0.5) * bw:.1f}" y2="6" '
+                            f'stroke="#222"/></g>' for c, n in sorted(starts.items()))
             axis = (f'<text x="0" y="{h + 14}" class="ax">{fmt_ns(p0 * bin_ns)}</text>'
                     f'<text x="{W}" y="{h + 14}" class="ax" text-anchor="end">{fmt_ns(p1 * bin_ns)}</text>')
             out.append(f'<svg width="{W}" height="{h + 18}" viewBox="0 0 {W} {h + 18}" role="img">'

@@ -259,7 +259,9 @@ def _evidence(bubbles: BubbleResult, comm: CommResult, eager: EagerResult, top_k
                           f"{_pct(user[1], bubbles.total_ns):.0f}% of bubble time (names no stage)", user[1], "ns"))
     if len(top_kernels):
         k = top_kernels.iloc[0]
-        ev.append(Finding("top_kernel", f"top kernel {clip_text(str(k['name']), 80)}: {100 * k['share']:.0f}% of "
+        share = 100 * float(k["share"])
+        pct = f"{share:.0f}%" if share >= 10 else f"{share:.1f}%"
+        ev.append(Finding("top_kernel", f"top kernel {clip_text(str(k['name']), 80)}: {pct} of "
                           "kernel time", int(k["total_ns"]), "ns"))
     if steps is not None and steps.count:
         per = steps.per_rank
