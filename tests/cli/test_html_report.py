@@ -115,3 +115,13 @@ def test_diagnose_writes_html_and_perfetto_with_kernels(tmp_path):
     doc = json.loads(trace.read_text())
     assert any(e.get("cat") == "memcpy" for e in doc["traceEvents"])          # the copies themselves
     assert any(e.get("cat") == "bubble" for e in doc["traceEvents"])
+
+
+def test_page_size_does_not_grow_with_the_step_count():
+    """A long capture (tens of thousands of steps, as a 1 GB export has) draws one tick per column."""
+    d, small = _report([SAMPLES / "healthy.sqlite"])
+    dv = d["overview"]["devices"][0]
+    span = dv["bin_ns"] * len(dv["kernel_ns"])
+    dv["steps_ns"] = [dv["start_ns"] + i * span // 50_000 for i in range(50_000)]
+    big = diagnosis_html(d)
+    assert len(big) < len(small) + 200_000
