@@ -38,11 +38,12 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
 
 
 def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int] | None,
-                  console: Console | None, quiet: bool, keep: list | None = None):
-    """Load + diagnose; returns the Diagnosis object (``keep`` receives the Timeline when given)."""
+                  console: Console | None, quiet: bool, keep: list | None = None, cache: bool = True):
+    """Load + diagnose; returns the Diagnosis object (``keep`` receives the Timeline when given).
+    ``cache``: use the user's table cache."""
     from srtscope.analyzers.diagnose import DiagnoseInputError, DiagnoseParams, diagnose
 
-    tl = load(paths, console, quiet)
+    tl = load(paths, console, quiet, cache=cache)
     if keep is not None:
         keep.append(tl)
     try:
@@ -75,6 +76,8 @@ def register(app: typer.Typer) -> None:
                                            help="Smallest gap counted as a bubble, in us "
                                                 "(0..1e9)."),
         steps: str | None = typer.Option(None, "--steps", help="Only steps A:B (B exclusive)."),
+        no_cache: bool = typer.Option(False, "--no-cache", help="Read the traces in full; neither use "
+                                                                "nor fill the table cache."),
     ) -> None:
         """Diagnose traces: verdict (scheduler / prep / kernel), bubbles, steps, communication."""
         for target in (markdown, perfetto, html):
@@ -85,7 +88,8 @@ def register(app: typer.Typer) -> None:
                     fail(str(exc))
         console = Console(stderr=as_json)
         kept: list = []
-        diag = run_diagnosis(list(traces), threshold_us, parse_steps(steps), console, as_json, kept)
+        diag = run_diagnosis(list(traces), threshold_us, parse_steps(steps), console, as_json, kept,
+                             cache=not no_cache)
         doc = diag.to_json()
         if html is not None:
             from srtscope.cli.html import diagnosis_html

@@ -31,8 +31,9 @@ def check_input_file(path: Path) -> os.stat_result:
     return st
 
 
-def load(paths: list[Path], console: Console | None = None, quiet: bool = False) -> Any:
-    """Read one or more trace files into a Timeline; bad input exits 2 with one line."""
+def load(paths: list[Path], console: Console | None = None, quiet: bool = False, cache: bool = True) -> Any:
+    """Read one or more trace files into a Timeline; bad input exits 2 with one line. ``cache``: the
+    user's table cache (``analyzers/readers/cache.py``)."""
     from srtscope.analyzers.readers import TraceError, load_timeline
 
     if not paths:
@@ -40,7 +41,7 @@ def load(paths: list[Path], console: Console | None = None, quiet: bool = False)
     total = sum(check_input_file(p).st_size for p in paths)
     try:
         if quiet or console is None or total < LARGE_BYTES:
-            return load_timeline([str(p) for p in paths])
+            return load_timeline([str(p) for p in paths], cache=cache)
         with Progress(TextColumn("[bold]reading[/] {task.description}"), BarColumn(),
                       TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
                       console=console, transient=True) as prog:
@@ -49,7 +50,7 @@ def load(paths: list[Path], console: Console | None = None, quiet: bool = False)
             def progress(fraction: float, what: str = "") -> None:
                 prog.update(task, completed=max(0.0, min(1.0, fraction)))
 
-            return load_timeline([str(p) for p in paths], progress=progress)
+            return load_timeline([str(p) for p in paths], progress=progress, cache=cache)
     except TraceError as exc:
         fail(str(exc))
     except PermissionError as exc:

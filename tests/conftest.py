@@ -9,6 +9,12 @@ REPO = Path(__file__).resolve().parents[1]
 REAL_TRACES = REPO.parent / "shared" / "traces" / "real"
 
 
+@pytest.fixture(autouse=True)
+def _private_trace_cache(tmp_path_factory, monkeypatch):
+    """Every test's table cache (``SRTSCOPE_CACHE_DIR``) in a temporary folder, never the user's."""
+    monkeypatch.setenv("SRTSCOPE_CACHE_DIR", str(tmp_path_factory.mktemp("srtscope-cache")))
+
+
 @pytest.fixture
 def real_traces() -> Path:
     if not REAL_TRACES.is_dir():

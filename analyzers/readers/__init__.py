@@ -36,20 +36,32 @@ def rank_from_name(path: str | Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def read_one(path: str | Path, rank: int = 0, allow_no_kernels: bool = False) -> Timeline:
-    """Read one file of any supported format; ``rank`` is the fallback when the file has none."""
+def _read_format(path: Path, fmt: SourceFormat, rank: int) -> Timeline:
+    if fmt is SourceFormat.NSYS_SQLITE:
+        from srtscope.analyzers.readers.nsys_sqlite import read_nsys
+        return read_nsys(path, rank)
+    if fmt is SourceFormat.KINETO:
+        from srtscope.analyzers.readers.kineto import read_kineto
+        return read_kineto(path, rank)
+    from srtscope.analyzers.readers.probe import read_probe
+    return read_probe(path, rank)
+
+
+def read_one(path: str | Path, rank: int = 0, allow_no_kernels: bool = False, cache: bool = False) -> Timeline:
+    """Read one file of any supported format; ``rank`` is the fallback when the file has none.
+    ``cache``: take the tables from the user's cache when it holds this file, else store them
+    there (``readers/cache.py``; the results are the same either way)."""
     path = Path(path)
     try:
         fmt = detect_format(path)
-        if fmt is SourceFormat.NSYS_SQLITE:
-            from srtscope.analyzers.readers.nsys_sqlite import read_nsys
-            tl = read_nsys(path, rank)
-        elif fmt is SourceFormat.KINETO:
-            from srtscope.analyzers.readers.kineto import read_kineto
-            tl = read_kineto(path, rank)
+        from srtscope.analyzers.readers.cache import cache_enabled_for, cached_read
+        if cache and cache_enabled_for(path):
+            if fmt is SourceFormat.NSYS_SQLITE:
+                from srtscope.analyzers.readers.nsys_sqlite import check_side_files
+                check_side_files(path)      # a -wal beside it changes what a read would see
+            tl = cached_read(path, rank, lambda: _read_format(path, fmt, rank))
         else:
-            from srtscope.analyzers.readers.probe import read_probe
-            tl = read_probe(path, rank)
+            tl = _read_format(path, fmt, rank)
     except TraceError:
         raise
     except sqlite3.DatabaseError as exc:
@@ -184,14 +196,14 @@ def check_one_job(files: Sequence[Path], parts: Sequence[Timeline]) -> None:
 
 
 def load_timeline(paths: Sequence[str | Path] | str | Path, progress: Progress | None = None,
-                  allow_no_kernels: bool = False) -> Timeline:
+                  allow_no_kernels: bool = False, cache: bool = False) -> Timeline:
     """Read and merge trace files (a directory stands for its files).
 
     Rank of each file: Kineto ``distributedInfo.rank`` / probe ``meta.rank`` when present, else
     ``rank<N>`` in the file name, else its position among the files given. ``progress(fraction,
     what)`` is called before each file (fraction of files done) and with 1.0 at the end.
     ``allow_no_kernels`` accepts traces without device activity (they
-    carry warning ``no_kernels``) instead of raising ``TraceError``.
+    carry warning ``no_kernels``) instead of raising ``TraceError``. ``cache``: see ``read_one``.
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
@@ -205,7 +217,7 @@ def load_timeline(paths: Sequence[str | Path] | str | Path, progress: Progress |
             progress(i / len(files), f"reading {path.name}")
         named = rank_from_name(path)
         with _scan_progress(progress, path, i, len(files)):
-            tl = read_one(path, named if named is not None else next_rank, allow_no_kernels)
+            tl = read_one(path, named if named is not None else next_rank, allow_no_kernels, cache)
         next_rank = max(tl.meta.ranks) + 1
         parts.append(tl)
     ranks = [r for p in parts for r in p.meta.ranks]
