@@ -49,7 +49,7 @@ def _saved(path: Path) -> SavedDiagnosis | None:
         fail(f"{path}: not a saved diagnosis of the JSON contract: {exc}")
 
 
-def _diagnosis(arg: str, threshold_us: float, console: Console, cache: bool = True) -> Any:
+def _diagnosis(arg: str, threshold_us: float, console: Console, cache: bool = True, jobs: int = 1) -> Any:
     from srtscope.cli.cmd_diagnose import run_diagnosis
 
     paths = [Path(p) for p in arg.split(",") if p]
@@ -61,7 +61,7 @@ def _diagnosis(arg: str, threshold_us: float, console: Console, cache: bool = Tr
         saved = _saved(paths[0])
         if saved is not None:
             return saved
-    return run_diagnosis(paths, threshold_us, None, console, True, cache=cache)
+    return run_diagnosis(paths, threshold_us, None, console, True, cache=cache, jobs=jobs)
 
 
 def register(app: typer.Typer) -> None:
@@ -81,13 +81,15 @@ def register(app: typer.Typer) -> None:
                                            help="Smallest gap counted as a bubble, in us (0..1e9)."),
         no_cache: bool = typer.Option(False, "--no-cache", help="Read the traces in full; neither use "
                                                                 "nor fill the table cache."),
+        jobs: int = typer.Option(1, "--jobs", min=1, max=256,
+                                 help="Read rank files in this many processes (1..256)."),
     ) -> None:
         """Diagnose two captures and show the figures side by side with their change."""
         from srtscope.analyzers.analyses.diff import compare
 
         console = Console(stderr=as_json)
-        b = _diagnosis(before, threshold_us, console, not no_cache)
-        a = _diagnosis(after, threshold_us, console, not no_cache)
+        b = _diagnosis(before, threshold_us, console, not no_cache, jobs)
+        a = _diagnosis(after, threshold_us, console, not no_cache, jobs)
         diff = compare(b, a)
         known = {f.name for f in diff.figures}
         unknown = [f for f in figure if f not in known]

@@ -15,6 +15,7 @@ from srtscope.cli.output import OutputError, check_output_path, write_text
 from srtscope.cli.values import MAX_THRESHOLD_US, float_option
 
 MAX_STEP = 2**62
+MAX_JOBS = 256
 
 
 def parse_steps(text: str | None) -> tuple[int, int] | None:
@@ -38,12 +39,13 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
 
 
 def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int] | None,
-                  console: Console | None, quiet: bool, keep: list | None = None, cache: bool = True):
+                  console: Console | None, quiet: bool, keep: list | None = None, cache: bool = True,
+                  jobs: int = 1):
     """Load + diagnose; returns the Diagnosis object (``keep`` receives the Timeline when given).
-    ``cache``: use the user's table cache."""
+    ``cache``: use the user's table cache; ``jobs``: rank files read in that many processes."""
     from srtscope.analyzers.diagnose import DiagnoseInputError, DiagnoseParams, diagnose
 
-    tl = load(paths, console, quiet, cache=cache)
+    tl = load(paths, console, quiet, cache=cache, jobs=jobs)
     if keep is not None:
         keep.append(tl)
     try:
@@ -78,6 +80,8 @@ def register(app: typer.Typer) -> None:
         steps: str | None = typer.Option(None, "--steps", help="Only steps A:B (B exclusive)."),
         no_cache: bool = typer.Option(False, "--no-cache", help="Read the traces in full; neither use "
                                                                 "nor fill the table cache."),
+        jobs: int = typer.Option(1, "--jobs", min=1, max=MAX_JOBS,
+                                 help="Read rank files in this many processes (1..256)."),
     ) -> None:
         """Diagnose traces: verdict (scheduler / prep / kernel), bubbles, steps, communication."""
         for target in (markdown, perfetto, html):
@@ -89,7 +93,7 @@ def register(app: typer.Typer) -> None:
         console = Console(stderr=as_json)
         kept: list = []
         diag = run_diagnosis(list(traces), threshold_us, parse_steps(steps), console, as_json, kept,
-                             cache=not no_cache)
+                             cache=not no_cache, jobs=jobs)
         doc = diag.to_json()
         if html is not None:
             from srtscope.cli.html import diagnosis_html

@@ -31,9 +31,10 @@ def check_input_file(path: Path) -> os.stat_result:
     return st
 
 
-def load(paths: list[Path], console: Console | None = None, quiet: bool = False, cache: bool = True) -> Any:
+def load(paths: list[Path], console: Console | None = None, quiet: bool = False, cache: bool = True,
+         jobs: int = 1) -> Any:
     """Read one or more trace files into a Timeline; bad input exits 2 with one line. ``cache``: the
-    user's table cache (``analyzers/readers/cache.py``)."""
+    user's table cache (``analyzers/readers/cache.py``); ``jobs``: files read in that many processes."""
     from srtscope.analyzers.readers import TraceError, load_timeline
 
     if not paths:
@@ -41,7 +42,7 @@ def load(paths: list[Path], console: Console | None = None, quiet: bool = False,
     total = sum(check_input_file(p).st_size for p in paths)
     try:
         if quiet or console is None or total < LARGE_BYTES:
-            return load_timeline([str(p) for p in paths], cache=cache)
+            return load_timeline([str(p) for p in paths], cache=cache, jobs=jobs)
         with Progress(TextColumn("[bold]reading[/] {task.description}"), BarColumn(),
                       TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
                       console=console, transient=True) as prog:
@@ -50,7 +51,7 @@ def load(paths: list[Path], console: Console | None = None, quiet: bool = False,
             def progress(fraction: float, what: str = "") -> None:
                 prog.update(task, completed=max(0.0, min(1.0, fraction)))
 
-            return load_timeline([str(p) for p in paths], progress=progress, cache=cache)
+            return load_timeline([str(p) for p in paths], progress=progress, cache=cache, jobs=jobs)
     except TraceError as exc:
         fail(str(exc))
     except PermissionError as exc:

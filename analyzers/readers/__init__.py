@@ -195,8 +195,36 @@ def check_one_job(files: Sequence[Path], parts: Sequence[Timeline]) -> None:
                                    "(separate runs or clocks); diagnose them one at a time")
 
 
+def _read_job(path: Path, rank: int, allow_no_kernels: bool, cache: bool) -> Timeline:
+    """``read_one`` in a worker process (``load_timeline(jobs=N)``)."""
+    return read_one(path, rank, allow_no_kernels, cache)
+
+
+def _read_parallel(files: list[Path], hints: list[int], allow_no_kernels: bool, cache: bool, jobs: int,
+                   progress: Progress | None) -> list[Timeline]:
+    """Each file read by ``read_one(files[i], hints[i])`` in a pool of ``jobs`` spawned processes."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    ctx = multiprocessing.get_context("spawn")     # no fork of a threaded parent
+    out: list[Timeline | None] = [None] * len(files)
+    with ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=ctx) as pool:
+        futs = {pool.submit(_read_job, f, h, allow_no_kernels, cache): i
+                for i, (f, h) in enumerate(zip(files, hints))}
+        try:
+            for done, fut in enumerate(as_completed(futs), 1):
+                out[futs[fut]] = fut.result()
+                if progress is not None:
+                    progress(done / len(files), f"read {files[futs[fut]].name}")
+        except BaseException:
+            for f in futs:
+                f.cancel()
+            raise
+    return [t for t in out if t is not None]
+
+
 def load_timeline(paths: Sequence[str | Path] | str | Path, progress: Progress | None = None,
-                  allow_no_kernels: bool = False, cache: bool = False) -> Timeline:
+                  allow_no_kernels: bool = False, cache: bool = False, jobs: int = 1) -> Timeline:
     """Read and merge trace files (a directory stands for its files).
 
     Rank of each file: Kineto ``distributedInfo.rank`` / probe ``meta.rank`` when present, else
@@ -204,6 +232,7 @@ def load_timeline(paths: Sequence[str | Path] | str | Path, progress: Progress |
     what)`` is called before each file (fraction of files done) and with 1.0 at the end.
     ``allow_no_kernels`` accepts traces without device activity (they
     carry warning ``no_kernels``) instead of raising ``TraceError``. ``cache``: see ``read_one``.
+    ``jobs`` > 1 reads several files in that many processes; the merged Timeline is the same.
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
@@ -212,12 +241,23 @@ def load_timeline(paths: Sequence[str | Path] | str | Path, progress: Progress |
         raise TraceError("<no input>", "no trace files given")
     parts: list[Timeline] = []
     next_rank = 0
+    early: list[Timeline] | None = None
+    if jobs > 1 and len(files) > 1:
+        # NOTE: a file without a rank in its name takes the rank after the previous file's; read in
+        # parallel, it is guessed (its position) and read again below when the guess was wrong
+        names = [rank_from_name(p) for p in files]
+        early = _read_parallel(files, [n if n is not None else i for i, n in enumerate(names)],
+                               allow_no_kernels, cache, jobs, progress)
     for i, path in enumerate(files):
-        if progress is not None:
-            progress(i / len(files), f"reading {path.name}")
         named = rank_from_name(path)
-        with _scan_progress(progress, path, i, len(files)):
-            tl = read_one(path, named if named is not None else next_rank, allow_no_kernels, cache)
+        rank = named if named is not None else next_rank
+        if early is not None and (named is not None or rank == i):
+            tl = early[i]
+        else:
+            if progress is not None:
+                progress(i / len(files), f"reading {path.name}")
+            with _scan_progress(progress, path, i, len(files)):
+                tl = read_one(path, rank, allow_no_kernels, cache)
         next_rank = max(tl.meta.ranks) + 1
         parts.append(tl)
     ranks = [r for p in parts for r in p.meta.ranks]

@@ -11,3 +11,6 @@ class TraceError(ValueError):
         self.path = str(path)
         self.what = " ".join(str(what).split())  # one line, whatever the cause said
         super().__init__(f"{self.path}: {self.what}")
+
+    def __reduce__(self) -> tuple:
+        return (TraceError, (self.path, self.what))   # crosses process boundaries (--jobs)
