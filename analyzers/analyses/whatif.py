@@ -19,7 +19,9 @@ Device work stays as measured; a cause gives back only the time the device waite
   on this trace's graph steps of the nearest batch size.
 - ``exposed_comm``: the step's exposed collective time (arrival waits left to ``straggler``) plus the
   bubbles where queued work waited on a peer.
-- ``straggler``: the arrival skew of the step's collectives (the slowest participant gates the others).
+- ``straggler``: the named straggler's arrival skew in the step's collectives (the slowest participant
+  gates the others), less the natural skew — the median skew where another participant arrived last,
+  which stays (on a busy host every collective is a little skewed, straggler or not).
 - ``memcpy``: copy time with no kernel running, plus memcpy bubbles (copies moved off the critical
   stream, overlapped with compute).
 
@@ -126,8 +128,9 @@ def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.
     notes[Cause.EXPOSED_COMM] = ["collectives hidden behind compute (their exposed transfer time removed); "
                                  "waits for a late rank are the straggler's"]
     saved[Cause.STRAGGLER] = skew
-    notes[Cause.STRAGGLER] = ["the slowest participant arrives with the others: each collective's arrival "
-                              "skew removed, so no rank waits for it"]
+    notes[Cause.STRAGGLER] = ["the straggler arrives with the others: its lateness beyond the natural skew "
+                              "(the median skew where another rank was last) removed from each collective it "
+                              "was last in; other ranks' lateness stays"]
     saved[Cause.MEMCPY] = b[Cause.MEMCPY] + _exposed_copies(tl, steps, primary, s, e)
     notes[Cause.MEMCPY] = ["copies pinned and moved to a side stream, overlapped with compute "
                            "(copy time itself unchanged)"]
@@ -288,15 +291,24 @@ def _stage_time(tl: Timeline, steps: pd.DataFrame, rows: np.ndarray,
 
 
 def _skew(steps: pd.DataFrame, comm: CommResult) -> np.ndarray:
-    """Per step: summed arrival skew of the collectives whose last participant arrived in it, ns —
-    only where a straggler is named (a rank or device late in most skewed collectives)."""
+    """Per step: the named straggler's excess arrival skew, ns, summed over the collectives whose last
+    participant arrived in it — only where a straggler is named (a rank or device late in most skewed
+    collectives). A collective counts where the straggler arrived last, for its skew beyond the
+    natural skew: the median skew of the collectives another participant arrived last in (0 when the
+    straggler is last in all). Removing the straggler leaves the others' lateness as it is."""
     out: np.ndarray = np.zeros(len(steps), np.int64)
     coll = comm.collectives
     named = comm.straggler_rank is not None or comm.straggler_device is not None
     if comm.partial or not named or len(coll) == 0:
         return out
     sk = coll["skew_ns"].to_numpy(np.int64)
+    if comm.straggler_rank is not None:
+        late = coll["straggler_rank"].to_numpy() == comm.straggler_rank
+    else:
+        late = coll["straggler_device"].to_numpy() == comm.straggler_device
+    natural = int(np.median(sk[~late])) if (~late).any() else 0
     t = coll["start_ns"].to_numpy(np.int64) + sk
+    sk = np.where(late, np.maximum(sk - natural, 0), 0)
     for _, idx in _by_rank(steps):
         order = idx[np.argsort(steps["start_ns"].to_numpy()[idx], kind="stable")]
         ss, ee = steps["start_ns"].to_numpy()[order], steps["end_ns"].to_numpy()[order]

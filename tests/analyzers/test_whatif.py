@@ -90,13 +90,14 @@ def test_overlap_loop_does_not_promise_hidden_host_time_twice():
     assert (s.saved_ns, s.step_ns_after) == (100 * US, 410 * US)
 
 
-def straggler_pair(n=3):
-    """Two ranks, 500 µs steps: a kernel (200 µs on rank 0, 300 µs on rank 1), an all-reduce that
-    ends when rank 1 arrives + 100 µs, then 100 µs of scheduling with the device idle."""
+def straggler_pair(n=3, kernels=None):
+    """Two ranks, 500 µs steps: a kernel (200 µs on rank 0, 300 µs on rank 1; ``kernels``: per step,
+    (rank 0's, rank 1's)), an all-reduce that ends at 400 µs, then 100 µs of scheduling with the
+    device idle."""
     dev, apis, rgs = [], [], []
     for i in range(n):
         t = 500 * i
-        for r, k in ((0, 200), (1, 300)):
+        for r, k in enumerate(kernels[i] if kernels else (200, 300)):
             c = 10 * i + 1
             dev += [kernel(t, t + k, rank=r, device=r, corr=c), kernel(t + k, t + 400, NCCL, rank=r, device=r,
                                                                        stream=13, corr=c + 1)]
@@ -117,6 +118,20 @@ def test_straggler_removed_every_rank_stops_waiting():
     # transfer, 100 µs); lockstep: each step gains its largest rank's saving
     assert w["exposed_comm"].saved_ns == 100 * US
     assert w["sched_cpu"].saved_ns == 100 * US
+
+
+def test_straggler_removed_leaves_the_natural_skew():
+    """Rank 1 is late by 100 µs in three steps; in the fourth rank 0 is late by 20 µs (the natural
+    skew of a busy host): removing the straggler saves only its lateness beyond that natural skew,
+    and nothing where another rank was last (before: every collective's whole skew, 80 µs a step)."""
+    d = diagnose(straggler_pair(4, kernels=[(200, 300)] * 3 + [(220, 200)]))
+    assert d.comm.straggler_rank == 1
+    st = _by_cause(d)["straggler"]
+    assert st.saved_ns == 3 * (100 - 20) * US // 4
+    step = d.steps.table["step"].to_numpy()
+    assert [int(x) for x in st.per_step_ns[step == 3]] == [0, 0]   # rank 0 last: nothing to remove
+    assert [int(x) for x in st.per_step_ns[step < 3]] == [80 * US] * 6
+    assert any("natural skew" in a for a in st.assumptions)
 
 
 def test_what_if_in_json_and_verdict_evidence():
