@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.analyses.attribution import BUBBLE_CAUSES, BurstRule, attribute, launch_ends, launching_threads
+from srtscope.analyzers.analyses.attribution import BUBBLE_CAUSES, BurstRule, attribute, launch_calls
 from srtscope.analyzers.analyses.bubbles import find_bubbles, histogram
 from srtscope.analyzers.analyses.budget import primary_devices, step_budget
 from srtscope.analyzers.analyses.capture import capture_adequacy
@@ -166,9 +166,9 @@ def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams(), *,
     tl, source, steps = _select_steps(tl, params)
     bubbles, by_device, by_stream = find_bubbles(tl, params.threshold_ns)
     nxt = bubbles["next_row"].to_numpy()
-    pid, tid = launching_threads(tl, nxt)
+    pid, tid, ends = launch_calls(tl, nxt)
     bubbles["pid"], bubbles["tid"] = pid, tid
-    bubbles["queued_ns"] = launch_ends(tl, nxt)
+    bubbles["queued_ns"] = ends
     pieces = _pieces(bubbles, steps)
     model = HostActivity(tl, params.burst_rule)
     classes, stages, user_ranges = attribute(tl, pieces, params.burst_rule, model)

@@ -265,7 +265,13 @@ class HostActivity:
             else np.zeros(0, bool)
         self._os_io = isin(api["kind"], [ApiKind.OS_IO]) if len(api) else np.zeros(0, bool)
         self._cache: dict[Key, ThreadLayers] = {}
+        self._bursts: dict[Key, iv.IntervalSet] = {}
         self._rows: dict[str, dict[Key, np.ndarray]] = {}
+
+    @property
+    def cold_calls(self) -> np.ndarray:
+        """Mask of the API rows that are start-up cost (``cold_mask``), computed once."""
+        return self._cold
 
     @property
     def has_engine_evidence(self) -> bool:
@@ -292,27 +298,41 @@ class HostActivity:
             self.prefetch([key])
         return self._rows[name][key]
 
-    def layers(self, key: Key) -> ThreadLayers:
+    def layers(self, key: Key, focus: iv.IntervalSet | None = None) -> ThreadLayers:
+        """The thread's layers; with ``focus`` (a normal-form set), exact inside it only: rows that
+        do not overlap it are left out (millions of launches around a few bubbles), except the
+        launches, whose bursts depend on their neighbours."""
+        if focus is not None:
+            return self._build(key, focus)
         got = self._cache.get(key)
         if got is None:
             got = self._cache[key] = self._build(key)
         return got
 
-    def _build(self, key: Key) -> ThreadLayers:
+    def _build(self, key: Key, focus: iv.IntervalSet | None = None) -> ThreadLayers:
         tl, rule = self.tl, self.rule
         rg, api = tl.host_ranges, tl.api
         ri, ai = self._thread_rows("rg", key), self._thread_rows("api", key)
         oi, fi = self._thread_rows("ops", key), self._thread_rows("frames", key)
         r_s, r_e = rg["start_ns"].to_numpy(), rg["end_ns"].to_numpy()
         a_s, a_e = api["start_ns"].to_numpy(), api["end_ns"].to_numpy()
+        burst = self._bursts.get(key)
+        if burst is None:
+            launches = ai[self._is_launch[ai]] if len(ai) else ai
+            burst = self._bursts[key] = launch_bursts(a_s[launches], a_e[launches], rule)
+        if focus is not None:
+            # NOTE: every layer but the bursts is a union of rows (or innermost segments, decided by
+            # the rows covering each instant): inside ``focus`` only overlapping rows matter
+            ri, ai = _touching(ri, r_s, r_e, focus), _touching(ai, a_s, a_e, focus)
+            oi = _touching(oi, self.ops["start_ns"].to_numpy(), self.ops["end_ns"].to_numpy(), focus)
+            fi = _touching(fi, self.frames["start_ns"].to_numpy(), self.frames["end_ns"].to_numpy(), focus)
+            burst = iv.intersect(burst, focus)
         codes = self.stage_codes
         sel = ri[codes[ri] >= 0] if len(ri) else ri
         seg = innermost_segments(r_s[sel], r_e[sel], codes[sel])
         ls, le, ll = seg
         cand: list[tuple[Activity, iv.IntervalSet]] = []
         # 1. stages (disjoint innermost segments); kernel-stage time inside a launch burst -> launch
-        launches = ai[self._is_launch[ai]] if len(ai) else ai
-        burst = launch_bursts(a_s[launches], a_e[launches], rule)
         by_act: dict[Activity, list[np.ndarray]] = {}
         for code in np.unique(ll):
             act = _STAGE_ACTIVITY.get(str(self.stage_classes[code]))
@@ -362,6 +382,17 @@ class HostActivity:
                            iv.union(f_s[fi], f_e[fi]) if len(fi) else iv.empty(),
                            iv.union(a_s[ai], a_e[ai]) if len(ai) else iv.empty(), burst])
         return ThreadLayers(sets, seg, ranges, busy, claimed)
+
+
+def _touching(rows: np.ndarray, s: np.ndarray, e: np.ndarray, focus: iv.IntervalSet) -> np.ndarray:
+    """The rows whose [s, e) overlaps ``focus``."""
+    fs, fe = focus
+    if len(rows) == 0 or len(fs) == 0:
+        return rows[:0]
+    i = np.searchsorted(fe, s[rows], side="right")       # the first focus interval ending after s
+    ok = i < len(fs)
+    ok[ok] = fs[i[ok]] < e[rows][ok]
+    return rows[ok]
 
 
 def cold_mask(api: pd.DataFrame) -> np.ndarray:

@@ -36,7 +36,7 @@ from srtscope.analyzers.timeline import Timeline
 from srtscope.analyzers.vocab import BUBBLE_CLASSES, BubbleClass, Cause
 from srtscope.probes.stages import resolve_stage
 
-__all__ = ["BurstRule", "QUEUE_SLACK_NS", "attribute", "innermost_segments", "launch_ends",
+__all__ = ["BurstRule", "QUEUE_SLACK_NS", "attribute", "innermost_segments", "launch_calls", "launch_ends",
            "launching_threads", "stage_names", "BUBBLE_CAUSES"]
 
 #: after a launch call returns, the device takes a few µs to start the work; beyond this, it waits
@@ -48,12 +48,20 @@ BUBBLE_CAUSES: tuple[str, ...] = tuple(c.value for c in Cause if c is not Cause.
 
 def launching_threads(tl: Timeline, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(pid, tid) of the host thread that launched each given device row (-1 when unknown)."""
+    pid, tid, _ = launch_calls(tl, rows)
+    return pid, tid
+
+
+def launch_calls(tl: Timeline, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pid, tid, end_ns) per given device row: the launching host thread (-1 when unknown) and
+    the end of the correlated API call (-1 when not correlated). One join for both."""
     dev = tl.device.iloc[rows]
     n = len(rows)
     pid = np.full(n, -1, np.int64)
     tid = np.full(n, -1, np.int64)
+    end = np.full(n, -1, np.int64)
     if n == 0:
-        return pid, tid
+        return pid, tid, end
     q = pd.DataFrame({"i": np.arange(n), "rank": dev["rank"].to_numpy(), "pid": dev["pid"].to_numpy(),
                       "correlation": dev["correlation"].to_numpy(), "start_ns": dev["start_ns"].to_numpy(),
                       "end_ns": dev["end_ns"].to_numpy()})
@@ -63,11 +71,12 @@ def launching_threads(tl: Timeline, rows: np.ndarray) -> tuple[np.ndarray, np.nd
         qc = q["correlation"].to_numpy()
         corr = api["correlation"].to_numpy()
         hit = np.flatnonzero(np.isin(corr, np.unique(qc[qc >= 0])))
-        a = api.iloc[hit][["rank", "pid", "correlation", "tid"]]
-        a = a.drop_duplicates(["rank", "pid", "correlation"])
+        a = api.iloc[hit][["rank", "pid", "correlation", "tid", "end_ns"]]
+        a = a.drop_duplicates(["rank", "pid", "correlation"]).rename(columns={"end_ns": "call_end_ns"})
         m = q[q["correlation"] >= 0].merge(a, on=["rank", "pid", "correlation"], how="inner")
         pid[m["i"].to_numpy()] = m["pid"].to_numpy()
         tid[m["i"].to_numpy()] = m["tid"].to_numpy()
+        end[m["i"].to_numpy()] = m["call_end_ns"].to_numpy()
     todo = tid < 0
     if todo.any() and len(tl.host_ranges):  # probe traces: the forward span that is the device row
         r = tl.host_ranges[["rank", "start_ns", "end_ns", "pid", "tid"]].drop_duplicates(
@@ -83,7 +92,7 @@ def launching_threads(tl: Timeline, rows: np.ndarray) -> tuple[np.ndarray, np.nd
             if int(rank) in default:
                 sel = todo & (ranks == rank)
                 pid[sel], tid[sel] = default[int(rank)]
-    return pid, tid
+    return pid, tid, end
 
 
 
@@ -161,7 +170,7 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = _DEFAULT_RU
             out["unattributed_ns"][qi] += b - a
             cause[Cause.HOST_UNATTRIBUTED.value][qi] += b - a
             continue
-        th = model.layers(key)
+        th = model.layers(key, iv.union(a, b))
         covered[qi] = iv.overlap(th.ranges, a, b)
         ls, le, ll = th.stage_segments
         for code in np.unique(ll):

@@ -16,7 +16,7 @@ import numpy as np
 
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.columns import isin, str_codes
-from srtscope.analyzers.host_activity import HostActivity, cold_mask
+from srtscope.analyzers.host_activity import HostActivity
 from srtscope.analyzers.results import BubbleResult, Coverage, DeviceResult, StepsResult
 from srtscope.analyzers.timeline import CaptureWarning, DeviceKind, Timeline, WarningCode
 from srtscope.analyzers.units import fmt_ns
@@ -50,7 +50,7 @@ def capture_adequacy(tl: Timeline, model: HostActivity, device: DeviceResult, st
     c_lo, c_hi = min(c_lo, first), max(c_hi, last)
     capture = max(c_hi - c_lo, 0)
     api = tl.api
-    cold = cold_mask(api)
+    cold = model.cold_calls
     cs, ce = (api["start_ns"].to_numpy()[cold], api["end_ns"].to_numpy()[cold]) if len(api) else ((), ())
     startup = int((np.asarray(ce) - np.asarray(cs)).sum()) if len(api) else 0
     # start-up calls inside the device's active window: those are what the bubbles there wait on
