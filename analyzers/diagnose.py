@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.analyses.attribution import BUBBLE_CAUSES, BurstRule, attribute, launch_calls
+from srtscope.analyzers.analyses.attribution import BUBBLE_CAUSES, BurstRule, attribute, comm_ranks_of, launch_calls
 from srtscope.analyzers.analyses.bubbles import find_bubbles, histogram
 from srtscope.analyzers.analyses.budget import primary_devices, step_budget
 from srtscope.analyzers.analyses.capture import capture_adequacy
@@ -171,7 +171,9 @@ def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams(), *,
     bubbles["queued_ns"] = ends
     pieces = _pieces(bubbles, steps)
     model = HostActivity(tl, params.burst_rule)
-    classes, stages, user_ranges = attribute(tl, pieces, params.burst_rule, model)
+    mask = comm_mask(tl.device)
+    ranks_with_comm = comm_ranks_of(tl, mask)
+    classes, stages, user_ranges = attribute(tl, pieces, params.burst_rule, model, ranks_with_comm)
     # launch-bound time in eager-fallback steps is the fallback's
     fb_rows = steps.index.to_numpy()[fallback_mask(steps)]
     in_fb = np.isin(pieces["step_row"].to_numpy(), fb_rows) if len(fb_rows) else np.zeros(len(pieces), bool)
@@ -208,7 +210,6 @@ def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams(), *,
         sub_threshold_count=int(by_device["small_gap_count"].sum()) if len(by_device) else 0)
     reasons = eager_reasons(steps)
     sres = StepsResult(source, steps, {str(k): int(v) for k, v in reasons[reasons != ""].value_counts().items()})
-    mask = comm_mask(tl.device)
     cres = communication(tl, mask, int(params.min_skew_us * 1000))
     eres = eager_fallback(steps)
     budget = step_budget(tl, steps, pieces, mask, primary_devices(by_device))
@@ -240,7 +241,7 @@ def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams(), *,
     p["step_range"] = list(params.step_range) if params.step_range else None
     ov = overview(tl, table, steps, mask)
     wif = what_if(tl, steps, pieces, budget.table, cres, primary_devices(by_device), params.threshold_ns,
-                  model, shrink_ns, params.burst_rule)
+                  model, shrink_ns, params.burst_rule, ranks_with_comm)
     if wif and wif[0].step_ns_before > 0 and wif[0].saved_ns >= max(0.01 * wif[0].step_ns_before, 1):
         best = wif[0]
         verdict = replace(verdict, evidence=verdict.evidence + (Finding(

@@ -113,6 +113,6 @@ def register(app: typer.Typer) -> None:
             msgs = [f"{f.name}: {fmt_figure(f.name, f.before)} -> {fmt_figure(f.name, f.after)} "
                     f"({'new' if f.pct is None else format(f.pct, '+.1f') + '%'}, worse)"
                     for f in regressions]
-            render_compare(b.to_json(), a.to_json(), rows, console, msgs)
+            render_compare(b.to_json(), a.to_json(), rows, console, msgs, diff.warnings)
         if regressions:
             raise typer.Exit(int(Exit.REGRESSION))

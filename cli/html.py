@@ -140,7 +140,7 @@ def comm_section(d: dict[str, Any]) -> str:
         rows.append(("arrival skew, straggler", "unknown: the trace holds only some ranks"))
     else:
         rows += [("arrival skew (sum)", fmt_ns(c.get("skew_ns"))),
-                 ("straggler rank", "none" if c.get("straggler_rank") is None else _e(c["straggler_rank"]))]
+                 ("straggler rank", "none" if c.get("straggler_rank") is None else str(c["straggler_rank"]))]
     out = _table(["figure", "value"], rows)
     coll = c.get("collectives") or []
     if coll:
@@ -164,13 +164,8 @@ def comm_section(d: dict[str, Any]) -> str:
 
 def _table(head: list[str], rows: list[tuple]) -> str:
     th = "".join(f"<th>{_e(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{c if isinstance(c, _Safe) else _e(c)}</td>" for c in r) + "</tr>"
-                   for r in rows)
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows)
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
-
-
-class _Safe(str):
-    """Already-escaped cell content."""
 
 
 def diagnosis_html(d: dict[str, Any], title: str = "srtscope diagnosis") -> str:

@@ -294,16 +294,17 @@ def render_diagnosis(d: dict[str, Any], console: Console) -> None:
 
 
 def render_compare(before: dict[str, Any], after: dict[str, Any], rows: list[dict[str, Any]],
-                   console: Console, regressions: list[str] | None = None) -> None:
-    """Side by side: figure, before, after, change. ``rows``: {figure, before, after, delta_pct}."""
+                   console: Console, regressions: list[str] | None = None,
+                   warnings: tuple[str, ...] | list[str] = ()) -> None:
+    """Side by side: figure, before, after, change. ``rows``: {figure, before, after, delta_pct};
+    ``warnings``: why the captures may not be like for like (``DiagnosisDiff.warnings``)."""
     vb, va = before.get("verdict", {}), after.get("verdict", {})
     head = Text()
     head.append(f"before: {clean_text(vb.get('bottleneck', '?'), 20)}/{clean_text(vb.get('cause', '?'), 30)} "
                 f"({float(vb.get('confidence', 0)):.0%})   ")
     head.append(f"after: {clean_text(va.get('bottleneck', '?'), 20)}/{clean_text(va.get('cause', '?'), 30)} "
                 f"({float(va.get('confidence', 0)):.0%})")
-    from srtscope.analyzers.analyses.diff import comparability
-    for w in comparability(before, after):
+    for w in warnings:
         head.append("\n! ", style="bold yellow")
         head.append(f"not like for like: {w}", style="yellow")
     console.print(Panel(head, title="compare", title_align="left", box=box.ROUNDED))

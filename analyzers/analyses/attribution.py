@@ -36,7 +36,7 @@ from srtscope.analyzers.timeline import Timeline
 from srtscope.analyzers.vocab import BUBBLE_CLASSES, BubbleClass, Cause
 from srtscope.probes.stages import resolve_stage
 
-__all__ = ["BurstRule", "QUEUE_SLACK_NS", "attribute", "innermost_segments", "launch_calls", "launch_ends",
+__all__ = ["BurstRule", "QUEUE_SLACK_NS", "attribute", "innermost_segments", "launch_calls",
            "launching_threads", "stage_names", "BUBBLE_CAUSES"]
 
 #: after a launch call returns, the device takes a few µs to start the work; beyond this, it waits
@@ -99,26 +99,9 @@ def launch_calls(tl: Timeline, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray
 _DEFAULT_RULE = BurstRule()
 
 
-def launch_ends(tl: Timeline, rows: np.ndarray) -> np.ndarray:
-    """End (ns) of the API call that launched each given device row; -1 when not correlated."""
-    dev = tl.device.iloc[rows]
-    out = np.full(len(rows), -1, np.int64)
-    api = tl.api
-    if len(rows) == 0 or len(api) == 0:
-        return out
-    q = pd.DataFrame({"i": np.arange(len(rows)), "rank": dev["rank"].to_numpy(), "pid": dev["pid"].to_numpy(),
-                      "correlation": dev["correlation"].to_numpy()})
-    q = q[q["correlation"] >= 0]
-    corr = api["correlation"].to_numpy()
-    hit = np.flatnonzero(np.isin(corr, np.unique(q["correlation"].to_numpy())))
-    a = api.iloc[hit][["rank", "pid", "correlation", "end_ns"]].drop_duplicates(["rank", "pid", "correlation"])
-    m = q.merge(a, on=["rank", "pid", "correlation"], how="inner")
-    out[m["i"].to_numpy()] = m["end_ns"].to_numpy()
-    return out
-
-
 def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = _DEFAULT_RULE,
-              model: HostActivity | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]:
+              model: HostActivity | None = None, comm_ranks: set[int] | None = None
+              ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]:
     """Split each query interval (columns rank, pid, tid, start_ns, end_ns, optional queued_ns: the
     next work's launch end) by the host's activity.
 
@@ -128,6 +111,7 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = _DEFAULT_RU
     ``top_stage``. stages: one column per stage range name (innermost time, ns). user_ranges: of the
     unattributed time, how much lay inside each of the trace's own ranges that name no stage
     (innermost, by ``names.range_family``, ns, largest first).
+    ``comm_ranks``: the ranks with collective kernels (computed here when not given).
     NOTE: where queries of one thread overlap (bubbles of several devices at once) that time counts
     once per query.
     """
@@ -152,7 +136,7 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = _DEFAULT_RU
     ucodes = fam.reshape(-1)[rcodes]
     user_ns = np.zeros(len(unames), np.int64)
     engine = model.has_engine_evidence
-    comm_ranks = _comm_ranks(tl)
+    comm_ranks = _comm_ranks(tl) if comm_ranks is None else comm_ranks
     qgroups = queries.reset_index(drop=True).groupby(["rank", "pid", "tid"]).indices if n else {}
     keys = [k for k in qgroups if k[2] >= 0]
     helper = stage_threads(rg, codes, keys)
@@ -229,12 +213,14 @@ _STAGE_CAUSE = {BubbleClass.SCHEDULER.value: Cause.SCHED_CPU, BubbleClass.PREP.v
                 BubbleClass.KERNEL.value: Cause.LAUNCH_BOUND, BubbleClass.SYNC.value: Cause.SCHED_CPU}
 
 
+def comm_ranks_of(tl: Timeline, mask: np.ndarray) -> set[int]:
+    """Ranks with collective kernels on their devices (``mask``: ``comm.comm_mask``'s rows)."""
+    return set(np.unique(tl.device["rank"].to_numpy()[mask]).tolist()) if mask.any() else set()
+
+
 def _comm_ranks(tl: Timeline) -> set[int]:
-    """Ranks with collective kernels on their devices."""
     from srtscope.analyzers.analyses.comm import comm_mask
-    dev = tl.device
-    m = comm_mask(dev)
-    return set(np.unique(dev["rank"].to_numpy()[m]).tolist()) if m.any() else set()
+    return comm_ranks_of(tl, comm_mask(tl.device))
 
 def _user_ranges(acc: np.ndarray, rows: tuple, explained: tuple, queries: tuple) -> None:
     """Add to ``acc[label]`` the query time inside each innermost user range that no stage range,

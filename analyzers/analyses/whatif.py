@@ -69,14 +69,15 @@ _OTHERS = "every other cause unchanged"
 def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.DataFrame, comm: CommResult,
             primary: Mapping[int, int], threshold_ns: int,
             model: HostActivity | None = None, shrink_ns: Mapping[str, int] | None = None,
-            rule: BurstRule | None = None) -> tuple[WhatIf, ...]:
+            rule: BurstRule | None = None, comm_ranks: set[int] | None = None) -> tuple[WhatIf, ...]:
     """One ``WhatIf`` per cause that gives back time, largest saving first.
 
     steps: ``analyses.steps.STEP_COLUMNS``; pieces: attributed bubble pieces (rank, device, pid, tid,
     start_ns, end_ns, step_row = row of ``steps``, ``cause.<c>_ns``); budget: the step budget table
     (rows like ``steps``); primary: rank -> primary device; model: the trace's host-activity model
     (built when None, with ``rule``); shrink_ns: cause -> ns of host time cut per step instead of
-    removing the cause (host causes only, ``SHRINKABLE``).
+    removing the cause (host causes only, ``SHRINKABLE``); comm_ranks: ranks with collective
+    kernels (computed when None).
     """
     shrink = dict(shrink_ns or {})
     bad = sorted(set(shrink) - set(SHRINKABLE))
@@ -92,7 +93,7 @@ def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.
     wall = steps["wall_ns"].to_numpy(np.int64)
     model = model or HostActivity(tl, rule)
     b = _bubbles(pieces, primary, n)
-    edge = _bubbles(_edges(tl, steps, pieces, primary, model, rule), primary, n)
+    edge = _bubbles(_edges(tl, steps, pieces, primary, model, rule, comm_ranks), primary, n)
     for c in HOST_WAIT:
         b[c] = b[c] + edge[c]
     small = _short_gaps(tl, steps, primary, threshold_ns)
@@ -176,7 +177,7 @@ def _bubbles(pieces: pd.DataFrame, primary: Mapping[int, int], n: int) -> dict[C
 
 
 def _edges(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, primary: Mapping[int, int],
-           model: HostActivity, rule: BurstRule | None) -> pd.DataFrame:
+           model: HostActivity, rule: BurstRule | None, comm_ranks: set[int] | None = None) -> pd.DataFrame:
     """Step time outside the primary device's active window, attributed like bubble pieces (by the
     rank's launching thread: the one most bubble time waits on, else the step's own thread)."""
     rows = []
@@ -201,7 +202,7 @@ def _edges(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, primary: Map
     q = pd.DataFrame(rows, columns=cols).astype(np.int64)
     if len(q) == 0:
         return q
-    classes, _, _ = attribute(tl, q, rule or model.rule, model)
+    classes, _, _ = attribute(tl, q, rule or model.rule, model, comm_ranks)
     return pd.concat([q, classes], axis=1)
 
 

@@ -127,6 +127,7 @@ def test_compare_says_worse_and_better_in_words_with_units():
     assert re.search(r"bubbles\.total_ns .*ms .* better", out)
     assert not re.search(r"\d{7,}", out)                     # no raw ns
     b["capture"]["devices"] = [{"id": 0, "name": "NVIDIA A100", "rank": 0}]
+    from srtscope.analyzers.analyses.diff import comparability
     buf = io.StringIO()
-    render_compare(a, b, [], Console(file=buf, width=120, color_system=None))
+    render_compare(a, b, [], Console(file=buf, width=120, color_system=None), warnings=comparability(a, b))
     assert "different devices" in buf.getvalue()
