@@ -57,7 +57,7 @@ def read_one(path: str | Path, rank: int = 0, allow_no_kernels: bool = False, ca
         from srtscope.analyzers.readers.cache import cache_enabled_for, cached_read
         if cache and cache_enabled_for(path):
             if fmt is SourceFormat.NSYS_SQLITE:
-                from srtscope.analyzers.readers.nsys_sqlite import check_side_files
+                from srtscope.analyzers.readers.sqlite_integrity import check_side_files
                 check_side_files(path)      # a -wal beside it changes what a read would see
             tl = cached_read(path, rank, lambda: _read_format(path, fmt, rank))
         else:

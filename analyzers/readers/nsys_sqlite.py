@@ -7,13 +7,13 @@ arrays chunk by chunk, names become categoricals over the few distinct StringIds
 NOTE: ``globalTid`` packs ``hw << 48 | pid << 24 | tid``; GPU tables carry ``globalPid`` only.
 NOTE: correlation ids are unique per process only; the Timeline keeps ``pid`` beside them.
 NOTE: ``immutable=1`` ignores a ``-wal`` log or hot ``-journal`` beside the file: such a file is
-refused (``check_side_files``) rather than read stale or torn. Structure is verified with
-``PRAGMA quick_check`` (``check_integrity``): always on files up to ``QUICK_CHECK_ALWAYS_BYTES``,
-on larger ones per small table always and in full when what was read looks inconsistent.
+refused (``sqlite_integrity.check_side_files``) rather than read stale or torn. Structure is
+verified with ``PRAGMA quick_check`` (``sqlite_integrity.check_integrity``): always on files up to
+``QUICK_CHECK_ALWAYS_BYTES``, on larger ones per small table always and in full when what was read
+looks inconsistent.
 """
 from __future__ import annotations
 
-import shlex
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,6 +34,7 @@ from srtscope.analyzers.readers.columnar import (
 )
 from srtscope.analyzers.readers.errors import TraceError
 from srtscope.analyzers.readers.labels import split_labels
+from srtscope.analyzers.readers.sqlite_integrity import check_integrity, check_side_files
 from srtscope.analyzers.timeline import (
     ApiKind,
     DeviceInfo,
@@ -56,8 +57,6 @@ _MASK24 = 0xFFFFFF
 #: Files up to this size get a full ``PRAGMA quick_check`` before the read (it costs ~4 s per GB,
 #: about a fifth of the read: larger files get it only when what was read looks inconsistent).
 QUICK_CHECK_ALWAYS_BYTES = 16 << 20
-_JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
-_WAL_HEADER = 32
 
 
 def _kind_col(kind: DeviceKind, n: int) -> pd.Categorical:
@@ -71,54 +70,6 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
     con = sqlite3.connect(uri, uri=True, check_same_thread=False)
     con.execute("PRAGMA query_only=1")
     return con
-
-
-def check_side_files(path: Path) -> None:
-    """Refuse a database whose last transactions sit in a ``-wal`` log or whose file may be torn (a
-    hot ``-journal``): the immutable connection would read it stale or half-written, silently."""
-    how = (f"settle it by opening the database once with sqlite3 (sqlite3 {shlex.quote(str(path))} "
-           "'PRAGMA wal_checkpoint(TRUNCATE)'), which checkpoints or rolls back, then read it again")
-    for base in dict.fromkeys((str(path), str(path.resolve()))):
-        wal, journal = Path(base + "-wal"), Path(base + "-journal")
-        try:
-            if wal.is_file() and wal.stat().st_size > _WAL_HEADER:
-                raise TraceError(path, f"a write-ahead log {wal} lies beside it: transactions in it are not "
-                                       f"in the database file, which would read stale; {how}")
-            if journal.is_file() and journal.stat().st_size > 0:
-                with open(journal, "rb") as fh:
-                    hot = fh.read(len(_JOURNAL_MAGIC)) == _JOURNAL_MAGIC
-                if hot:
-                    raise TraceError(path, f"a hot rollback journal {journal} lies beside it: a write was "
-                                           f"interrupted and the database file may be torn; {how}")
-        except OSError:
-            continue  # unreadable side file: SQLite could not use it either
-
-
-def _problems(con: sqlite3.Connection, table: str | None = None) -> list[str]:
-    """``PRAGMA quick_check`` (of one table, else of the whole file): its complaints, [] when ok."""
-    arg = f"({table})" if table else ""
-    try:
-        rows = [str(r[0]) for r in con.execute(f"PRAGMA quick_check{arg}")]
-    except sqlite3.DatabaseError as exc:
-        return [str(exc)]
-    rows = [" ".join(r.replace("*** in database main ***", "").split()) for r in rows]
-    return [r for r in rows if r and r != "ok"]
-
-
-def check_integrity(path: Path, con: sqlite3.Connection, why: str = "",
-                    tables: tuple[str, ...] = ()) -> None:
-    """``TraceError`` when ``PRAGMA quick_check`` finds the file structurally corrupt (page swaps,
-    flipped bits in b-tree pages: rows then read as other rows, silently). ``tables``: check only
-    these (small) tables; ``why``: what looked inconsistent, said in the message."""
-    problems: list[str] = []
-    for t in tables or (None,):
-        problems += _problems(con, t)
-    if problems:
-        seen = f" (what was read looked inconsistent: {why[:200]})" if why else ""
-        n = f"{len(problems)}+" if len(problems) >= 100 else str(len(problems))   # it stops at 100
-        raise TraceError(path, f"corrupt SQLite database: PRAGMA quick_check reports {n} problem(s), "
-                               f"first: {problems[0][:200]}{seen}; re-export it from the .nsys-rep "
-                               "report (nsys export --type sqlite)")
 
 
 
