@@ -1,19 +1,19 @@
-"""Columnar helpers for the SQLite reader: integer columns out of SQLite without a Python object
-per row, categoricals, in-place sorting, vectorised push/pop nesting depth."""
+"""Columnar helpers for the SQLite reader: integer columns out of SQLite into Arrow (ADBC) without
+a Python object per row, categoricals, in-place sorting, vectorised push/pop nesting depth."""
 from __future__ import annotations
 
 import re
 import sqlite3
-import warnings
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-CHUNK = 1 << 19  # rows per aggregate query
+BATCH_ROWS = 1 << 16  # rows per Arrow record batch of a scan
 _INT_LITERAL = re.compile(r"-?\d+")
 
 #: Called with the number of rowids scanned after each chunk, from any reader thread (a progress
@@ -31,100 +31,131 @@ def report_scans(callback: Callable[[int], None] | None) -> Iterator[None]:
         _ON_SCAN[0] = old
 
 
-def _chunks(con: sqlite3.Connection, table: str, exprs: list[str], where: str,
-            lo: int, hi: int, seen: list[int] | None = None) -> list[list[np.ndarray]]:
-    """Per expression, the int64 chunks of the rows with ``lo <= rowid <= hi`` (rowid order);
-    ``seen`` gets the number of rows in the range, matching ``where`` or not.
+def connect_arrow(path: Path) -> Any:
+    """Read-only, immutable ADBC connection to an SQLite file (nothing locked or written beside it).
 
-    NOTE: one plain rowid-range scan per chunk (no ordered, limited subquery to feed it: ~25%
-    faster); after each chunk the next existing rowid is looked up, so sparse or huge rowids in a
-    damaged file cannot make it spin.
-    """
-    # NOTE: the filter goes into the aggregates (FILTER clause), not the WHERE: the same speed, and
-    # the rows of the range are counted too (a damaged file shows as rows missing from the span)
-    cond = f" FILTER (WHERE {where})" if where else ""
-    sel = ", ".join(f"group_concat({e}){cond}" for e in exprs)
-    q = f"SELECT {sel}, COUNT(*){cond}, COUNT(*) FROM {table} WHERE rowid >= ? AND rowid <= ?"
-    nxt = f"SELECT MIN(rowid) FROM {table} WHERE rowid > ?"
-    parts: list[list[np.ndarray]] = [[] for _ in exprs]
-    a = lo
-    while a is not None and a <= hi:
-        b = min(a + CHUNK - 1, hi)
-        row = con.execute(q, (a, b)).fetchone()
-        n = int(row[-2])
-        if seen is not None:
-            seen.append(int(row[-1]))
-        if n:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                cols = [np.fromstring(v, dtype=np.int64, sep=",") if v else np.zeros(0, np.int64)
-                        for v in row[:-2]]
-            if any(len(c) != n for c in cols):
-                raise sqlite3.DatabaseError(f"malformed values in {table}")
-            for acc, c in zip(parts, cols):
-                acc.append(c)
-        tick = _ON_SCAN[0]
-        if tick is not None:
-            tick(b - a + 1)
-        if b >= hi:
-            break
-        a = con.execute(nxt, (b,)).fetchone()[0]
-    return parts
+    NOTE: ADBC steps SQLite and fills Arrow buffers in C with the GIL released: no Python object
+    per row or value, and two connections read two tables on two cores."""
+    import adbc_driver_sqlite.dbapi as adbc_sqlite
+
+    return adbc_sqlite.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", autocommit=True)
 
 
-def fetch_ints(con: sqlite3.Connection, table: str, exprs: list[str], where: str = "",
-               second: Callable[[], sqlite3.Connection] | None = None,
-               span: list[int] | None = None) -> list[np.ndarray]:
-    """Integer columns ``exprs`` of ``table`` rows matching ``where`` -> one int64 array each.
+def arrow_query(con: Any, sql: str, what: str) -> Iterator[Any]:
+    """Record batches of ``sql`` (``BATCH_ROWS`` rows each) on an ADBC connection.
 
-    NOTE: rows are aggregated in SQLite (``group_concat`` over chunks of rows in rowid order)
-    and parsed by numpy: several times faster than a Python tuple per row, and SQLite runs
-    without the GIL. The expressions must not be NULL (group_concat skips NULLs: COALESCE them);
-    a non-integer value makes the parse short, which is reported as a malformed table. All
-    columns of one chunk come from the same aggregate pass, so their rows line up. Chunks are
-    rowid ranges, in rowid order. Integer literals (``"-1"``) are not asked of SQLite: numpy fills
-    them. ``second`` opens another connection: the upper half of a big table's rowids is then read
-    on it in a thread, in parallel. ``span`` gets [rows in the table, lowest rowid, highest rowid]
-    (nothing for an empty table).
+    Errors of the driver (a value of another type than the column's first rows, a damaged page, an
+    unreadable file) come out as ``sqlite3.DatabaseError`` naming ``what``.
+    NOTE: ADBC infers a column's type from the first batch; a later value of another type is an
+    error, never a silent conversion."""
+    from adbc_driver_manager import Error as AdbcError
+
+    try:
+        cur = con.cursor()
+        try:
+            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+            cur.execute(sql)
+            reader = cur.fetch_record_batch()
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    return
+                yield batch
+        finally:
+            cur.close()
+    except (AdbcError, OSError) as exc:
+        msg = str(exc).replace("[SQLite] ", "").splitlines()[0] if str(exc) else type(exc).__name__
+        raise sqlite3.DatabaseError(f"malformed values in {what}: {msg}") from exc
+
+
+def _ints(batch: Any, i: int, table: str) -> np.ndarray:
+    """Column ``i`` of a batch as int64 (a view of the batch's buffer); anything else is malformed."""
+    col = batch.column(i)
+    if col.null_count or str(col.type) != "int64":
+        what = "NULL" if col.null_count else str(col.type)
+        raise sqlite3.DatabaseError(f"malformed values in {table}: {what} where integers belong")
+    return col.to_numpy(zero_copy_only=True)
+
+
+class _Columns:
+    """int64 columns filled batch by batch into arrays allocated once (no concatenation copy at the
+    end); grown by doubling only when more rows come than were announced."""
+
+    def __init__(self, k: int, rows: int) -> None:
+        self.cols = [np.empty(rows, np.int64) for _ in range(k)]
+        self.n = 0
+
+    def add(self, vals: list[np.ndarray]) -> None:
+        m = len(vals[0]) if vals else 0
+        if self.cols and self.n + m > len(self.cols[0]):
+            cap = max(2 * len(self.cols[0]), self.n + m)
+            for i, c in enumerate(self.cols):
+                grown = np.empty(cap, np.int64)
+                grown[:self.n] = c[:self.n]
+                self.cols[i] = grown
+        for c, v in zip(self.cols, vals):
+            c[self.n:self.n + m] = v
+        self.n += m
+
+    def take(self, i: int) -> np.ndarray:
+        """Column ``i`` trimmed to the rows filled (a copy when most of it would be slack)."""
+        c, self.cols[i] = self.cols[i], np.zeros(0, np.int64)
+        return c if len(c) == self.n else (c[:self.n].copy() if 4 * self.n < 3 * len(c) else c[:self.n])
+
+
+def fetch_ints(con: Any, table: str, exprs: list[str], where: str = "",
+               span: list[int] | None = None, max_rows: int = 1 << 24) -> list[np.ndarray]:
+    """Integer columns ``exprs`` of ``table`` rows matching ``where`` -> one int64 array each,
+    in rowid order, read through the ADBC connection ``con`` (``connect_arrow``).
+
+    A NULL or non-integer value is a malformed table (``sqlite3.DatabaseError``): COALESCE the
+    expressions that may be NULL. Integer literals (``"-1"``) are not asked of SQLite: numpy fills
+    them. ``where`` is evaluated as a column, so every row of the table is seen: ``span`` gets
+    [rows in the table, lowest rowid, highest rowid] (nothing for an empty table) and progress
+    (``report_scans``) advances by rowids. The columns are allocated for the table's rowid span,
+    at most ``max_rows`` (a damaged file's huge rowids cannot make it allocate more).
     """
     const = {i: int(e) for i, e in enumerate(exprs) if _INT_LITERAL.fullmatch(e.strip())}
     if len(const) == len(exprs):
         const = {}
     asked = [e for i, e in enumerate(exprs) if i not in const]
-    lo, hi = con.execute(f"SELECT MIN(rowid), MAX(rowid) FROM {table}").fetchone()
-    seen: list[int] = []
-    if lo is None:
-        parts: list[list[np.ndarray]] = [[] for _ in asked]
-    elif second is None or hi - lo < 2 * CHUNK:
-        parts = _chunks(con, table, asked, where, lo, hi, seen)
-    else:
-        mid = lo + (hi - lo) // 2
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            upper = pool.submit(_chunks_on, second, table, asked, where, mid + 1, hi, seen)
-            parts = _chunks(con, table, asked, where, lo, mid, seen)
-            for acc, more in zip(parts, upper.result()):
-                acc.extend(more)
-    if span is not None and lo is not None:
-        span[:] = [sum(seen), int(lo), int(hi)]
-    n = sum(len(c) for c in parts[0]) if parts else 0
+    keep = [f"COALESCE(({where}), 0) != 0"] if where else []
+    first = 2 if where else 1
+    bounds = next(arrow_query(con, f"SELECT MIN(rowid), MAX(rowid) FROM {table}", table), None)
+    lo_hi = bounds.to_pylist()[0] if bounds is not None and bounds.num_rows else {}
+    lo0, hi0 = list(lo_hi.values()) if lo_hi else (None, None)
+    expect = 0 if lo0 is None or hi0 is None else max(0, min(int(hi0) - int(lo0) + 1, max_rows))
+    cols = _Columns(len(asked), expect)
+    sql = f"SELECT {', '.join(['rowid'] + keep + asked)} FROM {table} ORDER BY rowid"
+    rows, lo, last = 0, -1, -1
+    for batch in arrow_query(con, sql, table):
+        if not batch.num_rows:
+            continue
+        rowid = _ints(batch, 0, table)
+        if not rows:
+            lo, last = int(rowid[0]), int(rowid[0]) - 1
+        rows += len(rowid)
+        tick = _ON_SCAN[0]
+        if tick is not None:
+            tick(int(rowid[-1]) - last)
+        last = int(rowid[-1])
+        if where:   # rows outside ``where`` may hold anything (e.g. an NVTX mark's NULL end)
+            keep_col = _ints(batch, 1, table)
+            if not keep_col.all():
+                batch = batch.filter(keep_col.astype(bool))
+        cols.add([_ints(batch, first + k, table) for k in range(len(asked))])
+    if span is not None and rows:
+        span[:] = [rows, lo, last]
+    n = cols.n
     out, k = [], 0
-    for i in range(len(exprs)):        # column by column, dropping the chunks as we go
+    for i in range(len(exprs)):        # column by column
         if i in const:
             out.append(np.full(n, const[i], np.int64))
             continue
-        out.append(np.concatenate(parts[k]) if parts[k] else np.zeros(0, np.int64))
-        parts[k] = []
+        out.append(cols.take(k))
         k += 1
     return out
-
-
-def _chunks_on(connect: Callable[[], sqlite3.Connection], table: str, exprs: list[str], where: str,
-               lo: int, hi: int, seen: list[int] | None = None) -> list[list[np.ndarray]]:
-    con = connect()
-    try:
-        return _chunks(con, table, exprs, where, lo, hi, seen)
-    finally:
-        con.close()
 
 
 def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -31,7 +31,13 @@ def split_labels(labels: Sequence[Any]) -> tuple[pd.Categorical, np.ndarray]:
 
     NOTE: rows with the same label share one attrs dict; treat attrs as read-only."""
     codes, uniq = pd.factorize(pd.Series(labels, dtype=object).fillna(""), sort=False)
-    parsed = [split_label(str(u)) for u in uniq]
+    return split_coded_labels(np.asarray(codes, np.int64), [str(u) for u in uniq])
+
+
+def split_coded_labels(codes: np.ndarray, uniq: Sequence[str]) -> tuple[pd.Categorical, np.ndarray]:
+    """``split_labels`` of labels given as codes into their distinct strings ``uniq``: each
+    distinct label is parsed once."""
+    parsed = [split_label(u) for u in uniq]
     names = [p[0] for p in parsed]
     cats, name_codes = np.unique(np.asarray(names, dtype=object), return_inverse=True) \
         if names else (np.array([], dtype=object), np.zeros(0, np.int64))

@@ -1,8 +1,9 @@
 """Nsight Systems SQLite export -> Timeline (schemas of nsys 2022.1 to 2026.2).
 
 Opened strictly read-only (``mode=ro&immutable=1``): no journal, no index, nothing written beside
-the user's file. Only the needed columns are selected, filters run in SQL, columns land in numpy
-arrays chunk by chunk, names become categoricals over the few distinct StringIds.
+the user's file. Only the needed columns are selected; the big tables are scanned through ADBC into
+Arrow record batches (C, GIL released: the device and the host tables on two cores), their
+integer columns land in numpy arrays, names become categoricals over the few distinct StringIds.
 
 NOTE: ``globalTid`` packs ``hw << 48 | pid << 24 | tid``; GPU tables carry ``globalPid`` only.
 NOTE: correlation ids are unique per process only; the Timeline keeps ``pid`` beside them.
@@ -15,6 +16,7 @@ looks inconsistent.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -24,16 +26,17 @@ import pandas as pd
 
 from srtscope.analyzers.names import api_kind, os_kind, strip_api_suffix
 from srtscope.analyzers.readers.columnar import (
-    CHUNK,
+    arrow_query,
     cat_from_codes,
     concat_sorted,
+    connect_arrow,
     factorize,
     fetch_ints,
     nesting_depth,
     sort_columns,
 )
 from srtscope.analyzers.readers.errors import TraceError
-from srtscope.analyzers.readers.labels import split_labels
+from srtscope.analyzers.readers.labels import split_coded_labels
 from srtscope.analyzers.readers.sqlite_integrity import check_integrity, check_side_files
 from srtscope.analyzers.timeline import (
     ApiKind,
@@ -84,6 +87,20 @@ class _Reader:
         self.missing_strings = 0    # rows whose StringIds id is not in StringIds
         self.named_rows = 0         # rows whose name was looked up in StringIds
         self.suspect: list[str] = []  # what looked inconsistent while reading (quick_check then)
+        self._arrow: Any = None        # ADBC connection for the big scans, opened on first use
+        # no table of the file can hold more rows than this (a row takes more than 8 bytes)
+        self.max_rows = max(1, path.stat().st_size // 8)
+
+    @property
+    def arrow(self) -> Any:
+        if self._arrow is None:
+            self._arrow = connect_arrow(self.path)
+        return self._arrow
+
+    def close(self) -> None:
+        if self._arrow is not None:
+            self._arrow.close()
+            self._arrow = None
 
     def has(self, table: str) -> bool:
         return table in self.tables
@@ -91,12 +108,11 @@ class _Reader:
     def columns(self, table: str) -> set[str]:
         return {r[1] for r in self.con.execute(f"PRAGMA table_info({table})")}
 
-    def fetch(self, table: str, exprs: list[str], where: str = "", parallel: bool = False) -> list[np.ndarray]:
+    def fetch(self, table: str, exprs: list[str], where: str = "") -> list[np.ndarray]:
         """``fetch_ints``, noting a table whose row count is not its rowid span: nsys writes rowids
         1..n, so rows were lost or moved (a swapped page) -- or the export was edited."""
         span: list[int] = []
-        second = (lambda: connect_readonly(self.path)) if parallel else None
-        out = fetch_ints(self.con, table, exprs, where, second=second, span=span)
+        out = fetch_ints(self.arrow, table, exprs, where, span=span, max_rows=self.max_rows)
         if span and span[2] - span[1] + 1 != span[0]:
             self.suspect.append(f"{span[0]} rows in {table} over rowids {span[1]}..{span[2]}")
         return out
@@ -150,7 +166,7 @@ class _Reader:
         gnode = "COALESCE(graphNodeId,-1)" if "graphNodeId" in cols else "-1"
         s, e, dev, strm, corr, gpid, name, g, node = self.fetch(
             t, ["start", "end", "deviceId", "streamId", "COALESCE(correlationId,-1)",
-                "COALESCE(globalPid,0)", name_col, gid, gnode], parallel=True)
+                "COALESCE(globalPid,0)", name_col, gid, gnode])
         names = self.categorical(name)
         del name
         return {"start_ns": s, "end_ns": e, "kind": _kind_col(DeviceKind.KERNEL, len(s)),
@@ -203,9 +219,7 @@ class _Reader:
             t, ["start", "end", "COALESCE(globalTid,0)", "COALESCE(correlationId,-1)", "nameId"], where)
         names = self.categorical(name, strip_api_suffix)
         del name
-        kind_lut = np.asarray([api_kind(c).value for c in names.categories], dtype=object)
-        kinds = pd.Categorical(kind_lut[names.codes] if len(kind_lut) else
-                               np.zeros(0, dtype=object), categories=[k.value for k in ApiKind])
+        kinds = _kinds(names, api_kind)
         return {"start_ns": s, "end_ns": e, "pid": (gtid >> 24) & _MASK24, "tid": gtid & _MASK24,
                 "name": names, "kind": kinds, "correlation": corr}
 
@@ -216,9 +230,7 @@ class _Reader:
             return None
         s, e, gtid, name = self.fetch(t, ["start", "end", "COALESCE(globalTid,0)", "nameId"])
         names = self.categorical(name)
-        kind_lut = np.asarray([os_kind(str(c)).value for c in names.categories], dtype=object)
-        kinds = pd.Categorical(kind_lut[names.codes] if len(kind_lut) else np.zeros(0, dtype=object),
-                               categories=[k.value for k in ApiKind])
+        kinds = _kinds(names, lambda c: os_kind(str(c)))
         return {"start_ns": s, "end_ns": e, "pid": (gtid >> 24) & _MASK24, "tid": gtid & _MASK24,
                 "name": names, "kind": kinds, "correlation": np.full(len(s), -1, np.int64)}
 
@@ -237,23 +249,35 @@ class _Reader:
         has_tid = "textId" in cols
         label_sql = ("COALESCE(n.text, s.value, '') FROM NVTX_EVENTS n LEFT JOIN StringIds s "
                      "ON s.id = n.textId" if has_tid else "COALESCE(n.text, '') FROM NVTX_EVENTS n")
-        labels: list[Any] = []
-        cur = self.con.execute(f"SELECT {label_sql} {where} ORDER BY n.rowid")
-        while True:
-            rows = cur.fetchmany(CHUNK)
-            if not rows:
-                break
-            labels.extend(r[0] for r in rows)
-        if len(labels) != len(s):
-            raise sqlite3.DatabaseError("NVTX label count mismatch")
+        codes, uniq = self._labels(f"SELECT {label_sql} {where} ORDER BY n.rowid", len(s))
         marks = self.count(t, "WHERE end IS NULL AND eventType = 34")
         pid, tid = (gtid >> 24) & _MASK24, gtid & _MASK24
-        names, attrs = split_labels(labels)
-        del labels
+        names, attrs = split_coded_labels(codes, uniq)
+        del codes
         domains = self._domain_names(dom, pid)
         depth = nesting_depth(s, e, gtid, np.isin(etype, (NVTX_PUSH_RANGE, NVTX_PUSH_POP)))
         return {"start_ns": s, "end_ns": e, "pid": pid, "tid": tid, "name": names,
                 "domain": domains, "attrs": attrs, "depth": depth}, marks
+
+    def _labels(self, sql: str, n: int) -> tuple[np.ndarray, list[str]]:
+        """The one text column of ``sql`` as (codes, distinct strings), dictionary-encoded in Arrow:
+        no Python string per row. ``n``: the rows expected (else the table changed under us)."""
+        codes: list[np.ndarray] = []
+        uniq: list[str] = []
+        index: dict[str, int] = {}
+        for batch in arrow_query(self.arrow, sql, "NVTX_EVENTS"):
+            col = batch.column(0)
+            if col.null_count or str(col.type) not in ("string", "large_string"):
+                raise sqlite3.DatabaseError(f"malformed values in NVTX_EVENTS: {col.type} labels")
+            enc = col.dictionary_encode()
+            remap = np.fromiter((index.setdefault(v, len(index)) for v in enc.dictionary.to_pylist()),
+                                np.int64, len(enc.dictionary))
+            codes.append(remap[enc.indices.to_numpy(zero_copy_only=False)])
+        uniq = list(index)
+        out = np.concatenate(codes) if codes else np.zeros(0, np.int64)
+        if len(out) != n:
+            raise sqlite3.DatabaseError("NVTX label count mismatch")
+        return out, uniq
 
     def _domain_names(self, dom: np.ndarray, pid: np.ndarray) -> pd.Categorical:
         """domainId -> name from domain-create rows (per process, then any process)."""
@@ -301,14 +325,26 @@ class _Reader:
                 for g, v in rows if g is not None and ((int(g) >> 24) & _MASK24) in pids}
 
 
+def _kinds(names: pd.Categorical, kind_of: Callable[[str], ApiKind]) -> pd.Categorical:
+    """ApiKind per row of the categorical ``names``, mapped once per distinct name (codes to codes:
+    no string per row)."""
+    order = [k.value for k in ApiKind]
+    lut = np.asarray([order.index(kind_of(c).value) for c in names.categories], dtype=np.int8)
+    codes = lut[names.codes] if len(lut) else np.zeros(len(names), np.int8)
+    return pd.Categorical.from_codes(codes, categories=order)  # type: ignore[call-overload]
+
+
 def _read_host(path: Path) -> tuple[dict | None, tuple[dict | None, int], _Reader]:
     """API and NVTX tables on their own connection (run in a worker thread), and the reader (for
     its notes: ``suspect``, ``missing_strings``, ``named_rows``)."""
     con = connect_readonly(path)
     try:
         r = _Reader(path, con)
-        api = concat_sorted([p for p in (r.api(), r.osrt()) if p is not None and len(p["start_ns"])])
-        ranges, marks = r.nvtx()
+        try:
+            api = concat_sorted([p for p in (r.api(), r.osrt()) if p is not None and len(p["start_ns"])])
+            ranges, marks = r.nvtx()
+        finally:
+            r.close()
         return api, (sort_columns(ranges), marks), r
     finally:
         con.close()
@@ -352,12 +388,15 @@ def read_nsys(path: str | Path, rank: int = 0) -> Timeline:
         checked = path.stat().st_size <= QUICK_CHECK_ALWAYS_BYTES
         if checked:
             check_integrity(path, con)
+        reader = _Reader(path, con)
         try:
-            return _read(path, _Reader(path, con), rank, checked)
+            return _read(path, reader, rank, checked)
         except (sqlite3.DatabaseError, ValueError, TimelineError) as exc:
             if not checked and not isinstance(exc, TraceError):
                 check_integrity(path, con, why=str(exc))  # a damaged file says so rather than why
             raise
+        finally:
+            reader.close()
     finally:
         con.close()
 
@@ -377,8 +416,8 @@ def _read(path: Path, r: _Reader, rank: int, checked: bool = False) -> Timeline:
     captured = ([str(v) for (v,) in r.con.execute(
         "SELECT value FROM META_DATA_CAPTURE WHERE name = 'CAPTURE_EVENT_TYPE'")]
         if r.has("META_DATA_CAPTURE") else [])
-    # The API and NVTX tables are read on a second connection in a thread: SQLite releases the
-    # GIL while it aggregates, so the two big scans overlap.
+    # The API and NVTX tables are read on a second connection in a thread: ADBC releases the GIL
+    # while SQLite steps and Arrow fills, so the device and the host scans overlap.
     with ThreadPoolExecutor(max_workers=1) as pool:
         host = pool.submit(_read_host, path)
         parts = [p for p in (r.kernels(), r.copies("CUPTI_ACTIVITY_KIND_MEMCPY", DeviceKind.MEMCPY),

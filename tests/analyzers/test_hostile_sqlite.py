@@ -205,3 +205,27 @@ def test_names_missing_from_string_ids(tmp_path, export):
     con.commit()
     con.close()
     srtscope("diagnose", "--json", most).error_line(str(most), "not in StringIds")
+
+
+@pytest.mark.parametrize("table,sql,needle", [
+    # a text where a kernel's start belongs
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "UPDATE {t} SET start = 'soon' WHERE rowid = 250", "CUPTI_ACTIVITY_KIND_KERNEL"),
+    # a real number where an integer belongs
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "UPDATE {t} SET end = 1.5 WHERE rowid = 7", "CUPTI_ACTIVITY_KIND_RUNTIME"),
+    # a NULL start (the table rebuilt without its NOT NULL constraints): every row must have one
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "CREATE TABLE k AS SELECT * FROM {t}; DROP TABLE {t}; "
+     "ALTER TABLE k RENAME TO {t}; UPDATE {t} SET start = NULL WHERE rowid = 3", "CUPTI_ACTIVITY_KIND_KERNEL"),
+    # a blob as an NVTX range's end
+    ("NVTX_EVENTS", "UPDATE {t} SET end = x'00ff' WHERE rowid = 2", "NVTX_EVENTS"),
+])
+def test_values_of_the_wrong_type_exit_2_naming_the_table(tmp_path, export, table, sql, needle):
+    """Structurally sound, but a value is not the integer its column holds: refused with one line that
+    names the table, never converted or skipped."""
+    bad = tmp_path / "typed.sqlite"
+    shutil.copy(export, bad)
+    con = sqlite3.connect(bad)
+    con.executescript(sql.format(t=table))
+    con.commit()
+    con.close()
+    r = srtscope("diagnose", "--json", "--no-cache", bad)
+    r.error_line(str(bad), needle)

@@ -285,7 +285,7 @@ def test_progress_reports_fractions(tmp_path):
 def test_progress_within_one_big_file(tmp_path, monkeypatch):
     from srtscope.analyzers.readers import columnar
 
-    monkeypatch.setattr(columnar, "CHUNK", 64)  # many chunks from a small file
+    monkeypatch.setattr(columnar, "BATCH_ROWS", 64)  # many batches from a small file
     a = _scenario(tmp_path / "r0.sqlite")
     seen = []
     load_timeline([a], progress=lambda frac, what: seen.append(frac))
