@@ -10,10 +10,17 @@
 
 Disabled (the default), ``stage()`` returns a cached no-op object: a call and two method calls.
 As a decorator it checks ``enabled`` at each call, so decorating at import time is fine.
+
+Two implementations of the same spans: the C extension ``_fastrange`` (probes/_fastrange.c), used
+where it is built, and this module's Python path, used for NVTX and torch annotations (the C range
+delegates to it then), where the extension is missing, and always with ``SRTSCOPE_PROBES_PURE=1``
+in the environment at import. Both share one per-thread depth and record the same 6 values per span.
 """
 from __future__ import annotations
 
 import functools
+import os
+import sys
 import threading
 from collections.abc import Callable
 from time import perf_counter_ns
@@ -21,6 +28,27 @@ from typing import Any
 
 from srtscope.probes import recorder as _recorder_mod
 from srtscope.probes.stages import DOMAIN, format_message
+
+
+def _load_c() -> Any:
+    """The C extension, or None: not built, not Linux, or ``SRTSCOPE_PROBES_PURE=1``.
+
+    NOTE: the C ranges read CLOCK_MONOTONIC, which is ``perf_counter_ns``'s clock on Linux only;
+    one reading between two of ``perf_counter_ns`` checks it at import.
+    """
+    if os.environ.get("SRTSCOPE_PROBES_PURE", "") not in ("", "0") or not sys.platform.startswith("linux"):
+        return None
+    try:
+        import srtscope.probes._fastrange as _fastrange
+    except ImportError:
+        return None
+    a = perf_counter_ns()
+    b = _fastrange.clock_ns()
+    return _fastrange if a <= b <= perf_counter_ns() else None
+
+
+_C = _load_c()
+_PURE = _C is None  # the Python path for every range (set_pure switches it in-process, for tests)
 
 
 class _State:
@@ -33,6 +61,22 @@ class _State:
         self.domain: Any = None   # nvtx.Domain while NVTX is on
         self.torch_rf: tuple[Any, Any] | None = None  # (enter, exit) of torch's record_function ops while annotating
 
+    def __setattr__(self, key: str, value: Any) -> None:
+        # NOTE: every change (enable, torch_annotations, a test's monkeypatch) re-derives the C
+        # path's mode, so the C stage() can never miss that NVTX or annotations went on
+        object.__setattr__(self, key, value)
+        _sync_c(self)
+
+
+def _sync_c(st: _State) -> None:
+    """Tell the C stage() what to do: 0 disabled, 1 recorder-only fast path, 2 the Python path."""
+    if _C is None:
+        return
+    if _PURE or getattr(st, "nvtx", False) or getattr(st, "torch_rf", None) is not None:
+        _C.set_mode(2)
+    else:
+        _C.set_mode(1 if getattr(st, "enabled", False) else 0)
+
 
 _STATE = _State()
 _ENABLED = False  # mirrors _STATE.enabled as a plain global: the disabled check is one load
@@ -40,10 +84,11 @@ _tls = threading.local()
 
 
 def _thread_state() -> Any:
+    """This thread's (tid, depth) object; with the C path on, the very object the C ranges use."""
     try:
         return _tls.s
     except AttributeError:
-        s = _TLS()
+        s = _TLS() if _PURE else _C.thread_state()
         _tls.s = s
         return s
 
@@ -215,13 +260,13 @@ class _Decorator:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if not _ENABLED:
                 return fn(*args, **kwargs)
-            with _Range(name, dict(attrs)):
+            with stage(name, **attrs):  # a fresh attrs dict per call, C or Python range
                 return fn(*args, **kwargs)
 
         return wrapper
 
 
-def stage(name: str, **attrs: Any) -> Any:
+def _py_stage(name: str, **attrs: Any) -> Any:
     """A probe range named after a taxonomy stage (see ``probes.stages``).
 
     Usable as ``with stage(...)`` or ``@stage(...)``. Attribute values should be scalars.
@@ -235,6 +280,33 @@ def stage(name: str, **attrs: Any) -> Any:
     except KeyError:
         null = _NULLS[name] = _NullRange(name)
         return null
+
+
+#: ``stage(name, **attrs)``: the C function where the extension is loaded (it hands NVTX, torch
+#: annotations and the forced pure path to ``_py_stage``), else ``_py_stage`` itself
+stage: Callable[..., Any] = _py_stage
+if _C is not None:
+    _C.bind(vars(_recorder_mod), _py_stage, _Decorator)
+    stage = _C.stage
+    _sync_c(_STATE)
+
+
+def implementation() -> str:
+    """``"C"`` or ``"Python"``: which path an enabled recorder-only range takes now."""
+    return "Python" if _PURE else "C"
+
+
+def set_pure(pure: bool) -> bool:
+    """Force the Python path (True) or use the C one where built (False); returns whether the Python
+    path is now in use. For tests and benchmarks comparing the two in one process.
+
+    NOTE: switch only with no range open: each path keeps its own per-thread depth.
+    """
+    global _PURE, _tls
+    _PURE = pure or _C is None
+    _tls = threading.local()
+    _sync_c(_STATE)
+    return _PURE
 
 
 def record_span(name: str, start_ns: int, end_ns: int, **attrs: Any) -> None:

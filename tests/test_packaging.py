@@ -1,6 +1,7 @@
 """The distribution installs one import name, ``srtscope``, from a wheel or an sdist."""
 from __future__ import annotations
 
+import shutil
 import site
 import subprocess
 import sys
@@ -50,6 +51,10 @@ def test_wheel_has_one_top_level_name(built):
         assert f"srtscope/{sub}/__init__.py" in names
     assert "srtscope/__main__.py" in names
     assert "srtscope/engine/model/llama.py" in names and "srtscope/analyzers/readers/kineto.py" in names
+    # the probes' C extension, where this machine can compile it (setup.py makes it optional)
+    if shutil.which("gcc") or shutil.which("cc"):
+        assert any(n.startswith("srtscope/probes/_fastrange.") and n.endswith(".so") for n in names), names
+    assert "srtscope/probes/_fastrange.c" not in names
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "srtscope = srtscope.cli.app:main" in entry
 
@@ -61,6 +66,7 @@ def test_sdist_builds_the_same_packages(built):
     for sub in GENERIC:
         assert f"{root}/{sub}/__init__.py" in members
     assert f"{root}/srtscope/__init__.py" in members and f"{root}/pyproject.toml" in members
+    assert f"{root}/probes/_fastrange.c" in members and f"{root}/setup.py" in members
 
 
 def test_wheel_installs_into_an_empty_venv(built, tmp_path):
@@ -78,12 +84,16 @@ def test_wheel_installs_into_an_empty_venv(built, tmp_path):
                              check=True, capture_output=True, text=True).stdout.strip()
     Path(purelib, "borrowed_deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     probe = ("import importlib.util as u, srtscope, srtscope.cli.app, srtscope.engine.engine; "
+             "from srtscope.probes import ranges; "
              "print(srtscope.__file__); "
-             f"print([n for n in {GENERIC!r} if u.find_spec(n) is not None])")
+             f"print([n for n in {GENERIC!r} if u.find_spec(n) is not None]); "
+             "print(ranges.implementation())")
     res = subprocess.run([str(py), "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True)
-    where, generic = res.stdout.strip().splitlines()
+    where, generic, probes = res.stdout.strip().splitlines()
     assert Path(where).is_relative_to(venv), where
     assert generic == "[]"
+    if shutil.which("gcc") or shutil.which("cc"):
+        assert probes == "C"   # the wheel's extension loads from the installed package
     cli = subprocess.run([str(venv / "bin" / "srtscope"), "--help"], cwd=tmp_path, capture_output=True, text=True)
     assert cli.returncode == 0 and "diagnose" in cli.stdout
     mod = subprocess.run([str(py), "-m", "srtscope", "--version"], cwd=tmp_path, capture_output=True, text=True)
