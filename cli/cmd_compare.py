@@ -14,9 +14,10 @@ import typer
 from rich.console import Console
 
 from srtscope.cli import contract
+from srtscope.cli.cmd_diagnose import CLUSTER_HELP
 from srtscope.cli.contract import MAX_SAVED_BYTES
 from srtscope.cli.errors import Exit, fail
-from srtscope.cli.loading import check_input_file
+from srtscope.cli.loading import check_cluster_jobs, check_input_file
 from srtscope.cli.values import MAX_REGRESSION_PCT, MAX_THRESHOLD_US, float_option
 
 
@@ -49,19 +50,21 @@ def _saved(path: Path) -> SavedDiagnosis | None:
         fail(f"{path}: not a saved diagnosis of the JSON contract: {exc}")
 
 
-def _diagnosis(arg: str, threshold_us: float, console: Console, cache: bool = True, jobs: int = 1) -> Any:
+def _diagnosis(arg: str, threshold_us: float, console: Console, cache: bool = True, jobs: int = 1,
+               cluster: str | None = None) -> Any:
     from srtscope.cli.cmd_diagnose import run_diagnosis
 
     paths = [Path(p) for p in arg.split(",") if p]
     if not paths:
         fail(f"{arg!r}: no trace given")
     for p in paths:
-        check_input_file(p)
+        if cluster is None or p.exists():       # with --cluster, the workers check what is not here
+            check_input_file(p)
     if len(paths) == 1 and paths[0].is_file():
         saved = _saved(paths[0])
         if saved is not None:
             return saved
-    return run_diagnosis(paths, threshold_us, None, console, True, cache=cache, jobs=jobs)
+    return run_diagnosis(paths, threshold_us, None, console, True, cache=cache, jobs=jobs, cluster=cluster)
 
 
 def register(app: typer.Typer) -> None:
@@ -83,13 +86,15 @@ def register(app: typer.Typer) -> None:
                                                                 "nor fill the table cache."),
         jobs: int = typer.Option(1, "--jobs", min=1, max=256,
                                  help="Read rank files in this many processes (1..256)."),
+        cluster: str | None = typer.Option(None, "--cluster", metavar="ADDRESS", help=CLUSTER_HELP),
     ) -> None:
         """Diagnose two captures and show the figures side by side with their change."""
         from srtscope.analyzers.analyses.diff import compare
 
+        check_cluster_jobs(cluster, jobs)
         console = Console(stderr=as_json)
-        b = _diagnosis(before, threshold_us, console, not no_cache, jobs)
-        a = _diagnosis(after, threshold_us, console, not no_cache, jobs)
+        b = _diagnosis(before, threshold_us, console, not no_cache, jobs, cluster)
+        a = _diagnosis(after, threshold_us, console, not no_cache, jobs, cluster)
         diff = compare(b, a)
         known = {f.name for f in diff.figures}
         unknown = [f for f in figure if f not in known]

@@ -10,12 +10,15 @@ import typer
 from rich.console import Console
 
 from srtscope.cli.errors import fail
-from srtscope.cli.loading import load
+from srtscope.cli.loading import check_cluster_jobs, load
 from srtscope.cli.output import OutputError, check_output_path, write_text
 from srtscope.cli.values import MAX_THRESHOLD_US, float_option
 
 MAX_STEP = 2**62
 MAX_JOBS = 256
+CLUSTER_HELP = ("Read the rank files on the Dask cluster at this scheduler address (tcp://host:8786) "
+                "instead of here; its workers open the same paths (a shared filesystem) and keep the "
+                "table cache on their side. Needs srtscope[cluster]; not with --jobs.")
 
 
 def parse_steps(text: str | None) -> tuple[int, int] | None:
@@ -40,12 +43,13 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
 
 def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int] | None,
                   console: Console | None, quiet: bool, keep: list | None = None, cache: bool = True,
-                  jobs: int = 1):
+                  jobs: int = 1, cluster: str | None = None):
     """Load + diagnose; returns the Diagnosis object (``keep`` receives the Timeline when given).
-    ``cache``: use the user's table cache; ``jobs``: rank files read in that many processes."""
+    ``cache``: use the user's table cache; ``jobs``: rank files read in that many processes;
+    ``cluster``: read by the workers of the Dask scheduler at that address."""
     from srtscope.analyzers.diagnose import DiagnoseInputError, DiagnoseParams, diagnose
 
-    tl = load(paths, console, quiet, cache=cache, jobs=jobs)
+    tl = load(paths, console, quiet, cache=cache, jobs=jobs, cluster=cluster)
     if keep is not None:
         keep.append(tl)
     try:
@@ -82,8 +86,10 @@ def register(app: typer.Typer) -> None:
                                                                 "nor fill the table cache."),
         jobs: int = typer.Option(1, "--jobs", min=1, max=MAX_JOBS,
                                  help="Read rank files in this many processes (1..256)."),
+        cluster: str | None = typer.Option(None, "--cluster", metavar="ADDRESS", help=CLUSTER_HELP),
     ) -> None:
         """Diagnose traces: verdict (scheduler / prep / kernel), bubbles, steps, communication."""
+        check_cluster_jobs(cluster, jobs)
         for target in (markdown, perfetto, html):
             if target is not None:
                 try:
@@ -93,7 +99,7 @@ def register(app: typer.Typer) -> None:
         console = Console(stderr=as_json)
         kept: list = []
         diag = run_diagnosis(list(traces), threshold_us, parse_steps(steps), console, as_json, kept,
-                             cache=not no_cache, jobs=jobs)
+                             cache=not no_cache, jobs=jobs, cluster=cluster)
         doc = diag.to_json()
         if html is not None:
             from srtscope.cli.html import diagnosis_html

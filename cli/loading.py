@@ -31,18 +31,29 @@ def check_input_file(path: Path) -> os.stat_result:
     return st
 
 
+def check_cluster_jobs(cluster: str | None, jobs: int) -> None:
+    """``--cluster`` with ``--jobs`` > 1 exits 2: the cluster's workers do the reads, there is no pool here."""
+    if cluster is not None and jobs > 1:
+        fail(f"--cluster and --jobs {jobs}: choose one (with --cluster the cluster's workers read the files)")
+
+
 def load(paths: list[Path], console: Console | None = None, quiet: bool = False, cache: bool = True,
-         jobs: int = 1) -> Any:
+         jobs: int = 1, cluster: str | None = None) -> Any:
     """Read one or more trace files into a Timeline; bad input exits 2 with one line. ``cache``: the
-    user's table cache (``analyzers/readers/cache.py``); ``jobs``: files read in that many processes."""
+    user's table cache (``analyzers/readers/cache.py``); ``jobs``: files read in that many processes;
+    ``cluster``: a Dask scheduler's address, whose workers read the files (``readers/cluster.py``).
+    NOTE: with ``cluster`` the paths are the workers' to check (they need not exist here), and the
+    progress bar shows whenever there is a console: remote reads are slow to start whatever the size."""
     from srtscope.analyzers.readers import TraceError, load_timeline
+    from srtscope.analyzers.readers.cluster import ClusterError  # cheap: distributed comes later
 
     if not paths:
         fail("no trace given")
-    total = sum(check_input_file(p).st_size for p in paths)
+    check_cluster_jobs(cluster, jobs)
+    total = LARGE_BYTES if cluster is not None else sum(check_input_file(p).st_size for p in paths)
     try:
         if quiet or console is None or total < LARGE_BYTES:
-            return load_timeline([str(p) for p in paths], cache=cache, jobs=jobs)
+            return load_timeline([str(p) for p in paths], cache=cache, jobs=jobs, cluster=cluster)
         with Progress(TextColumn("[bold]reading[/] {task.description}"), BarColumn(),
                       TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
                       console=console, transient=True) as prog:
@@ -51,10 +62,13 @@ def load(paths: list[Path], console: Console | None = None, quiet: bool = False,
             def progress(fraction: float, what: str = "") -> None:
                 prog.update(task, completed=max(0.0, min(1.0, fraction)))
 
-            return load_timeline([str(p) for p in paths], progress=progress, cache=cache, jobs=jobs)
+            return load_timeline([str(p) for p in paths], progress=progress, cache=cache, jobs=jobs,
+                                 cluster=cluster)
     except TraceError as exc:
         fail(str(exc))
     except PermissionError as exc:
         fail(f"{exc.filename or ', '.join(map(str, paths))}: permission denied")
     except MemoryError:
         fail(f"out of memory while reading {', '.join(map(str, paths))}", Exit.INTERNAL)
+    except ClusterError as exc:
+        fail(str(exc))

@@ -224,7 +224,8 @@ def _read_parallel(files: list[Path], hints: list[int], allow_no_kernels: bool, 
 
 
 def load_timeline(paths: Sequence[str | Path] | str | Path, progress: Progress | None = None,
-                  allow_no_kernels: bool = False, cache: bool = False, jobs: int = 1) -> Timeline:
+                  allow_no_kernels: bool = False, cache: bool = False, jobs: int = 1,
+                  cluster: str | None = None) -> Timeline:
     """Read and merge trace files (a directory stands for its files).
 
     Rank of each file: Kineto ``distributedInfo.rank`` / probe ``meta.rank`` when present, else
@@ -233,26 +234,49 @@ def load_timeline(paths: Sequence[str | Path] | str | Path, progress: Progress |
     ``allow_no_kernels`` accepts traces without device activity (they
     carry warning ``no_kernels``) instead of raising ``TraceError``. ``cache``: see ``read_one``.
     ``jobs`` > 1 reads several files in that many processes; the merged Timeline is the same.
+    ``cluster``: the address of a Dask scheduler whose workers read every file instead (by path; the
+    ``srtscope[cluster]`` extra; ``readers/cluster.py``): the same Timeline again, with ``cache`` the
+    workers' own; ``ClusterError`` when the cluster cannot do it. Not with ``jobs`` > 1 (ValueError).
     """
+    if cluster is not None and jobs > 1:
+        raise ValueError("load_timeline: cluster= and jobs > 1 exclude each other")
     if isinstance(paths, (str, Path)):
         paths = [paths]
     files = _expand(list(paths))
     if not files:
         raise TraceError("<no input>", "no trace files given")
+    if cluster is None:
+        return _load_files(files, progress, allow_no_kernels, cache, jobs, None)
+    from srtscope.analyzers.readers.cluster import connect
+
+    with connect(cluster) as reads:
+        return _load_files(files, progress, allow_no_kernels, cache, 1, reads.read)
+
+
+#: ``(files, rank hints, allow_no_kernels, cache, progress) -> Timelines``, in the files' order
+RemoteRead = Callable[[Sequence[Path], Sequence[int], bool, bool, Progress | None], list[Timeline]]
+
+
+def _load_files(files: list[Path], progress: Progress | None, allow_no_kernels: bool, cache: bool,
+                jobs: int, remote: RemoteRead | None) -> Timeline:
+    """``load_timeline`` on expanded ``files``; ``remote`` (a cluster's reads) reads every file when given."""
     parts: list[Timeline] = []
     next_rank = 0
     early: list[Timeline] | None = None
-    if jobs > 1 and len(files) > 1:
+    if remote is not None or (jobs > 1 and len(files) > 1):
         # NOTE: a file without a rank in its name takes the rank after the previous file's; read in
         # parallel, it is guessed (its position) and read again below when the guess was wrong
         names = [rank_from_name(p) for p in files]
-        early = _read_parallel(files, [n if n is not None else i for i, n in enumerate(names)],
-                               allow_no_kernels, cache, jobs, progress)
+        hints = [n if n is not None else i for i, n in enumerate(names)]
+        early = (remote(files, hints, allow_no_kernels, cache, progress) if remote is not None
+                 else _read_parallel(files, hints, allow_no_kernels, cache, jobs, progress))
     for i, path in enumerate(files):
         named = rank_from_name(path)
         rank = named if named is not None else next_rank
         if early is not None and (named is not None or rank == i):
             tl = early[i]
+        elif remote is not None:
+            tl = remote([path], [rank], allow_no_kernels, cache, None)[0]
         else:
             if progress is not None:
                 progress(i / len(files), f"reading {path.name}")
