@@ -12,6 +12,7 @@ import pandas as pd
 
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.comm import split_compute
+from srtscope.analyzers.columns import isin
 from srtscope.analyzers.results import BUBBLE_CLASSES, BudgetResult
 from srtscope.analyzers.timeline import DeviceKind, Timeline
 
@@ -35,14 +36,15 @@ def step_budget(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, comm: n
     out["device"] = np.full(n, -1, np.int64)
     dev = tl.device
     d_s, d_e = dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy()
-    kinds = dev["kind"].to_numpy()
+    # NOTE: kinds compared on the categorical's codes: ``to_numpy`` would build a str per row
+    fwd = isin(dev["kind"], [DeviceKind.CPU_FORWARD]) if len(dev) else np.zeros(0, bool)
     for rank, idx in (steps.groupby("rank").indices.items() if n else []):
         if rank not in primary:
             continue
         d = primary[rank]
         out["device"][idx] = d
         on = (dev["rank"].to_numpy() == rank) & (dev["device"].to_numpy() == d)
-        stand_in = bool((kinds[on & comm] == DeviceKind.CPU_FORWARD.value).any())
+        stand_in = bool((fwd & on & comm).any())
         k, c = split_compute(iv.union(d_s[on & ~comm], d_e[on & ~comm]),
                              iv.union(d_s[on & comm], d_e[on & comm]), stand_in)
         s, e = steps["start_ns"].to_numpy()[idx], steps["end_ns"].to_numpy()[idx]

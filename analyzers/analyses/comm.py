@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.columns import group_rows, str_codes
+from srtscope.analyzers.columns import group_rows, isin, str_codes
 from srtscope.analyzers.host_activity import innermost_segments, stage_names
 from srtscope.analyzers.names import is_comm_kernel
 from srtscope.analyzers.results import CommResult
@@ -51,7 +51,7 @@ def _instances(tl: Timeline, mask: np.ndarray) -> tuple[str, pd.DataFrame]:
     """(source, rows with rank, device, start_ns, end_ns, name) of the collectives."""
     if mask.any():
         d = tl.device[mask]
-        stand_in = (d["kind"].to_numpy() == DeviceKind.CPU_FORWARD.value).all()
+        stand_in = isin(d["kind"], [DeviceKind.CPU_FORWARD]).all()
         return ("stand_in" if stand_in else "kernels"), \
             d[["rank", "device", "start_ns", "end_ns", "name"]].reset_index(drop=True)
     rg = tl.host_ranges
@@ -167,7 +167,8 @@ def _match(inst: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, int]]]:
     late = S.argmax(axis=0)
     pr = np.array([p[0] for p in parts])
     pd_ = np.array([p[1] for p in parts])
-    return pd.DataFrame({"index": np.arange(hi - lo), "name": inst["name"].to_numpy()[rows[ref]],
+    names = inst["name"].iloc[rows[ref]].to_numpy()     # only the matched rows become str objects
+    return pd.DataFrame({"index": np.arange(hi - lo), "name": names,
                          "start_ns": S.min(axis=0), "skew_ns": S.max(axis=0) - S.min(axis=0),
                          "transfer_ns": D.min(axis=0), "straggler_rank": pr[late],
                          "straggler_device": pd_[late]}), parts
