@@ -38,18 +38,48 @@ def sorted_unique(x) -> np.ndarray:
     return x[keep]
 
 
+def running_max(x: np.ndarray) -> np.ndarray:
+    """``np.maximum.accumulate(x)`` of a 1-D int64 array.
+
+    NOTE: returns ``x`` itself (not a copy) when it is already non-decreasing — one stream's
+    kernels, one thread's calls: a comparison pass instead of a running max into a fresh array.
+    Callers only read the result.
+    """
+    if _non_decreasing(x):
+        return x
+    return np.maximum.accumulate(x)
+
+
+def _all_positive(s: np.ndarray, e: np.ndarray, chunk: int = 1 << 20) -> bool:
+    """Whether every ``e > s`` (no empty interval), chunk by chunk like ``_non_decreasing``."""
+    for i in range(0, len(s), chunk):
+        if not (e[i:i + chunk] > s[i:i + chunk]).all():
+            return False
+    return True
+
+
+def _non_decreasing(x: np.ndarray, chunk: int = 1 << 20) -> bool:
+    """Whether ``x`` never decreases; checked chunk by chunk, so a disorder near the start costs
+    little (small temporaries, early exit)."""
+    for i in range(0, len(x) - 1, chunk):
+        seg = x[i:i + chunk + 1]
+        if (seg[1:] < seg[:-1]).any():
+            return False
+    return True
+
+
 def union(starts, ends) -> IntervalSet:
     """Merge any intervals (unsorted, overlapping, touching) into normal form."""
     s, e = _as_i64(starts), _as_i64(ends)
-    keep = e > s
-    if not keep.all():
+    if not _all_positive(s, e):
+        keep = e > s
         s, e = s[keep], e[keep]
     if len(s) == 0:
         return empty()
-    if (s[1:] < s[:-1]).any():          # device/api rows arrive start-sorted: skip the gather
+    if not _non_decreasing(s):          # device/api rows arrive start-sorted: skip the gather
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
-    run_end = np.maximum.accumulate(e)
+    run_end = running_max(e)
     # A new merged interval begins where the start lies beyond every earlier end.
     new = np.empty(len(s), dtype=bool)
     new[0] = True
