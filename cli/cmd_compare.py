@@ -15,20 +15,10 @@ from rich.console import Console
 
 from srtscope.cli import contract
 from srtscope.cli.cmd_diagnose import CLUSTER_HELP
-from srtscope.cli.contract import MAX_SAVED_BYTES
+from srtscope.cli.contract import MAX_SAVED_BYTES, SavedDiagnosis
 from srtscope.cli.errors import Exit, fail
 from srtscope.cli.loading import check_cluster_jobs, check_input_file
 from srtscope.cli.values import MAX_REGRESSION_PCT, MAX_THRESHOLD_US, float_option
-
-
-class SavedDiagnosis:
-    """A diagnosis read back from ``srtscope diagnose --json`` output."""
-
-    def __init__(self, doc: dict[str, Any]) -> None:
-        self._doc = doc
-
-    def to_json(self) -> dict[str, Any]:
-        return self._doc
 
 
 def _saved(path: Path) -> SavedDiagnosis | None:
@@ -64,7 +54,8 @@ def _diagnosis(arg: str, threshold_us: float, console: Console, cache: bool = Tr
         saved = _saved(paths[0])
         if saved is not None:
             return saved
-    return run_diagnosis(paths, threshold_us, None, console, True, cache=cache, jobs=jobs, cluster=cluster)
+    return run_diagnosis(paths, threshold_us, None, console, True, cache=cache, jobs=jobs, cluster=cluster,
+                         reuse=True)
 
 
 def register(app: typer.Typer) -> None:

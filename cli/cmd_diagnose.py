@@ -4,11 +4,14 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 
+from srtscope.cli.contract import SavedDiagnosis
 from srtscope.cli.errors import fail
 from srtscope.cli.loading import check_cluster_jobs, load
 from srtscope.cli.output import OutputError, check_output_path, write_text
@@ -43,23 +46,50 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
 
 def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int] | None,
                   console: Console | None, quiet: bool, keep: list | None = None, cache: bool = True,
-                  jobs: int = 1, cluster: str | None = None):
+                  jobs: int = 1, cluster: str | None = None, reuse: bool = False) -> Any:
     """Load + diagnose; returns the Diagnosis object (``keep`` receives the Timeline when given).
     ``cache``: use the user's table cache; ``jobs``: rank files read in that many processes;
-    ``cluster``: read by the workers of the Dask scheduler at that address."""
+    ``cluster``: read by the workers of the Dask scheduler at that address. ``reuse`` (with
+    ``cache``): the answer may come from the diagnosis cache, as a ``SavedDiagnosis`` of the same
+    JSON document, and a new answer is kept there."""
     from srtscope.analyzers.diagnose import DiagnoseInputError, DiagnoseParams, diagnose
 
-    tl = load(paths, console, quiet, cache=cache, jobs=jobs, cluster=cluster)
-    if keep is not None:
-        keep.append(tl)
     try:
         params = DiagnoseParams(threshold_us=threshold_us, step_range=steps)
     except ValueError as exc:
         fail(str(exc))
+    key = _diagnosis_key(paths, params) if reuse and cache and keep is None and cluster is None else None
+    if key is not None:
+        from srtscope.analyzers.result_cache import get_diagnosis
+
+        doc = get_diagnosis(key)
+        if doc is not None:
+            return SavedDiagnosis(doc)
+    tl = load(paths, console, quiet, cache=cache, jobs=jobs, cluster=cluster)
+    if keep is not None:
+        keep.append(tl)
     try:
-        return diagnose(tl, params)
+        diag = diagnose(tl, params)
     except DiagnoseInputError as exc:
         fail(str(exc))
+    if key is None:
+        return diag
+    from srtscope.analyzers.result_cache import put_diagnosis
+
+    # NOTE: rendered from its JSON text, as a cached answer will be: the first and the second look
+    # print the same
+    return SavedDiagnosis(put_diagnosis(key, json.loads(json.dumps(diag.to_json()))))
+
+
+def _diagnosis_key(paths: list[Path], params: Any) -> dict | None:
+    """The diagnosis cache's key, or None where the table cache would not keep these files either
+    (all small: their analyses are quick)."""
+    from srtscope.analyzers.readers.cache import cache_enabled_for
+    from srtscope.analyzers.result_cache import diagnosis_key
+
+    if not any(cache_enabled_for(p) for p in paths):
+        return None
+    return diagnosis_key(paths, asdict(params))
 
 
 def register(app: typer.Typer) -> None:
@@ -98,8 +128,11 @@ def register(app: typer.Typer) -> None:
                     fail(str(exc))
         console = Console(stderr=as_json)
         kept: list = []
-        diag = run_diagnosis(list(traces), threshold_us, parse_steps(steps), console, as_json, kept,
-                             cache=not no_cache, jobs=jobs, cluster=cluster)
+        # --perfetto draws from the Timeline and the Diagnosis object: those runs are not answered
+        # from the diagnosis cache (``keep`` turns it off)
+        diag = run_diagnosis(list(traces), threshold_us, parse_steps(steps), console, as_json,
+                             kept if perfetto is not None else None, cache=not no_cache, jobs=jobs,
+                             cluster=cluster, reuse=True)
         doc = diag.to_json()
         if html is not None:
             from srtscope.cli.html import diagnosis_html

@@ -21,6 +21,17 @@ TOP_LEVEL: dict[str, type] = {"version": int, "verdict": dict, "bubbles": dict, 
                               "device": dict, "capture": dict, "params": dict}
 
 
+class SavedDiagnosis:
+    """A diagnosis as its JSON document (read back from ``diagnose --json`` output or from the
+    diagnosis cache): what ``compare`` and the renderers need of a ``Diagnosis``."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self._doc = doc
+
+    def to_json(self) -> dict[str, Any]:
+        return self._doc
+
+
 class ContractError(ValueError):
     """A document that is not a diagnosis of the contract; one line naming where."""
 

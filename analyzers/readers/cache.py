@@ -128,7 +128,7 @@ def trace_key(path: Path, rank: int) -> TraceKey:
     return TraceKey(str(real), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, h.hexdigest(), rank)
 
 
-def _warn_once(message: str) -> None:
+def warn_once(message: str) -> None:
     if not _warned[0]:
         _warned[0] = True
         warnings.warn(f"srtscope cache not used: {message}", CacheWarning, stacklevel=3)
@@ -302,15 +302,15 @@ class TimelineCache:
         except FileNotFoundError:
             return None
         except (OSError, ValueError):
-            self._drop(entry)
+            self.drop(entry)
             return None
         try:
             if doc.get("entry_format") != ENTRY_FORMAT or doc.get("key") != asdict(key):
-                self._drop(entry)   # stale: the trace, the reader or the format changed
+                self.drop(entry)   # stale: the trace, the reader or the format changed
                 return None
             tl = self._load(entry, doc, given if given is not None else Path(key.path))
         except Exception:  # noqa: BLE001 - a damaged entry shows as any exception: dropped, not trusted
-            self._drop(entry)
+            self.drop(entry)
             return None
         try:
             os.utime(entry / _META)   # least recently used: by the meta file's mtime
@@ -347,7 +347,7 @@ class TimelineCache:
             self.root.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=self.root))
         except OSError as exc:
-            _warn_once(f"{self.root}: {exc.strerror or exc}")
+            warn_once(f"{self.root}: {exc.strerror or exc}")
             return
         try:
             doc: dict = {"entry_format": ENTRY_FORMAT, "key": asdict(key), "meta": _meta_json(tl.meta),
@@ -369,7 +369,7 @@ class TimelineCache:
                 return                      # larger than the whole cache: not kept
             entry = self.root / key.entry_name
             if entry.exists():
-                self._drop(entry)
+                self.drop(entry)
             try:
                 os.rename(tmp, entry)
             except OSError:
@@ -378,7 +378,7 @@ class TimelineCache:
         except _Uncacheable:
             return
         except OSError as exc:
-            _warn_once(f"{self.root}: {exc.strerror or exc}")
+            warn_once(f"{self.root}: {exc.strerror or exc}")
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -407,10 +407,10 @@ class TimelineCache:
             if total <= self.cap:
                 break
             if e != keep:
-                self._drop(e)
+                self.drop(e)
                 total -= b
 
-    def _drop(self, entry: Path) -> None:
+    def drop(self, entry: Path) -> None:
         """Remove an entry: renamed away first (readers never see half of it), then deleted."""
         try:
             gone = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=self.root))

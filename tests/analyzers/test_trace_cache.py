@@ -52,8 +52,10 @@ class Reads:
 
 
 def _entries() -> list[Path]:
+    """The table entries (the diagnosis cache's ``diagnosis-*`` entries share the folder)."""
     root = C.cache_dir()
-    return [e for e in root.iterdir() if e.is_dir() and not e.name.startswith(".")] if root.exists() else []
+    return [e for e in root.iterdir() if e.is_dir() and not e.name.startswith((".", "diagnosis-"))] \
+        if root.exists() else []
 
 
 def _same(a, b) -> None:
@@ -238,8 +240,11 @@ def test_diagnose_json_identical_with_and_without_cache(files, tmp_path):
     assert _entries() == []
     miss = _diagnose_json(*paths)
     assert len(_entries()) == len(files)
-    hit = _diagnose_json(*paths)
-    assert plain == miss == hit
+    answered = _diagnose_json(*paths)                       # from the diagnosis cache
+    for d in C.cache_dir().glob("diagnosis-*"):
+        shutil.rmtree(d)
+    hit = _diagnose_json(*paths)                            # the analyses over the cached tables
+    assert plain == miss == answered == hit
 
 
 def test_load_timeline_with_cache(tmp_path):

@@ -1,0 +1,121 @@
+"""Second look at the same question: a diagnosis's JSON document kept in the user's cache.
+
+    doc = get_diagnosis(key) or put_diagnosis(key, diagnose(...).to_json())
+
+The table cache (``readers/cache.py``) spares a second look the read; this spares it the analyses
+too when nothing that decides the answer changed. Key (``diagnosis_key``): every input file's
+table-cache key (path, size, mtime, inode, device, fingerprint of its first and last 64 KiB), in
+order and as the user spelled it (the document names its sources), the diagnosis parameters, a
+fingerprint of the code that computes the document (SHA-1 of every analyzer and probe source file)
+and the numpy and pandas versions: any change of a trace, a parameter or the code is a miss. Entries live in the table
+cache's directory, under the same size cap and least-recently-used eviction, written atomically; an
+entry that does not parse or whose key differs is dropped, never trusted.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from srtscope.analyzers.readers.cache import TimelineCache, trace_key, warn_once
+
+#: Layout of a diagnosis entry; bump when this module's format changes.
+ENTRY_FORMAT = 1
+_DOC = "meta.json"   # the table cache's last-use clock is this file's mtime, as for its own entries
+_PREFIX = "diagnosis-"
+
+
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """SHA-1 over the sources of ``srtscope.analyzers`` and ``srtscope.probes`` (names and bytes)."""
+    import srtscope.analyzers
+    import srtscope.probes
+
+    h = hashlib.sha1(usedforsecurity=False)
+    for pkg in (srtscope.analyzers, srtscope.probes):
+        for folder in pkg.__path__:
+            root = Path(folder)
+            for f in sorted(root.rglob("*.py")):
+                h.update(str(f.relative_to(root)).encode() + b"\0")
+                h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def diagnosis_key(paths: Sequence[Path], params: Mapping[str, Any]) -> dict | None:
+    """The key of diagnosing ``paths`` (in this order) with ``params``; None when a file cannot be
+    keyed (the read then says what is wrong with it)."""
+    try:
+        files = [{"given": str(p), **asdict(trace_key(p, i))} for i, p in enumerate(paths)]
+    except OSError:
+        return None
+    import numpy as np
+    import pandas as pd
+
+    return {"files": files, "params": json.loads(json.dumps(dict(params), sort_keys=True)),
+            "code": code_fingerprint(), "numpy": np.__version__, "pandas": pd.__version__,
+            "entry_format": ENTRY_FORMAT}
+
+
+def _entry(key: dict) -> Path:
+    name = hashlib.sha1(json.dumps(key, sort_keys=True).encode(), usedforsecurity=False).hexdigest()[:32]
+    return TimelineCache().root / f"{_PREFIX}{name}"
+
+
+def get_diagnosis(key: dict | None) -> dict | None:
+    """The cached document of ``key``; None (and a bad entry dropped) when missing, stale or damaged."""
+    if key is None:
+        return None
+    entry = _entry(key)
+    try:
+        stored = json.loads((entry / _DOC).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError):
+        TimelineCache().drop(entry)
+        return None
+    if not isinstance(stored, dict) or stored.get("key") != key or not isinstance(stored.get("doc"), dict):
+        TimelineCache().drop(entry)
+        return None
+    try:
+        os.utime(entry / _DOC)
+    except OSError:
+        pass
+    return stored["doc"]
+
+
+def put_diagnosis(key: dict | None, doc: dict) -> dict:
+    """Keep ``doc`` under ``key`` (atomically; then evict down to the cap) and return it. Never
+    raises for the cache's own trouble: one warning per process."""
+    if key is None:
+        return doc
+    cache = TimelineCache()
+    try:
+        cache.root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=cache.root))
+    except OSError as exc:
+        warn_once(f"{cache.root}: {exc.strerror or exc}")
+        return doc
+    entry = _entry(key)
+    try:
+        (tmp / _DOC).write_text(json.dumps({"key": key, "doc": doc}))
+        if entry.exists():
+            cache.drop(entry)
+        try:
+            os.rename(tmp, entry)
+        except OSError:
+            return doc                       # another process put it there first
+        cache.evict(keep=entry)
+    except OSError as exc:
+        warn_once(f"{cache.root}: {exc.strerror or exc}")
+    finally:
+        if tmp.exists():
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return doc
