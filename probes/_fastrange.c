@@ -42,19 +42,36 @@ clock_ns(void)
 typedef struct {
     PyObject_HEAD
     PyObject *tid;       /* int, threading.get_native_id() of the thread */
-    Py_ssize_t depth;    /* ranges open on the thread */
+    PyObject *depth;     /* int, ranges open on the thread */
 } ThreadState;
+/* NOTE: depth is an int object, not a C integer: the Python path's `ts.depth += 1` on an object
+ * member is specialized by the 3.11 interpreter (as on a __slots__ class); on a C integer member
+ * it is not, and cost the NVTX ranges ~100 ns. Depths below 257 are cached ints: no allocation. */
+
+static int
+ts_add_depth(ThreadState *ts, Py_ssize_t delta)
+{
+    Py_ssize_t d = PyLong_AsSsize_t(ts->depth);
+    if (d == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *nd = PyLong_FromSsize_t(d + delta);
+    if (nd == NULL)
+        return -1;
+    Py_SETREF(ts->depth, nd);
+    return 0;
+}
 
 static void
 ts_dealloc(ThreadState *self)
 {
     Py_XDECREF(self->tid);
+    Py_XDECREF(self->depth);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyMemberDef ts_members[] = {
     {"tid", T_OBJECT_EX, offsetof(ThreadState, tid), READONLY, "native thread id"},
-    {"depth", T_PYSSIZET, offsetof(ThreadState, depth), 0, "ranges open on this thread"},
+    {"depth", T_OBJECT_EX, offsetof(ThreadState, depth), 0, "ranges open on this thread"},
     {NULL}
 };
 
@@ -85,14 +102,172 @@ thread_state_get(void)
     ThreadState *ts = PyObject_New(ThreadState, &ThreadStateType);
     if (ts == NULL)
         return NULL;
-    ts->depth = 0;
+    ts->depth = PyLong_FromLong(0);
     ts->tid = PyLong_FromUnsignedLong(PyThread_get_thread_native_id());
-    if (ts->tid == NULL || PyDict_SetItem(d, tls_key, (PyObject *)ts) < 0) {
+    if (ts->tid == NULL || ts->depth == NULL || PyDict_SetItem(d, tls_key, (PyObject *)ts) < 0) {
         Py_DECREF(ts);
         return NULL;
     }
     Py_DECREF(ts);   /* the dict holds it for the thread's life */
     return ts;
+}
+
+/* ---- FastMethod: __enter__ / __exit__ without a bound-method allocation --------------------- */
+
+/* NOTE: on Python 3.11 a `with` looks __enter__ and __exit__ up as bound methods, and a C method's
+ * binding is a new object each time: two allocations per range, a fifth of a recorder-only range's
+ * cost. These descriptors bind through a free list instead. Unbound (`type(r).__exit__(r, ...)`,
+ * as contextlib.ExitStack calls it) they take the instance as first argument. */
+typedef PyObject *(*fastfunc)(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyTypeObject *owner;     /* the type whose instances it takes */
+    PyObject *name;          /* "__enter__" / "__exit__" */
+    fastfunc func;
+    Py_ssize_t nargs;        /* arguments after self */
+} FastMethod;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    FastMethod *method;
+    PyObject *self;
+} Bound;
+
+static PyTypeObject FastMethodType, BoundType;
+
+#define BOUND_FREE_MAX 64
+static Bound *free_bound[BOUND_FREE_MAX];
+static int n_free_bound = 0;
+
+static PyObject *
+fast_call(FastMethod *m, PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!PyObject_TypeCheck(self, m->owner)) {
+        PyErr_Format(PyExc_TypeError, "%U needs a %s, not %s", m->name, m->owner->tp_name, Py_TYPE(self)->tp_name);
+        return NULL;
+    }
+    if (nargs != m->nargs) {
+        PyErr_Format(PyExc_TypeError, "%U takes %zd arguments (%zd given)", m->name, m->nargs, nargs);
+        return NULL;
+    }
+    return m->func(self, args, nargs);
+}
+
+static PyObject *
+bound_vectorcall(Bound *b, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) {
+        PyErr_Format(PyExc_TypeError, "%U takes no keyword arguments", b->method->name);
+        return NULL;
+    }
+    return fast_call(b->method, b->self, args, PyVectorcall_NARGS(nargsf));
+}
+
+static void
+bound_dealloc(Bound *b)
+{
+    Py_CLEAR(b->self);
+    Py_CLEAR(b->method);
+    if (n_free_bound < BOUND_FREE_MAX)
+        free_bound[n_free_bound++] = b;
+    else
+        PyObject_Free(b);
+}
+
+static PyObject *
+bound_repr(Bound *b)
+{
+    return PyUnicode_FromFormat("<method %U of %s object at %p>", b->method->name, Py_TYPE(b->self)->tp_name, b->self);
+}
+
+/* NOTE: not GC-tracked: it holds only its instance, and nothing a range holds leads back to it */
+static PyTypeObject BoundType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "srtscope.probes._fastrange.BoundMethod",
+    .tp_basicsize = sizeof(Bound),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Bound, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_dealloc = (destructor)bound_dealloc,
+    .tp_repr = (reprfunc)bound_repr,
+};
+
+static PyObject *
+fast_descr_get(FastMethod *m, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(m);
+    Bound *b;
+    if (n_free_bound > 0) {
+        b = free_bound[--n_free_bound];
+        PyObject_Init((PyObject *)b, &BoundType);
+    }
+    else if ((b = PyObject_New(Bound, &BoundType)) == NULL)
+        return NULL;
+    b->vectorcall = (vectorcallfunc)bound_vectorcall;
+    b->method = (FastMethod *)Py_NewRef(m);
+    b->self = Py_NewRef(obj);
+    return (PyObject *)b;
+}
+
+static PyObject *
+fast_vectorcall(FastMethod *m, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || nargs < 1) {
+        PyErr_Format(PyExc_TypeError, "%U takes the instance and %zd positional arguments", m->name, m->nargs);
+        return NULL;
+    }
+    return fast_call(m, args[0], args + 1, nargs - 1);
+}
+
+static void
+fast_dealloc(FastMethod *m)
+{
+    Py_XDECREF(m->name);
+    PyObject_Free(m);
+}
+
+static PyObject *
+fast_repr(FastMethod *m)
+{
+    return PyUnicode_FromFormat("<method %U of %s objects>", m->name, m->owner->tp_name);
+}
+
+static PyTypeObject FastMethodType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "srtscope.probes._fastrange.FastMethod",
+    .tp_basicsize = sizeof(FastMethod),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(FastMethod, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_descr_get = (descrgetfunc)fast_descr_get,
+    .tp_dealloc = (destructor)fast_dealloc,
+    .tp_repr = (reprfunc)fast_repr,
+};
+
+/* type.<name> = a FastMethod calling func with nargs arguments (after PyType_Ready) */
+static int
+add_fast_method(PyTypeObject *type, const char *name, fastfunc func, Py_ssize_t nargs)
+{
+    FastMethod *m = PyObject_New(FastMethod, &FastMethodType);
+    if (m == NULL)
+        return -1;
+    m->vectorcall = (vectorcallfunc)fast_vectorcall;
+    m->owner = type;
+    m->func = func;
+    m->nargs = nargs;
+    if ((m->name = PyUnicode_InternFromString(name)) == NULL) {
+        Py_DECREF(m);
+        return -1;
+    }
+    int rc = PyDict_SetItem(type->tp_dict, m->name, (PyObject *)m);
+    Py_DECREF(m);
+    PyType_Modified(type);
+    return rc;
 }
 
 /* attrs dict from a vectorcall's keyword names and values */
@@ -165,7 +340,7 @@ null_get_attrs(Null *self, void *Py_UNUSED(closure))
 }
 
 static PyObject *
-return_self(PyObject *self, PyObject *Py_UNUSED(ignored))
+return_self(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_INCREF(self);
     return self;
@@ -215,8 +390,6 @@ null_call(Null *self, PyObject *args, PyObject *kwargs)
 }
 
 static PyMethodDef null_methods[] = {
-    {"__enter__", return_self, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)(void (*)(void))return_none, METH_FASTCALL, NULL},
     {"set", (PyCFunction)(void (*)(void))null_set, METH_FASTCALL | METH_KEYWORDS, "No-op while disabled."},
     {NULL}
 };
@@ -309,14 +482,15 @@ range_dealloc(Range *self)
 }
 
 static PyObject *
-range_enter(Range *self, PyObject *Py_UNUSED(ignored))
+range_enter(Range *self, PyObject *const *args, Py_ssize_t nargs)
 {
     ThreadState *ts = thread_state_get();
     if (ts == NULL)
         return NULL;
+    if (ts_add_depth(ts, 1) < 0)
+        return NULL;
     Py_INCREF(ts);
     Py_XSETREF(self->ts, ts);
-    ts->depth += 1;
     self->t0 = clock_ns();
     Py_INCREF(self);
     return (PyObject *)self;
@@ -331,13 +505,14 @@ range_exit(Range *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "range exited without being entered");
         return NULL;
     }
-    ts->depth -= 1;
+    if (ts_add_depth(ts, -1) < 0)
+        return NULL;
     PyObject *item[6];
     item[0] = Py_NewRef(self->name);
     item[1] = PyLong_FromLongLong(self->t0);
     item[2] = PyLong_FromLongLong(t1);
     item[3] = Py_NewRef(ts->tid);
-    item[4] = PyLong_FromSsize_t(ts->depth);
+    item[4] = Py_NewRef(ts->depth);
     item[5] = (self->attrs != NULL && PyDict_GET_SIZE(self->attrs)) ? Py_NewRef(self->attrs) : Py_NewRef(Py_None);
     PyObject *out = NULL, *spans = NULL;
     if (item[1] == NULL || item[2] == NULL || item[4] == NULL)
@@ -426,8 +601,6 @@ range_call(Range *self, PyObject *args, PyObject *kwargs)
 }
 
 static PyMethodDef range_methods[] = {
-    {"__enter__", (PyCFunction)range_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)(void (*)(void))range_exit, METH_FASTCALL, NULL},
     {"set", (PyCFunction)(void (*)(void))range_set, METH_FASTCALL | METH_KEYWORDS,
      "Add attributes, recorded at exit."},
     {NULL}
@@ -572,7 +745,14 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC
 PyInit__fastrange(void)
 {
-    if (PyType_Ready(&ThreadStateType) < 0 || PyType_Ready(&NullType) < 0 || PyType_Ready(&RangeType) < 0)
+    if (PyType_Ready(&ThreadStateType) < 0 || PyType_Ready(&NullType) < 0 || PyType_Ready(&RangeType) < 0
+        || PyType_Ready(&FastMethodType) < 0 || PyType_Ready(&BoundType) < 0)
+        return NULL;
+    if (PyDict_GetItemString(RangeType.tp_dict, "__exit__") == NULL
+        && (add_fast_method(&NullType, "__enter__", return_self, 0) < 0
+            || add_fast_method(&NullType, "__exit__", return_none, 3) < 0
+            || add_fast_method(&RangeType, "__enter__", (fastfunc)range_enter, 0) < 0
+            || add_fast_method(&RangeType, "__exit__", (fastfunc)range_exit, 3) < 0))
         return NULL;
     if (nulls == NULL) {
         nulls = PyDict_New();

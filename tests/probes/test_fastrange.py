@@ -6,6 +6,7 @@ CLOCK_MONOTONIC ns (``perf_counter_ns``) nested as the ranges were.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -173,9 +174,37 @@ def odd_calls(rec: Recorder) -> list[Recorder]:
     return [rec]
 
 
+def exit_stack(rec: Recorder) -> list[Recorder]:
+    # contextlib calls the type's __enter__ / __exit__ unbound, with the range as first argument
+    with contextlib.ExitStack() as stack:
+        r = stack.enter_context(stage("loop.step", step=2))
+        r.set(mode="decode")
+        stack.enter_context(stage("sched.schedule"))
+    with pytest.raises(ValueError):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(stage("sched.result"))
+            raise ValueError
+    return [rec]
+
+
+def interleaved(rec: Recorder) -> list[Recorder]:
+    # a generator (or coroutine) closes its range after one opened later: each range keeps its own
+    # start, and depth counts what is open on the thread
+    def gen():
+        with stage("run.sample"):
+            yield
+
+    g = gen()
+    next(g)
+    with stage("sched.schedule"):
+        next(g, None)
+    return [rec]
+
+
 SCENARIOS: dict[str, Callable[[Recorder], list[Recorder]]] = {
     f.__name__: f for f in (nested, late_attrs, exceptions, decorated, swapped, cleared, disabled, threads,
-                            record_span_depth, odd_calls)}
+                            record_span_depth, odd_calls, exit_stack, interleaved)}
+UNNESTED = {"interleaved"}
 _THREAD_TIDS: dict[int, str] = {}
 
 
@@ -195,7 +224,7 @@ def run(scenario: str, impl: str) -> list[list[tuple]]:
         ranges.disable()
         set_recorder(old)
         ranges.set_pure(False)
-    check_times([s for r in recorders for s in r.raw_spans()], t_start, t_end)
+    check_times([s for r in recorders for s in r.raw_spans()], t_start, t_end, scenario not in UNNESTED)
     out = []
     for r in recorders:
         spans = r.raw_spans()
@@ -205,7 +234,7 @@ def run(scenario: str, impl: str) -> list[list[tuple]]:
     return out
 
 
-def check_times(spans: list[tuple], t_start: int, t_end: int) -> None:
+def check_times(spans: list[tuple], t_start: int, t_end: int, nested: bool) -> None:
     """Ranges' times lie within the scenario's perf_counter_ns and nest as their depths say."""
     by_tid: dict[int, list[tuple]] = {}
     for s in spans:
@@ -214,7 +243,7 @@ def check_times(spans: list[tuple], t_start: int, t_end: int) -> None:
         timed = [s for s in own if s[1] > 1000]     # record_span's made-up times apart
         for name, t0, t1, _, depth, _ in timed:
             assert t_start <= t0 <= t1 <= t_end, name
-            if depth:   # closed before its parent: some later span of this thread, one level up, holds it
+            if depth and nested:   # closed before its parent: some later span of this thread, one level up, holds it
                 assert any(p[4] == depth - 1 and p[1] <= t0 and t1 <= p[2] for p in timed), name
 
 
@@ -240,6 +269,9 @@ EXPECTED = {   # the Python path's answer, written out for a few scenarios (both
                     ("sched.recv", "main", 0, {"caught": True}), ("loop.step", "main", 0, None)]],
     "swapped": [[("sched.schedule", "main", 1, None), ("sched.result", "main", 0, None)],
                 [("prep.batch", "main", 1, None), ("loop.step", "main", 0, {"step": 1})]],
+    "exit_stack": [[("sched.schedule", "main", 1, None), ("loop.step", "main", 0, {"step": 2, "mode": "decode"}),
+                    ("sched.result", "main", 0, None)]],
+    "interleaved": [[("run.sample", "main", 1, None), ("sched.schedule", "main", 0, None)]],
     "cleared": [[("prep.batch", "main", 1, None), ("loop.step", "main", 0, {"step": 1})]],
     "record_span_depth": [[("run.eager", "main", 0, None), ("run.eager", "main", 2, {"reason": "cuda_graph_off"}),
                            ("run.graph_replay", "main", 1, None), ("loop.step", "main", 0, None)]],
@@ -344,6 +376,27 @@ def test_c_span_attrs_give_the_gc_nothing_to_scan(recorder):
             r.set(mode="decode")
     gc.collect()
     assert sum(gc.is_tracked(x) for x in recorder._spans) == 0
+
+
+@needs_c
+def test_enter_and_exit_bound_and_unbound(recorder):
+    # the C types bind __enter__ / __exit__ themselves: check the calls a `with` does not make
+    for r in (stage("a", x=1), ranges._C.stage("b")):
+        kind = type(r)
+        assert kind.__enter__(r) is r and r.__enter__ is not r.__enter__
+        assert kind.__exit__(r, None, None, None) is None
+        with pytest.raises(TypeError):
+            r.__exit__(None)
+        with pytest.raises(TypeError):
+            kind.__enter__(object())
+        with pytest.raises(TypeError):
+            r.__enter__(1)
+    ranges.disable()
+    n = stage("c", y=2)
+    assert type(n).__enter__(n) is n and n.__exit__(None, None, None) is None
+    with pytest.raises(TypeError):
+        type(n).__exit__(recorder, None, None, None)
+    assert [(s[0], s[4], s[5]) for s in recorder.raw_spans()] == [("a", 0, {"x": 1}), ("b", 0, None)]
 
 
 @needs_c
