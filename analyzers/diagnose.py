@@ -15,7 +15,8 @@ from srtscope.analyzers.analyses.attribution import BUBBLE_CAUSES, BurstRule, at
 from srtscope.analyzers.analyses.bubbles import find_bubbles, histogram
 from srtscope.analyzers.analyses.budget import primary_devices, step_budget
 from srtscope.analyzers.analyses.capture import capture_adequacy
-from srtscope.analyzers.analyses.comm import comm_mask, communication
+from srtscope.analyzers.analyses.comm import communication
+from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.analyses.device_split import device_split
 from srtscope.analyzers.analyses.diff import DiagnosisDiff, FigureDelta, compare
 from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons, fallback_mask
@@ -93,10 +94,12 @@ def crop(tl: Timeline, lo_ns: int, hi_ns: int) -> Timeline:
     return Timeline(cut(tl.device), cut(tl.api), cut(tl.ranges), c, tl.meta)
 
 
-def _select_steps(tl: Timeline, params: DiagnoseParams) -> tuple[Timeline, str, pd.DataFrame]:
-    source, steps = find_steps(tl, params.step_rule)
+def _select_steps(tl: Timeline, params: DiagnoseParams) -> tuple[Timeline, str, pd.DataFrame, DeviceSets]:
+    """(the Timeline cropped to the selected steps, step source, steps, its device sets)."""
+    sets = DeviceSets(tl)
+    source, steps = find_steps(tl, params.step_rule, sets)
     if params.step_range is None:
-        return tl, source, steps
+        return tl, source, steps, sets
     a, b = params.step_range
     sel = steps[(steps["step"] >= a) & (steps["step"] <= b)]
     if len(sel) == 0:
@@ -104,8 +107,9 @@ def _select_steps(tl: Timeline, params: DiagnoseParams) -> tuple[Timeline, str, 
                 else "no steps")
         raise DiagnoseInputError(f"step range {a}..{b} selects no step (the trace has {have})")
     tl = crop(tl, int(sel["start_ns"].min()), int(sel["end_ns"].max()))
-    source, steps = find_steps(tl, params.step_rule)
-    return tl, source, steps[(steps["step"] >= a) & (steps["step"] <= b)].reset_index(drop=True)
+    sets = DeviceSets(tl)
+    source, steps = find_steps(tl, params.step_rule, sets)
+    return tl, source, steps[(steps["step"] >= a) & (steps["step"] <= b)].reset_index(drop=True), sets
 
 
 def _pieces(bubbles: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -163,15 +167,15 @@ def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams(), *,
              shrink_ns: Mapping[str, int] | None = None) -> Diagnosis:
     """Every analysis over one Timeline, and the verdict. ``shrink_ns`` (cause -> host ns cut per
     step, ``analyses.whatif.SHRINKABLE``): the what-if of those causes shrinks them instead of removing them."""
-    tl, source, steps = _select_steps(tl, params)
-    bubbles, by_device, by_stream = find_bubbles(tl, params.threshold_ns)
+    tl, source, steps, sets = _select_steps(tl, params)
+    bubbles, by_device, by_stream = find_bubbles(tl, params.threshold_ns, sets)
     nxt = bubbles["next_row"].to_numpy()
     pid, tid, ends = launch_calls(tl, nxt)
     bubbles["pid"], bubbles["tid"] = pid, tid
     bubbles["queued_ns"] = ends
     pieces = _pieces(bubbles, steps)
     model = HostActivity(tl, params.burst_rule)
-    mask = comm_mask(tl.device)
+    mask = sets.comm                                    # comm.comm_mask, computed once
     ranks_with_comm = comm_ranks_of(tl, mask)
     classes, stages, user_ranges = attribute(tl, pieces, params.burst_rule, model, ranks_with_comm)
     # launch-bound time in eager-fallback steps is the fallback's
@@ -210,12 +214,12 @@ def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams(), *,
         sub_threshold_count=int(by_device["small_gap_count"].sum()) if len(by_device) else 0)
     reasons = eager_reasons(steps)
     sres = StepsResult(source, steps, {str(k): int(v) for k, v in reasons[reasons != ""].value_counts().items()})
-    cres = communication(tl, mask, int(params.min_skew_us * 1000))
+    cres = communication(tl, mask, int(params.min_skew_us * 1000), sets)
     eres = eager_fallback(steps)
-    budget = step_budget(tl, steps, pieces, mask, primary_devices(by_device))
+    budget = step_budget(tl, steps, pieces, mask, primary_devices(by_device), sets)
     tk = top_kernels(tl, params.top_kernels)
-    dres = device_split(tl, mask)
-    coverage, warnings = capture_adequacy(tl, model, dres, sres, bres)
+    dres = device_split(tl, mask, sets)
+    coverage, warnings = capture_adequacy(tl, model, dres, sres, bres, sets)
     m = replace(tl.meta, warnings=list(tl.meta.warnings))   # the trace's metadata stays as read
     for w in warnings:
         m.warn(w.code, w.message)
@@ -239,9 +243,9 @@ def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams(), *,
                           world_size=int(m.world_size), coverage=coverage)
     p = asdict(params)
     p["step_range"] = list(params.step_range) if params.step_range else None
-    ov = overview(tl, table, steps, mask)
+    ov = overview(tl, table, steps, mask, sets=sets)
     wif = what_if(tl, steps, pieces, budget.table, cres, primary_devices(by_device), params.threshold_ns,
-                  model, shrink_ns, params.burst_rule, ranks_with_comm)
+                  model, shrink_ns, params.burst_rule, ranks_with_comm, sets)
     if wif and wif[0].step_ns_before > 0 and wif[0].saved_ns >= max(0.01 * wif[0].step_ns_before, 1):
         best = wif[0]
         verdict = replace(verdict, evidence=verdict.evidence + (Finding(

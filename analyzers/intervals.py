@@ -45,20 +45,20 @@ def running_max(x: np.ndarray) -> np.ndarray:
     kernels, one thread's calls: a comparison pass instead of a running max into a fresh array.
     Callers only read the result.
     """
-    if _non_decreasing(x):
+    if is_sorted(x):
         return x
     return np.maximum.accumulate(x)
 
 
 def _all_positive(s: np.ndarray, e: np.ndarray, chunk: int = 1 << 20) -> bool:
-    """Whether every ``e > s`` (no empty interval), chunk by chunk like ``_non_decreasing``."""
+    """Whether every ``e > s`` (no empty interval), chunk by chunk like ``is_sorted``."""
     for i in range(0, len(s), chunk):
         if not (e[i:i + chunk] > s[i:i + chunk]).all():
             return False
     return True
 
 
-def _non_decreasing(x: np.ndarray, chunk: int = 1 << 20) -> bool:
+def is_sorted(x: np.ndarray, chunk: int = 1 << 20) -> bool:
     """Whether ``x`` never decreases; checked chunk by chunk, so a disorder near the start costs
     little (small temporaries, early exit)."""
     for i in range(0, len(x) - 1, chunk):
@@ -76,7 +76,7 @@ def union(starts, ends) -> IntervalSet:
         s, e = s[keep], e[keep]
     if len(s) == 0:
         return empty()
-    if not _non_decreasing(s):          # device/api rows arrive start-sorted: skip the gather
+    if not is_sorted(s):          # device/api rows arrive start-sorted: skip the gather
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
     run_end = running_max(e)

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.columns import group_rows
+from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.results import HistogramBin
 from srtscope.analyzers.timeline import Timeline
 
@@ -20,25 +20,9 @@ HIST_EDGES_US: tuple[int, ...] = (0, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_
 BUBBLE_COLUMNS = ("rank", "device", "start_ns", "end_ns", "dur_ns", "next_row")
 
 
-def device_groups(device: pd.DataFrame, mask: np.ndarray | None = None) -> dict[tuple[int, int], np.ndarray]:
-    """Row indices of the device table per (rank, device), optionally restricted by a mask."""
-    if len(device) == 0:
-        return {}
-    df = device[["rank", "device"]]
-    if mask is not None:
-        df = df[mask]
-    index = df.index.to_numpy()
-    return {(int(k[0]), int(k[1])): index[np.asarray(v)]
-            for k, v in group_rows(df, ["rank", "device"]).items()}
-
-
-def busy_set(device: pd.DataFrame, rows: np.ndarray) -> iv.IntervalSet:
-    """Union of the given device rows' activity (all streams), normal form."""
-    return iv.union(device["start_ns"].to_numpy()[rows], device["end_ns"].to_numpy()[rows])
-
-
-def find_bubbles(tl: Timeline, threshold_ns: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(bubbles, by_device, by_stream).
+def find_bubbles(tl: Timeline, threshold_ns: int, sets: DeviceSets | None = None
+                 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(bubbles, by_device, by_stream). ``sets``: the trace's device sets (built when None).
 
     bubbles: ``BUBBLE_COLUMNS``; ``next_row`` is the device-table row that ends the bubble (the first
     activity after it). by_device: rank, device, window_ns, busy_ns, bubble_count, bubble_ns,
@@ -47,19 +31,17 @@ def find_bubbles(tl: Timeline, threshold_ns: int) -> tuple[pd.DataFrame, pd.Data
     """
     if threshold_ns < 0:
         raise ValueError(f"threshold_ns must be >= 0, got {threshold_ns}")
-    dev = tl.device
-    starts_all = dev["start_ns"].to_numpy()
+    sets = DeviceSets.of(tl, sets)
     parts, devrows = [], []
-    for (rank, device), rows in sorted(device_groups(dev).items()):
-        u = busy_set(dev, rows)
+    for rank, device in sets.keys:
+        u = sets.union((rank, device))
         window = int(u[1][-1] - u[0][0]) if len(u[0]) else 0
         busy = iv.total(u)
         gs, ge = iv.gaps(u, threshold_ns)
         n_all = max(len(u[0]) - 1, 0)
         small_ns = window - busy - int((ge - gs).sum())
-        # next activity: the group's row whose start equals the gap's end (rows are start-sorted).
-        rs = rows[np.argsort(starts_all[rows], kind="stable")]
-        nxt = rs[np.searchsorted(starts_all[rs], ge, side="left")] if len(ge) else np.zeros(0, np.int64)
+        # next activity: the device's row whose start equals the gap's end
+        nxt = sets.next_rows((rank, device), ge) if len(ge) else np.zeros(0, np.int64)
         parts.append(pd.DataFrame({"rank": rank, "device": device, "start_ns": gs, "end_ns": ge,
                                    "dur_ns": ge - gs, "next_row": nxt}))
         devrows.append({"rank": rank, "device": device, "window_ns": window, "busy_ns": busy,
@@ -72,21 +54,21 @@ def find_bubbles(tl: Timeline, threshold_ns: int) -> tuple[pd.DataFrame, pd.Data
         bubbles[c] = bubbles[c].astype(np.int64)
     by_device = pd.DataFrame(devrows, columns=["rank", "device", "window_ns", "busy_ns", "bubble_count",
                                                "bubble_ns", "small_gap_count", "small_gap_ns", "busy_pct"])
-    return bubbles, by_device, stream_view(tl, threshold_ns)
+    return bubbles, by_device, stream_view(tl, threshold_ns, sets)
 
 
-def stream_view(tl: Timeline, threshold_ns: int) -> pd.DataFrame:
+def stream_view(tl: Timeline, threshold_ns: int, sets: DeviceSets | None = None) -> pd.DataFrame:
     """Per (rank, device, stream): busy time and the gaps of that stream alone."""
     dev = tl.device
     cols = ["rank", "device", "stream", "busy_ns", "gap_count", "gap_ns"]
     if len(dev) == 0:
         return pd.DataFrame(columns=cols)
-    s_all, e_all = dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy()
+    sets = DeviceSets.of(tl, sets)
     out = []
-    for key, rows in group_rows(dev, ["rank", "device", "stream"]).items():
-        u = iv.union(s_all[rows], e_all[rows])
-        gs, ge = iv.gaps(u, threshold_ns)
-        out.append((int(key[0]), int(key[1]), int(key[2]), iv.total(u), len(gs), int((ge - gs).sum())))
+    for rank, device in sets.keys:
+        for stream, u in sets.stream_unions((rank, device)):
+            gs, ge = iv.gaps(u, threshold_ns)
+            out.append((rank, device, stream, iv.total(u), len(gs), int((ge - gs).sum())))
     return pd.DataFrame(out, columns=cols).sort_values(["rank", "device", "stream"], ignore_index=True)
 
 

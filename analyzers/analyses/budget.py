@@ -12,9 +12,9 @@ import pandas as pd
 
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.comm import split_compute
-from srtscope.analyzers.columns import isin
+from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.results import BUBBLE_CLASSES, BudgetResult
-from srtscope.analyzers.timeline import DeviceKind, Timeline
+from srtscope.analyzers.timeline import Timeline
 
 BUDGET_COLUMNS = ("step", "rank", "device", "wall_ns", "compute_ns", "exposed_comm_ns",
                   *(f"{c}_ns" for c in BUBBLE_CLASSES), "other_ns")
@@ -29,24 +29,22 @@ def primary_devices(by_device: pd.DataFrame) -> dict[int, int]:
 
 
 def step_budget(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, comm: np.ndarray,
-                primary: dict[int, int]) -> BudgetResult:
-    """``pieces``: attributed bubble pieces with rank, device, step_row (row of ``steps`` or -1), <class>_ns."""
+                primary: dict[int, int], sets: DeviceSets | None = None) -> BudgetResult:
+    """``pieces``: attributed bubble pieces with rank, device, step_row (row of ``steps`` or -1), <class>_ns.
+    ``sets``: the trace's device sets for this ``comm`` mask (built when None)."""
     n = len(steps)
     out = {c: np.zeros(n, np.int64) for c in BUDGET_COLUMNS if c not in ("step", "rank")}
     out["device"] = np.full(n, -1, np.int64)
-    dev = tl.device
-    d_s, d_e = dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy()
-    # NOTE: kinds compared on the categorical's codes: ``to_numpy`` would build a str per row
-    fwd = isin(dev["kind"], [DeviceKind.CPU_FORWARD]) if len(dev) else np.zeros(0, bool)
+    sets = DeviceSets.of(tl, sets, comm)
     for rank, idx in (steps.groupby("rank").indices.items() if n else []):
         if rank not in primary:
             continue
         d = primary[rank]
         out["device"][idx] = d
-        on = (dev["rank"].to_numpy() == rank) & (dev["device"].to_numpy() == d)
-        stand_in = bool((fwd & on & comm).any())
-        k, c = split_compute(iv.union(d_s[on & ~comm], d_e[on & ~comm]),
-                             iv.union(d_s[on & comm], d_e[on & comm]), stand_in)
+        key = (int(rank), d)
+        stand_in = bool(sets.in_group(key, sets.mask("comm") & sets.mask("forward")).any()) \
+            if key in sets.keys else False
+        k, c = split_compute(sets.union(key, "noncomm"), sets.union(key, "comm"), stand_in)
         s, e = steps["start_ns"].to_numpy()[idx], steps["end_ns"].to_numpy()[idx]
         out["compute_ns"][idx] = iv.overlap(k, s, e)
         out["exposed_comm_ns"][idx] = iv.overlap(c, s, e)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.columns import isin, str_codes
 from srtscope.analyzers.host_activity import HostActivity
 from srtscope.analyzers.results import BubbleResult, Coverage, DeviceResult, StepsResult
@@ -30,7 +31,8 @@ MARKER_SOURCES = (StepSource.LOOP_STEP.value, StepSource.SGLANG.value, StepSourc
 
 
 def capture_adequacy(tl: Timeline, model: HostActivity, device: DeviceResult, steps: StepsResult,
-                     bubbles: BubbleResult) -> tuple[Coverage, list[CaptureWarning]]:
+                     bubbles: BubbleResult, sets: DeviceSets | None = None) -> tuple[Coverage, list[CaptureWarning]]:
+    """``sets``: the trace's device sets (built when None)."""
     meta = tl.meta
     lo, hi = tl.span_ns
     c_lo = meta.window_start_ns if meta.window_end_ns > meta.window_start_ns else lo
@@ -40,8 +42,9 @@ def capture_adequacy(tl: Timeline, model: HostActivity, device: DeviceResult, st
     n_dev = max(len(bubbles.by_device), 1)
     if len(dev):
         first, last = int(dev["start_ns"].min()), int(dev["end_ns"].max())
-        g = dev.groupby(["rank", "device"])
-        active = iv.total(iv.union(g["start_ns"].min().to_numpy(), g["end_ns"].max().to_numpy()))
+        sets = DeviceSets.of(tl, sets)
+        lo_hi = np.array([sets.bounds(k) for k in sets.keys], dtype=np.int64)   # each device's active window
+        active = iv.total(iv.union(lo_hi[:, 0], lo_hi[:, 1]))
     else:
         first = last = c_lo
         active = 0

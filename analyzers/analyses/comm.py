@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.columns import group_rows, isin, str_codes
 from srtscope.analyzers.host_activity import innermost_segments, stage_names
 from srtscope.analyzers.names import is_comm_kernel
@@ -50,10 +51,9 @@ def split_compute(compute: iv.IntervalSet, comm: iv.IntervalSet, stand_in: bool
 def _instances(tl: Timeline, mask: np.ndarray) -> tuple[str, pd.DataFrame]:
     """(source, rows with rank, device, start_ns, end_ns, name) of the collectives."""
     if mask.any():
-        d = tl.device[mask]
-        stand_in = isin(d["kind"], [DeviceKind.CPU_FORWARD]).all()
+        stand_in = isin(tl.device["kind"], [DeviceKind.CPU_FORWARD])[mask].all()
         return ("stand_in" if stand_in else "kernels"), \
-            d[["rank", "device", "start_ns", "end_ns", "name"]].reset_index(drop=True)
+            tl.device.loc[mask, ["rank", "device", "start_ns", "end_ns", "name"]].reset_index(drop=True)
     rg = tl.host_ranges
     if len(rg):
         codes, cats = str_codes(rg["name"])
@@ -67,18 +67,21 @@ def _instances(tl: Timeline, mask: np.ndarray) -> tuple[str, pd.DataFrame]:
     return "none", pd.DataFrame(columns=["rank", "device", "start_ns", "end_ns", "name"])
 
 
-def communication(tl: Timeline, mask: np.ndarray | None = None, min_skew_ns: int = 10_000) -> CommResult:
+def communication(tl: Timeline, mask: np.ndarray | None = None, min_skew_ns: int = 10_000,
+                  sets: DeviceSets | None = None) -> CommResult:
+    """``mask``: ``comm_mask``'s rows (computed when None); ``sets``: the trace's device sets for
+    that mask (built when None)."""
     mask = comm_mask(tl.device) if mask is None else mask
+    sets = DeviceSets.of(tl, sets, mask)
     source, inst = _instances(tl, mask)
-    dev = tl.device
     total = exposed = 0
     if len(inst):
         for (rank, device), idx in group_rows(inst, ["rank", "device"]).items():
-            c = iv.union(inst["start_ns"].to_numpy()[idx], inst["end_ns"].to_numpy()[idx])
-            on = (dev["rank"].to_numpy() == rank) & ~mask
-            if device >= 0:
-                on &= dev["device"].to_numpy() == device
-            k = iv.union(dev["start_ns"].to_numpy()[on], dev["end_ns"].to_numpy()[on])
+            rank, device = int(rank), int(device)
+            # collective rows of one device: that device's comm union (ranges: their own union)
+            c = (iv.union(inst["start_ns"].to_numpy()[idx], inst["end_ns"].to_numpy()[idx])
+                 if source == "ranges" else sets.union((rank, device), "comm"))
+            k = sets.union((rank, device), "noncomm") if device >= 0 else sets.rank_union(rank, "noncomm")
             total += iv.total(c)
             exposed += iv.total(split_compute(k, c, source == "stand_in")[1])
     coll, parts = _match(inst)
@@ -99,7 +102,8 @@ def communication(tl: Timeline, mask: np.ndarray | None = None, min_skew_ns: int
             arrive = mine["start_ns"].to_numpy() + mine["skew_ns"].to_numpy()
             stage = _host_stage_before(tl, int(r), arrive, mine["skew_ns"].to_numpy())
             if source == "kernels":   # a CPU stand-in's "device" is the host itself: no separate view
-                busy_before = device_busy_before(tl, int(r), int(d), arrive, mine["skew_ns"].to_numpy(), mask)
+                busy_before = device_busy_before(tl, int(r), int(d), arrive, mine["skew_ns"].to_numpy(), mask,
+                                                 sets)
     return CommResult(total_ns=int(total), exposed_ns=int(exposed), skew_ns=skew, transfer_ns=transfer,
                       n_kernels=len(inst), participants=len(parts), straggler_rank=strag_rank,
                       straggler_device=strag_dev, straggler_share=share, straggler_host_stage=stage,
@@ -199,14 +203,11 @@ def _host_stage_before(tl: Timeline, rank: int, arrive_ns: np.ndarray, skew_ns: 
 
 
 def device_busy_before(tl: Timeline, rank: int, device: int, arrive_ns: np.ndarray, skew_ns: np.ndarray,
-                       mask: np.ndarray) -> float | None:
+                       mask: np.ndarray, sets: DeviceSets | None = None) -> float | None:
     """Share of [arrival - skew, arrival) windows in which the participant's device ran non-comm work."""
     total = int(skew_ns.sum())
     if total <= 0:
         return None
-    dev = tl.device
-    on = (dev["rank"].to_numpy() == rank) & ~mask
-    if device >= 0:
-        on &= dev["device"].to_numpy() == device
-    busy = iv.union(dev["start_ns"].to_numpy()[on], dev["end_ns"].to_numpy()[on])
+    sets = DeviceSets.of(tl, sets, mask)
+    busy = sets.union((rank, device), "noncomm") if device >= 0 else sets.rank_union(rank, "noncomm")
     return float(iv.overlap(busy, arrive_ns - skew_ns, arrive_ns).sum()) / total

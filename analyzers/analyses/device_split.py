@@ -12,9 +12,10 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.columns import isin, str_codes
+from srtscope.analyzers.analyses.device_sets import DeviceSets
+from srtscope.analyzers.columns import str_codes
 from srtscope.analyzers.results import CopyStat, DeviceResult
-from srtscope.analyzers.timeline import DeviceKind, Timeline
+from srtscope.analyzers.timeline import Timeline
 
 _DIRECTION = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP|Peer)", re.IGNORECASE)
 _CANON = {"htod": "HtoD", "dtoh": "DtoH", "dtod": "DtoD", "htoh": "HtoH", "ptop": "PtoP", "peer": "PtoP"}
@@ -26,37 +27,31 @@ def copy_direction(name: str) -> str:
     return _CANON[m.group(1).lower()] if m else "other"
 
 
-def device_split(tl: Timeline, comm: np.ndarray) -> DeviceResult:
-    """``comm``: mask of device rows that are collective kernels (``comm.comm_mask``)."""
+def device_split(tl: Timeline, comm: np.ndarray, sets: DeviceSets | None = None) -> DeviceResult:
+    """``comm``: mask of device rows that are collective kernels (``comm.comm_mask``); ``sets``: the
+    trace's device sets for that mask (built when None)."""
     dev = tl.device
     if len(dev) == 0:
         return DeviceResult(0, 0, 0, 0, 0, 0, {})
     s, e = dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy()
-    compute_kinds = isin(dev["kind"], [DeviceKind.KERNEL, DeviceKind.GRAPH, DeviceKind.CPU_FORWARD])
-    is_copy = isin(dev["kind"], [DeviceKind.MEMCPY])
-    is_set = isin(dev["kind"], [DeviceKind.MEMSET])
+    sets = DeviceSets.of(tl, sets, comm)
+    is_copy = sets.mask("copy")
     totals = dict.fromkeys(("busy", "kernel", "comm", "memcpy", "memset", "exposed"), 0)
-    for _, idx in dev.groupby(["rank", "device"]).indices.items():
-        rows = np.asarray(idx)
-
-        def u(m: np.ndarray, rows: np.ndarray = rows) -> iv.IntervalSet:
-            r = rows[m[rows]]
-            return iv.union(s[r], e[r])
-        kern = u(compute_kinds)
-        copies = u(is_copy)
-        totals["busy"] += iv.total(iv.union(s[rows], e[rows]))
-        totals["kernel"] += iv.total(u(compute_kinds & ~comm))
-        totals["comm"] += iv.total(u(comm))
+    for key in sets.keys:
+        copies = sets.union(key, "copy")
+        totals["busy"] += iv.total(sets.union(key))
+        totals["kernel"] += iv.total(sets.union(key, "kernel"))
+        totals["comm"] += iv.total(sets.union(key, "comm"))
         totals["memcpy"] += iv.total(copies)
-        totals["memset"] += iv.total(u(is_set))
-        totals["exposed"] += iv.total(iv.subtract(copies, kern))
+        totals["memset"] += iv.total(sets.union(key, "memset"))
+        totals["exposed"] += iv.total(iv.subtract(copies, sets.union(key, "compute")))
     by_kind: dict[str, CopyStat] = {}
     if is_copy.any():
         codes, names = str_codes(dev["name"][is_copy])     # classified once per distinct name
         direction = np.array([copy_direction(str(n)) for n in names], dtype=object)
         pageable = np.array(["pageable" in str(n).lower() for n in names], dtype=bool)
-        c = pd.DataFrame({"dir": direction[codes], "ns": (e - s)[is_copy], "bytes": dev["bytes"].to_numpy()[is_copy],
-                          "pageable": pageable[codes]})
+        c = pd.DataFrame({"dir": direction[codes], "ns": e[is_copy] - s[is_copy],
+                          "bytes": dev["bytes"].to_numpy()[is_copy], "pageable": pageable[codes]})
         for d, g in c.groupby("dir"):
             known = g["bytes"].to_numpy() >= 0
             nbytes = int(g["bytes"].to_numpy()[known].sum()) if known.any() else -1

@@ -12,44 +12,39 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.columns import isin
+from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.results import DeviceOverview, OverviewResult
-from srtscope.analyzers.timeline import DeviceKind, Timeline
+from srtscope.analyzers.timeline import Timeline
 from srtscope.analyzers.vocab import BUBBLE_CLASSES
 
 DEFAULT_BINS = 400
 
 
 def overview(tl: Timeline, bubbles: pd.DataFrame, steps: pd.DataFrame, comm: np.ndarray,
-             bins: int = DEFAULT_BINS) -> OverviewResult:
+             bins: int = DEFAULT_BINS, sets: DeviceSets | None = None) -> OverviewResult:
     """``bubbles``: the bubble table (rank, device, start_ns, end_ns, dur_ns, ``<class>_ns``);
-    ``comm``: mask of device rows that are collectives."""
+    ``comm``: mask of device rows that are collectives; ``sets``: the trace's device sets for that
+    mask (built when None)."""
     if bins < 1:
         raise ValueError(f"bins must be >= 1, got {bins}")
     dev = tl.device
     if len(dev) == 0:
         return OverviewResult(bins, ())
-    s, e = dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy()
-    compute = isin(dev["kind"], [DeviceKind.KERNEL, DeviceKind.GRAPH, DeviceKind.CPU_FORWARD]) & ~comm
-    copies = isin(dev["kind"], [DeviceKind.MEMCPY, DeviceKind.MEMSET])
+    sets = DeviceSets.of(tl, sets, comm)
     out = []
-    groups: dict[tuple[int, int], np.ndarray] = {(int(k[0]), int(k[1])): np.asarray(v)  # type: ignore[index]
-                                                 for k, v in dev.groupby(["rank", "device"]).indices.items()}
-    for (rank, device), rows in sorted(groups.items()):
-        lo, hi = int(s[rows].min()), int(e[rows].max())
+    for rank, device in sets.keys:
+        lo, hi = sets.bounds((rank, device))
         width = max(-(-(hi - lo) // bins), 1)                   # ceil: the bins cover the window
         edges = lo + width * np.arange(bins + 1, dtype=np.int64)
 
-        def per_bin(mask: np.ndarray, rows: np.ndarray = rows, edges: np.ndarray = edges) -> list[int]:
-            r = rows[mask[rows]]
-            u = iv.union(s[r], e[r])
-            return np.diff(iv.covered_upto(u, edges)).astype(int).tolist()
+        def per_bin(cls: str, key: tuple[int, int] = (rank, device), edges: np.ndarray = edges) -> list[int]:
+            return np.diff(iv.covered_upto(sets.union(key, cls), edges)).astype(int).tolist()
 
         b = bubbles[(bubbles["rank"] == rank) & (bubbles["device"] == device)] if len(bubbles) else bubbles
         by_class = {c: _spread(b, f"{c}_ns", edges) for c in BUBBLE_CLASSES}
         st = steps[steps["rank"] == rank]["start_ns"].to_numpy() if len(steps) else np.zeros(0, np.int64)
-        out.append(DeviceOverview(int(rank), int(device), lo, int(width), per_bin(compute), per_bin(copies),
-                                  per_bin(comm), {c: v for c, v in by_class.items() if any(v)},
+        out.append(DeviceOverview(int(rank), int(device), lo, int(width), per_bin("kernel"), per_bin("copyset"),
+                                  per_bin("comm"), {c: v for c, v in by_class.items() if any(v)},
                                   [int(x) for x in st[(st >= lo) & (st < hi)]]))
     return OverviewResult(bins, tuple(out))
 

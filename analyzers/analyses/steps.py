@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.columns import isin, str_codes
 from srtscope.analyzers.host_activity import blocking_mask as _blocking_mask
 from srtscope.analyzers.host_activity import default_threads as _default_threads
@@ -181,8 +182,10 @@ def _blank_attrs(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def find_steps(tl: Timeline, rule: StepRule = StepRule()) -> tuple[str, pd.DataFrame]:
-    """(source, table with ``STEP_COLUMNS``), sorted by rank then start."""
+def find_steps(tl: Timeline, rule: StepRule = StepRule(), sets: DeviceSets | None = None
+               ) -> tuple[str, pd.DataFrame]:
+    """(source, table with ``STEP_COLUMNS``), sorted by rank then start. ``sets``: the trace's
+    device sets (built when None)."""
     stages = _resolved(tl.host_ranges)
     source, w = _windows(tl, stages, rule)
     if len(w) == 0:
@@ -200,6 +203,7 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule()) -> tuple[str, pd.DataF
     run_bs = np.full(n, -1, np.int64)
     reason = np.full(n, "", dtype=object)
     dev, api, rg = tl.device, tl.api, tl.host_ranges
+    sets = DeviceSets.of(tl, sets)
     graph_kernel = _graph_kernel_mask(tl)
     is_launch = isin(api["kind"], [ApiKind.LAUNCH]) if len(api) else np.zeros(0, bool)
     is_glaunch = isin(api["kind"], [ApiKind.GRAPH_LAUNCH]) if len(api) else np.zeros(0, bool)
@@ -207,8 +211,7 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule()) -> tuple[str, pd.DataF
     for rank, idx in w.groupby("rank").indices.items():
         s, e = w["start_ns"].to_numpy()[idx], w["end_ns"].to_numpy()[idx]
         d = dev["rank"].to_numpy() == rank
-        busy = iv.union(dev["start_ns"].to_numpy()[d], dev["end_ns"].to_numpy()[d])
-        cols["busy_ns"][idx] = iv.overlap(busy, s, e)
+        cols["busy_ns"][idx] = iv.overlap(sets.rank_union(int(rank)), s, e)
         cols["graph_kernels"][idx] = _count_in(dev["start_ns"].to_numpy()[d & graph_kernel], s, e)
         if len(api):
             on = api["rank"].to_numpy() == rank

@@ -38,8 +38,8 @@ import pandas as pd
 
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.attribution import attribute
+from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.analyses.eager import fallback_mask
-from srtscope.analyzers.columns import isin
 from srtscope.analyzers.host_activity import (
     BurstRule,
     HostActivity,
@@ -48,7 +48,7 @@ from srtscope.analyzers.host_activity import (
     stage_names,
 )
 from srtscope.analyzers.results import CommResult, WhatIf
-from srtscope.analyzers.timeline import DeviceKind, Timeline
+from srtscope.analyzers.timeline import Timeline
 from srtscope.analyzers.units import fmt_ns
 from srtscope.analyzers.vocab import Cause
 
@@ -69,7 +69,8 @@ _OTHERS = "every other cause unchanged"
 def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.DataFrame, comm: CommResult,
             primary: Mapping[int, int], threshold_ns: int,
             model: HostActivity | None = None, shrink_ns: Mapping[str, int] | None = None,
-            rule: BurstRule | None = None, comm_ranks: set[int] | None = None) -> tuple[WhatIf, ...]:
+            rule: BurstRule | None = None, comm_ranks: set[int] | None = None,
+            sets: DeviceSets | None = None) -> tuple[WhatIf, ...]:
     """One ``WhatIf`` per cause that gives back time, largest saving first.
 
     steps: ``analyses.steps.STEP_COLUMNS``; pieces: attributed bubble pieces (rank, device, pid, tid,
@@ -77,7 +78,7 @@ def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.
     (rows like ``steps``); primary: rank -> primary device; model: the trace's host-activity model
     (built when None, with ``rule``); shrink_ns: cause -> ns of host time cut per step instead of
     removing the cause (host causes only, ``SHRINKABLE``); comm_ranks: ranks with collective
-    kernels (computed when None).
+    kernels (computed when None); sets: the trace's device sets (built when None).
     """
     shrink = dict(shrink_ns or {})
     bad = sorted(set(shrink) - set(SHRINKABLE))
@@ -92,11 +93,12 @@ def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.
     s, e = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
     wall = steps["wall_ns"].to_numpy(np.int64)
     model = model or HostActivity(tl, rule)
+    sets = DeviceSets.of(tl, sets)
     b = _bubbles(pieces, primary, n)
-    edge = _bubbles(_edges(tl, steps, pieces, primary, model, rule, comm_ranks), primary, n)
+    edge = _bubbles(_edges(tl, steps, pieces, primary, model, rule, comm_ranks, sets), primary, n)
     for c in HOST_WAIT:
         b[c] = b[c] + edge[c]
-    small = _short_gaps(tl, steps, primary, threshold_ns)
+    small = _short_gaps(steps, primary, threshold_ns, sets)
     overlap_rows = _overlap_rows(steps, pieces, primary)
     wait = sum((b[c] for c in HOST_WAIT), np.zeros(n, np.int64))
     saved: dict[Cause, np.ndarray] = {}
@@ -132,7 +134,7 @@ def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.
     notes[Cause.STRAGGLER] = ["the straggler arrives with the others: its lateness beyond the natural skew "
                               "(the median skew where another rank was last) removed from each collective it "
                               "was last in; other ranks' lateness stays"]
-    saved[Cause.MEMCPY] = b[Cause.MEMCPY] + _exposed_copies(tl, steps, primary, s, e)
+    saved[Cause.MEMCPY] = b[Cause.MEMCPY] + _exposed_copies(steps, primary, s, e, sets)
     notes[Cause.MEMCPY] = ["copies pinned and moved to a side stream, overlapped with compute "
                            "(copy time itself unchanged)"]
     lockstep = steps["rank"].nunique() > 1 and comm.participants > 1
@@ -177,17 +179,16 @@ def _bubbles(pieces: pd.DataFrame, primary: Mapping[int, int], n: int) -> dict[C
 
 
 def _edges(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, primary: Mapping[int, int],
-           model: HostActivity, rule: BurstRule | None, comm_ranks: set[int] | None = None) -> pd.DataFrame:
+           model: HostActivity, rule: BurstRule | None, comm_ranks: set[int] | None,
+           sets: DeviceSets) -> pd.DataFrame:
     """Step time outside the primary device's active window, attributed like bubble pieces (by the
     rank's launching thread: the one most bubble time waits on, else the step's own thread)."""
     rows = []
-    d_s, d_e = tl.device["start_ns"].to_numpy(), tl.device["end_ns"].to_numpy()
     for rank, idx in _by_rank(steps):
         dev = primary.get(int(rank))
         if dev is None:
             continue
-        on = _device_rows(tl, int(rank), dev)
-        w0, w1 = int(d_s[on].min()), int(d_e[on].max())
+        w0, w1 = sets.bounds((int(rank), dev))
         q = pieces[(pieces["rank"].to_numpy() == rank) & (pieces["tid"].to_numpy() >= 0)] if len(pieces) else pieces
         if len(q):
             key = (q["end_ns"] - q["start_ns"]).groupby([q["pid"], q["tid"]]).sum().idxmax()
@@ -206,40 +207,30 @@ def _edges(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, primary: Map
     return pd.concat([q, classes], axis=1)
 
 
-def _device_rows(tl: Timeline, rank: int, device: int) -> np.ndarray:
-    dev = tl.device
-    return (dev["rank"].to_numpy() == rank) & (dev["device"].to_numpy() == device)
-
-
-def _short_gaps(tl: Timeline, steps: pd.DataFrame, primary: Mapping[int, int], threshold_ns: int) -> np.ndarray:
+def _short_gaps(steps: pd.DataFrame, primary: Mapping[int, int], threshold_ns: int,
+                sets: DeviceSets) -> np.ndarray:
     """Per step: gaps at or under the bubble threshold on the primary device inside the step, ns."""
     out = np.zeros(len(steps), np.int64)
-    d_s, d_e = tl.device["start_ns"].to_numpy(), tl.device["end_ns"].to_numpy()
     for rank, idx in _by_rank(steps):
         if int(rank) not in primary:
             continue
-        on = _device_rows(tl, int(rank), primary[int(rank)])
-        gs, ge = iv.gaps(iv.union(d_s[on], d_e[on]), 0)
+        gs, ge = iv.gaps(sets.union((int(rank), primary[int(rank)])), 0)
         k = (ge - gs) <= threshold_ns
         out[idx] = iv.overlap((gs[k], ge[k]), steps["start_ns"].to_numpy()[idx], steps["end_ns"].to_numpy()[idx])
     return out
 
 
-def _exposed_copies(tl: Timeline, steps: pd.DataFrame, primary: Mapping[int, int], s: np.ndarray,
-                    e: np.ndarray) -> np.ndarray:
+def _exposed_copies(steps: pd.DataFrame, primary: Mapping[int, int], s: np.ndarray, e: np.ndarray,
+                    sets: DeviceSets) -> np.ndarray:
     """Per step: copy time on the primary device with no kernel running, ns."""
     out = np.zeros(len(steps), np.int64)
-    dev = tl.device
-    is_copy = isin(dev["kind"], [DeviceKind.MEMCPY]) if len(dev) else np.zeros(0, bool)
-    if not is_copy.any():
+    if not sets.mask("copy").any():
         return out
-    kern = isin(dev["kind"], [DeviceKind.KERNEL, DeviceKind.GRAPH, DeviceKind.CPU_FORWARD])
-    d_s, d_e = dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy()
     for rank, idx in _by_rank(steps):
         if int(rank) not in primary:
             continue
-        on = _device_rows(tl, int(rank), primary[int(rank)])
-        bare = iv.subtract(iv.union(d_s[on & is_copy], d_e[on & is_copy]), iv.union(d_s[on & kern], d_e[on & kern]))
+        key = (int(rank), primary[int(rank)])
+        bare = iv.subtract(sets.union(key, "copy"), sets.union(key, "compute"))
         out[idx] = iv.overlap(bare, s[idx], e[idx])
     return out
 
