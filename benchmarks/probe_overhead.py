@@ -1,11 +1,14 @@
 """Cost per probe range, against an empty loop in the same run.
 
-Three configurations: disabled; enabled, recorder only (NVTX off); enabled with NVTX calls (no
-collector attached, as in production without nsys). Each is the median of several repeats of N
-ranges, minus the empty loop's per-iteration cost. Absolute µs do not travel between machines, so
-the targets are ratios against what the same process pays for a no-op ``with`` and a clock read:
-a disabled range ≤ 1.2x a no-op with; an enabled range (recorder only) ≤ 2 clock reads + 1 no-op
-with; NVTX with attributes ≤ 2x the recorder-only cost with attributes.
+Four configurations: disabled; enabled, recorder only (NVTX off); enabled with NVTX asked for and no
+collector attached, as in production without nsys (NVTX is then idle: no NVTX call is made); and,
+for reference, "nvtx live": the NVTX path a collector gets (under nsys), forced onto the nvtx
+package's no-op domain, so it counts srtscope's side of each push/pop but not the collector's work.
+Each is the median of several repeats of N ranges, minus the empty loop's per-iteration cost.
+Absolute µs do not travel between machines, so the targets are ratios against what the same process
+pays for a no-op ``with`` and a clock read: a disabled range ≤ 1.2x a no-op with; an enabled range
+(recorder only) ≤ 2 clock reads + 1 no-op with; NVTX (no collector) with attributes ≤ 2x the
+recorder-only cost with attributes.
 
 Run with the implementation ``stage()`` takes here (the C extension where built) and, beside it,
 the pure Python path (``ranges._py_stage`` with ``ranges.set_pure(True)``), interleaved in one
@@ -97,9 +100,26 @@ def measure(cases: dict[str, tuple], n: int, repeats: int) -> dict[str, float]:
 TARGETS = (("disabled range / no-op with", 1.2),
            ("enabled range (recorder) / (2 clock reads + no-op with)", 1.0),
            ("NVTX + 2 attrs / recorder + 2 attrs", 2.0))
+def _nvtx_live() -> None:
+    """NVTX on as with a collector attached, but pushing to nvtx's no-op domain."""
+    import nvtx
+
+    ranges.enable(nvtx=True)
+    ranges._STATE.domain = nvtx.get_domain(ranges.DOMAIN)
+    ranges._STATE.nvtx = True
+
+
 CONFIGS = (("disabled", ranges.disable),
            ("recorder", lambda: ranges.enable(nvtx=False)),
-           ("nvtx", lambda: ranges.enable(nvtx=True)))
+           ("nvtx", lambda: ranges.enable(nvtx=True)),
+           ("nvtx live", _nvtx_live))
+
+
+def _idle_status() -> str:
+    ranges.enable(nvtx=True)
+    status = ranges.nvtx_status()
+    ranges.disable()
+    return status
 
 
 def main() -> None:
@@ -132,13 +152,15 @@ def main() -> None:
     cost = {k: v - base for k, v in med.items()}
     print(f"probe overhead per range, {os.cpu_count()} cores, n={args.n}, median of {args.repeats}")
     print(f"implementation in use: {native}" + ("" if native == "Python" else
-          " (srtscope.probes._fastrange; NVTX ranges take the Python path)"))
+          " (srtscope.probes._fastrange; live NVTX ranges take the Python path)")
+          + f"; NVTX without a collector here: {_idle_status()}")
     print(f"baselines in this process: no-op with {noop:.0f} ns, clock read {clock:.0f} ns")
     heads = "".join(f"{impl + ' ' + h:>22}" for impl in impls for h in ("no attrs (ns)", "2 attrs (ns)"))
     print(f"{'configuration':<12}{heads}")
     for label, _ in CONFIGS:
         row = "".join(f"{cost[f'{impl}/{label}/{k}']:>22.0f}" for impl in impls for k in ("plain", "attrs"))
         print(f"{label:<12}{row}")
+    print("(nvtx: NVTX asked for, no collector attached; nvtx live: the path under nsys, into a no-op domain)")
 
     def ratios(impl: str) -> tuple[float, float, float]:
         c = {label: (cost[f"{impl}/{label}/plain"], cost[f"{impl}/{label}/attrs"]) for label, _ in CONFIGS}

@@ -12,7 +12,8 @@ Disabled (the default), ``stage()`` returns a cached no-op object: a call and tw
 As a decorator it checks ``enabled`` at each call, so decorating at import time is fine.
 
 Two implementations of the same spans: the C extension ``_fastrange`` (probes/_fastrange.c), used
-where it is built, and this module's Python path, used for NVTX and torch annotations (the C range
+where it is built, and this module's Python path, used for NVTX with a collector attached (under
+nsys; without one NVTX is idle and the ranges stay in C) and torch annotations (the C range
 delegates to it then), where the extension is missing, and always with ``SRTSCOPE_PROBES_PURE=1``
 in the environment at import. Both share one per-thread depth and record the same 6 values per span.
 """
@@ -52,12 +53,13 @@ _PURE = _C is None  # the Python path for every range (set_pure switches it in-p
 
 
 class _State:
-    __slots__ = ("enabled", "nvtx", "nvtx_error", "domain", "torch_rf")
+    __slots__ = ("enabled", "nvtx", "nvtx_error", "nvtx_idle", "domain", "torch_rf")
 
     def __init__(self) -> None:
         self.enabled = False
         self.nvtx = False
         self.nvtx_error: str | None = None
+        self.nvtx_idle = False   # NVTX asked for, but no collector attached
         self.domain: Any = None   # nvtx.Domain while NVTX is on
         self.torch_rf: tuple[Any, Any] | None = None  # (enter, exit) of torch's record_function ops while annotating
 
@@ -102,29 +104,52 @@ class _TLS:
 
 
 def enable(nvtx: bool = True) -> bool:
-    """Turn recording on. With ``nvtx`` the ranges also go to NVTX; returns whether NVTX is live."""
+    """Turn recording on. With ``nvtx`` the ranges also go to NVTX; returns whether NVTX is
+    available (``nvtx_status``: live with a collector attached, idle without one)."""
     global _ENABLED
     _STATE.enabled = _ENABLED = True
     _STATE.nvtx = False
     _STATE.nvtx_error = None
+    _STATE.nvtx_idle = False
     _STATE.domain = None
-    if nvtx:
-        try:
-            import nvtx as _nvtx  # type: ignore
+    if not nvtx:
+        return False
+    try:
+        import nvtx as _nvtx  # type: ignore
 
-            _STATE.domain = _nvtx.get_domain(DOMAIN)
-            _NVTX_ATTRS.clear()
-            _STATE.nvtx = True
-        except Exception as exc:  # nvtx missing or broken: record without it
-            _STATE.nvtx = False
-            _STATE.nvtx_error = f"{type(exc).__name__}: {exc}"
-    return _STATE.nvtx
+        domain = _nvtx.get_domain(DOMAIN)
+    except Exception as exc:  # nvtx missing or broken: record without it
+        _STATE.nvtx_error = f"{type(exc).__name__}: {exc}"
+        return False
+    _NVTX_ATTRS.clear()
+    if _collector_attached(domain):
+        _STATE.domain = domain
+        _STATE.nvtx = True
+    else:
+        # NOTE: no collector (no nsys): every NVTX call would be a no-op costing ~1 us a range, so
+        # the ranges take the recorder's path. A collector is attached at process start (nsys
+        # puts its injection library in the environment), so this holds for the process.
+        _STATE.nvtx_idle = True
+    return True
+
+
+def _collector_attached(domain: Any) -> bool:
+    """Whether NVTX calls on ``domain`` reach a tool. nvtx hands out a no-op domain when none is
+    attached; a domain that cannot tell is taken as live."""
+    handle = getattr(domain, "handle", None)
+    if handle is not None and hasattr(handle, "enabled"):
+        return bool(handle.enabled())
+    return type(domain).__name__ != "DummyDomain"
 
 
 def nvtx_status() -> str:
-    """``"on"``, ``"off"`` (not asked for) or ``"unavailable: <why>"`` since the last ``enable``."""
+    """``"on"`` (a collector records the ranges), ``"idle"`` (asked for, but no collector is
+    attached: nothing to send them to), ``"off"`` (not asked for) or ``"unavailable: <why>"``,
+    since the last ``enable``."""
     if _STATE.nvtx:
         return "on"
+    if _STATE.nvtx_idle:
+        return "idle"
     return f"unavailable: {_STATE.nvtx_error}" if _STATE.nvtx_error else "off"
 
 
@@ -132,6 +157,7 @@ def disable() -> None:
     global _ENABLED
     _STATE.enabled = _ENABLED = False
     _STATE.nvtx = False
+    _STATE.nvtx_idle = False
     _STATE.domain = None
 
 

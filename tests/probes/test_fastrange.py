@@ -19,6 +19,7 @@ import pytest
 from srtscope.probes import ranges
 from srtscope.probes.ranges import record_span, stage
 from srtscope.probes.recorder import Recorder, get_recorder, set_recorder
+from tests.probes import _fake_nvtx
 
 needs_c = pytest.mark.skipif(ranges._C is None, reason="C extension not built (or SRTSCOPE_PROBES_PURE=1)")
 IMPLS = [pytest.param("C", marks=needs_c), "Python"]
@@ -329,16 +330,18 @@ def _kind(obj: object) -> str:
 @pytest.mark.parametrize("setup, expected", [
     ("disable", "_fastrange.NullRange"),
     ("recorder", "_fastrange.Range"),
-    ("nvtx", "ranges._Range"),
+    ("nvtx", "ranges._Range"),              # a collector attached: NVTX calls on the Python path
+    ("nvtx_idle", "_fastrange.Range"),      # none attached: NVTX would be no-ops, the ranges stay in C
     ("torch", "ranges._Range"),
     ("pure", "ranges._Range"),
 ])
 def test_which_path_a_range_takes(recorder, monkeypatch, setup, expected):
-    # NVTX, torch annotations and the forced pure path go to the Python ranges, the rest stays in C
+    # live NVTX, torch annotations and the forced pure path go to the Python ranges, the rest stays in C
     if setup == "disable":
         ranges.disable()
-    elif setup == "nvtx":
-        ranges.enable(nvtx=True)
+    elif setup in ("nvtx", "nvtx_idle"):
+        _fake_nvtx.install(monkeypatch, live=setup == "nvtx")
+        assert ranges.enable(nvtx=True)
     elif setup == "torch":
         monkeypatch.setattr(ranges._STATE, "torch_rf", (lambda name, args: None, lambda handle: None))
     elif setup == "pure":

@@ -185,3 +185,37 @@ def test_nvtx_status_says_why_it_is_off(monkeypatch):
     finally:
         monkeypatch.undo()
         ranges.enable(nvtx=False) if was else ranges.disable()
+
+
+def test_nvtx_with_a_collector_pushes_and_pops_each_range(recorder, monkeypatch):
+    # scenario: under nsys (a collector attached) every range is an NVTX push/pop with its message
+    from tests.probes import _fake_nvtx
+
+    domain = _fake_nvtx.install(monkeypatch, live=True)
+    try:
+        assert ranges.enable(nvtx=True) is True and ranges.nvtx_status() == "on"
+        with stage("sched.schedule", bs=4):
+            with stage("prep.batch"):
+                pass
+    finally:
+        ranges.enable(nvtx=False)
+    assert domain.calls == [("push", "sched.schedule bs=4"), ("push", "prep.batch"), ("pop", None), ("pop", None)]
+    assert [(s.name, s.depth) for s in recorder.spans()] == [("sched.schedule", 0), ("prep.batch", 1)]
+
+
+def test_nvtx_without_a_collector_is_idle(recorder, monkeypatch):
+    # scenario: NVTX asked for (a CUDA run) but no nsys: nothing would receive the ranges, so no NVTX
+    # call is made; the recorder gets the same spans and the run says NVTX is idle
+    from tests.probes import _fake_nvtx
+
+    domain = _fake_nvtx.install(monkeypatch, live=False)
+    try:
+        assert ranges.enable(nvtx=True) is True and ranges.nvtx_status() == "idle"
+        with stage("sched.schedule", bs=4):
+            pass
+    finally:
+        ranges.enable(nvtx=False)
+    assert domain.calls == []
+    (span,) = recorder.spans()
+    assert span.name == "sched.schedule" and span.attrs == {"bs": 4}
+    assert ranges.nvtx_status() == "off"
