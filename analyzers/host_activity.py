@@ -159,8 +159,10 @@ def innermost_segments(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray)
 def launch_bursts(s: np.ndarray, e: np.ndarray, rule: BurstRule) -> iv.IntervalSet:
     if len(s) < rule.min_launches:
         return iv.empty()
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], np.maximum.accumulate(e[order])
+    if not iv.is_sorted(s):                  # a thread's calls arrive start-sorted: no gather
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+    e = iv.running_max(e)
     new = np.r_[True, (s[1:] - e[:-1]) > rule.gap_ns]
     first = np.flatnonzero(new)
     counts = np.diff(np.r_[first, len(s)])
@@ -267,6 +269,7 @@ class HostActivity:
         self._cache: dict[Key, ThreadLayers] = {}
         self._bursts: dict[Key, iv.IntervalSet] = {}
         self._rows: dict[str, dict[Key, np.ndarray]] = {}
+        self._spans: dict[tuple[str, Key], tuple[np.ndarray, np.ndarray] | None] = {}
 
     @property
     def cold_calls(self) -> np.ndarray:
@@ -323,9 +326,10 @@ class HostActivity:
         if focus is not None:
             # NOTE: every layer but the bursts is a union of rows (or innermost segments, decided by
             # the rows covering each instant): inside ``focus`` only overlapping rows matter
-            ri, ai = _touching(ri, r_s, r_e, focus), _touching(ai, a_s, a_e, focus)
-            oi = _touching(oi, self.ops["start_ns"].to_numpy(), self.ops["end_ns"].to_numpy(), focus)
-            fi = _touching(fi, self.frames["start_ns"].to_numpy(), self.frames["end_ns"].to_numpy(), focus)
+            ri, ai = self._touching("rg", key, ri, r_s, r_e, focus), self._touching("api", key, ai, a_s, a_e, focus)
+            oi = self._touching("ops", key, oi, self.ops["start_ns"].to_numpy(), self.ops["end_ns"].to_numpy(), focus)
+            fi = self._touching("frames", key, fi, self.frames["start_ns"].to_numpy(),
+                                self.frames["end_ns"].to_numpy(), focus)
             burst = iv.intersect(burst, focus)
         codes = self.stage_codes
         sel = ri[codes[ri] >= 0] if len(ri) else ri
@@ -382,6 +386,25 @@ class HostActivity:
                            iv.union(f_s[fi], f_e[fi]) if len(fi) else iv.empty(),
                            iv.union(a_s[ai], a_e[ai]) if len(ai) else iv.empty(), burst])
         return ThreadLayers(sets, seg, ranges, busy, claimed)
+
+    def _touching(self, name: str, key: Key, rows: np.ndarray, s: np.ndarray, e: np.ndarray,
+                  focus: iv.IntervalSet) -> np.ndarray:
+        """The thread's rows (of table ``name``) whose [s, e) overlaps ``focus``.
+
+        NOTE: the thread's rows are start-sorted (tables are): their starts and running max end,
+        kept per thread, narrow the rows to test to those near ``focus`` (``intervals.may_touch``)
+        instead of testing millions of calls for a few bubbles. Unsorted rows are all tested.
+        """
+        if len(rows) == 0 or len(focus[0]) == 0:
+            return rows[:0]
+        if (name, key) not in self._spans:
+            whole = len(rows) == len(s)              # ascending distinct rows: all of the table
+            rs, re_ = (s, e) if whole else (s[rows], e[rows])
+            self._spans[(name, key)] = (rs, iv.running_max(re_)) if iv.is_sorted(rs) else None
+        spans = self._spans[(name, key)]
+        if spans is not None:
+            rows = rows[iv.may_touch(spans[0], spans[1], focus)]
+        return _touching(rows, s, e, focus)
 
 
 def _touching(rows: np.ndarray, s: np.ndarray, e: np.ndarray, focus: iv.IntervalSet) -> np.ndarray:

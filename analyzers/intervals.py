@@ -89,6 +89,25 @@ def union(starts, ends) -> IntervalSet:
     return s[first], run_end[last]
 
 
+def may_touch(starts: np.ndarray, run_end: np.ndarray, iv: IntervalSet) -> np.ndarray:
+    """Indices (ascending) of the intervals that may overlap a normal-form set, a superset of those
+    that do: ``starts`` sorted, ``run_end`` the running max of their ends (``running_max``).
+
+    Interval i can reach ``[s_j, e_j)`` only if it starts before ``e_j`` and some interval up to i
+    ends after ``s_j``: per ``j`` one index range, found by two binary searches — the cost is the
+    set's size and the candidates', not every interval's.
+    """
+    qs, qe = iv
+    if len(qs) == 0 or len(starts) == 0:
+        return np.zeros(0, np.int64)
+    lo = np.searchsorted(run_end, qs, side="right")
+    hi = np.searchsorted(starts, qe, side="left")
+    lo, hi = union(lo, hi)                   # index ranges, merged
+    n = hi - lo
+    first = np.cumsum(n) - n                 # where each range begins in the output
+    return np.arange(int(n.sum()), dtype=np.int64) - np.repeat(first - lo, n)
+
+
 def total(iv: IntervalSet) -> int:
     """Summed length of a normal-form set, ns."""
     return int((iv[1] - iv[0]).sum())
