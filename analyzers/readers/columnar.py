@@ -78,6 +78,22 @@ def _ints(batch: Any, i: int, table: str) -> np.ndarray:
     return col.to_numpy(zero_copy_only=True)
 
 
+def rowid_bounds(con: Any, table: str) -> tuple[int | None, int | None]:
+    """(lowest, highest) rowid of ``table`` through an ADBC or sqlite3 connection; None for an
+    empty table.
+
+    NOTE: two subqueries, each answered from the b-tree's edge; ``SELECT MIN(rowid), MAX(rowid)``
+    in one query scans the whole table instead (1.2 s on 8.7 M kernel rows, against 3 ms)."""
+    sql = f"SELECT (SELECT MIN(rowid) FROM {table}), (SELECT MAX(rowid) FROM {table})"
+    if isinstance(con, sqlite3.Connection):
+        lo, hi = con.execute(sql).fetchone()
+    else:
+        batch = next(arrow_query(con, sql, table), None)
+        lo, hi = (batch.column(0)[0].as_py(), batch.column(1)[0].as_py()) \
+            if batch is not None and batch.num_rows else (None, None)
+    return (None if lo is None else int(lo)), (None if hi is None else int(hi))
+
+
 class _Columns:
     """int64 columns filled batch by batch into arrays allocated once (no concatenation copy at the
     end); grown by doubling only when more rows come than were announced."""
@@ -122,9 +138,7 @@ def fetch_ints(con: Any, table: str, exprs: list[str], where: str = "",
     asked = [e for i, e in enumerate(exprs) if i not in const]
     keep = [f"COALESCE(({where}), 0) != 0"] if where else []
     first = 2 if where else 1
-    bounds = next(arrow_query(con, f"SELECT MIN(rowid), MAX(rowid) FROM {table}", table), None)
-    lo_hi = bounds.to_pylist()[0] if bounds is not None and bounds.num_rows else {}
-    lo0, hi0 = list(lo_hi.values()) if lo_hi else (None, None)
+    lo0, hi0 = rowid_bounds(con, table)
     expect = 0 if lo0 is None or hi0 is None else max(0, min(int(hi0) - int(lo0) + 1, max_rows))
     cols = _Columns(len(asked), expect)
     sql = f"SELECT {', '.join(['rowid'] + keep + asked)} FROM {table} ORDER BY rowid"

@@ -33,6 +33,7 @@ from srtscope.analyzers.readers.columnar import (
     factorize,
     fetch_ints,
     nesting_depth,
+    rowid_bounds,
     sort_columns,
 )
 from srtscope.analyzers.readers.errors import TraceError
@@ -368,8 +369,8 @@ def scan_estimate(path: str | Path) -> int:
         total = 0
         for t in SCANNED_TABLES:
             if t in have:
-                lo, hi = con.execute(f"SELECT MIN(rowid), MAX(rowid) FROM {t}").fetchone()
-                if lo is not None:
+                lo, hi = rowid_bounds(con, t)
+                if lo is not None and hi is not None:
                     total += int(hi) - int(lo) + 1
         return total
     except sqlite3.DatabaseError:
