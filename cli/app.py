@@ -1,4 +1,4 @@
-"""The ``srtscope`` typer app: run, capture, diagnose, compare.
+"""The ``srtscope`` typer app: run, capture, diagnose, compare, cache.
 
 Exit codes: 0 success; 2 bad input (one line on stderr); 3 regression (compare); 1 internal error.
 """
@@ -98,9 +98,9 @@ def _root(
 
 
 def _register() -> None:
-    from srtscope.cli import cmd_capture, cmd_compare, cmd_diagnose, cmd_run
+    from srtscope.cli import cmd_cache, cmd_capture, cmd_compare, cmd_diagnose, cmd_run
 
-    for mod in (cmd_run, cmd_capture, cmd_diagnose, cmd_compare):
+    for mod in (cmd_run, cmd_capture, cmd_diagnose, cmd_compare, cmd_cache):
         mod.register(app)
 
 

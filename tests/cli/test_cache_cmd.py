@@ -1,0 +1,49 @@
+"""``srtscope cache``: what the cache holds, and ``--clear`` empties it without touching a trace."""
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from srtscope.cli.app import app
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("SRTSCOPE_CACHE_MIN_BYTES", "0")
+    monkeypatch.setenv("SRTSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+def _cli(*args: str) -> str:
+    r = CliRunner().invoke(app, list(args))
+    assert r.exit_code == 0, r.output
+    return r.stdout
+
+
+def test_lists_tables_and_answers_then_clears(tmp_path):
+    trace = tmp_path / "healthy.sqlite"
+    shutil.copyfile(SAMPLES / "healthy.sqlite", trace)
+    digest = hashlib.sha256(trace.read_bytes()).hexdigest()
+    assert "empty" in _cli("cache")
+    _cli("diagnose", "--json", str(trace))
+    listing = _cli("cache")
+    assert "2 entries" in listing
+    assert "tables" in listing and "answer" in listing and str(trace) in listing
+    cleared = _cli("cache", "--clear")
+    assert "2 entries removed" in cleared
+    assert "0 entries" in _cli("cache")
+    assert hashlib.sha256(trace.read_bytes()).hexdigest() == digest
+
+
+def test_a_damaged_entry_is_listed_as_such_and_cleared(tmp_path):
+    root = tmp_path / "cache"
+    (root / "0123456789abcdef0123456789abcdef").mkdir(parents=True)
+    (root / "0123456789abcdef0123456789abcdef" / "meta.json").write_text("{not json")
+    assert "damaged" in _cli("cache")
+    assert "1 entry removed" in _cli("cache", "--clear")
