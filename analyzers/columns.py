@@ -17,14 +17,33 @@ def str_codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     if not isinstance(col.dtype, pd.CategoricalDtype):
         cat = pd.Categorical(col.astype(str))
         return np.asarray(cat.codes, dtype=np.int64), np.asarray(cat.categories, dtype=object)
-    codes = np.asarray(col.cat.codes, dtype=np.int64)
+    raw = np.asarray(col.cat.codes)                                # int8/16/32, -1 for NaN
     labels = [str(c) for c in col.cat.categories] + ["nan"]      # astype(str) turns NaN into 'nan'
-    codes = np.where(codes < 0, len(labels) - 1, codes)
-    used = np.bincount(codes, minlength=len(labels)) > 0           # observed values only
+    n = len(labels) - 1
+    if raw.dtype.itemsize <= 2:
+        # NOTE: counted on the codes seen unsigned (-1 -> the top value): no int64 copy of every row
+        counts = np.bincount(raw.view(f"u{raw.dtype.itemsize}"), minlength=1 << (8 * raw.dtype.itemsize))
+        used = np.r_[counts[:n], counts[-1]] > 0                    # observed values only
+        codes = raw                                                 # lut[-1]: the 'nan' label
+    else:
+        codes = np.where(raw < 0, n, raw).astype(np.int64)
+        used = np.bincount(codes, minlength=len(labels)) > 0
     cats, remap = np.unique(np.asarray(labels, dtype=object)[used], return_inverse=True)
     lut = np.full(len(labels), -1, dtype=np.int64)
     lut[used] = np.asarray(remap, dtype=np.int64).reshape(-1)
     return lut[codes], np.asarray(cats, dtype=object)
+
+
+def str_map(col: pd.Series, fn, dtype) -> np.ndarray:
+    """``fn(str(value))`` per row, evaluated once per distinct value (NaN as 'nan', like ``str_codes``).
+
+    NOTE: on a categorical, a lookup by its own codes: no per-row string and no re-coding.
+    """
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        lut = np.array([fn(str(c)) for c in col.cat.categories] + [fn("nan")], dtype=dtype)
+        return lut[np.asarray(col.cat.codes)]                       # code -1 (NaN): the last entry
+    codes, names = str_codes(col)
+    return np.array([fn(str(x)) for x in names], dtype=dtype)[codes] if len(names) else np.zeros(0, dtype)
 
 
 def isin(col: pd.Series, values) -> np.ndarray:

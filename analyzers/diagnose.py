@@ -230,10 +230,7 @@ def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams(), *,
                      coverage=coverage, steps=sres, engine_evidence=model.has_engine_evidence,
                      fallback_share=fb_share)
     names = {d.id: d.name for d in m.devices}
-    seen = (tl.device[["rank", "device"]].drop_duplicates().sort_values(["rank", "device"])
-            if len(tl.device) else pd.DataFrame(columns=["rank", "device"]))
-    devices = tuple({"id": int(d), "name": names.get(int(d), ""), "rank": int(r)}
-                    for r, d in zip(seen["rank"], seen["device"]))
+    devices = tuple({"id": d, "name": names.get(d, ""), "rank": r} for r, d in sets.keys)   # sorted
     lo, hi = tl.span_ns
     capture = CaptureInfo(format=m.format.value if hasattr(m.format, "value") else str(m.format),
                           tool_version=m.tool_version, sources=tuple(m.sources), devices=devices,

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.columns import group_rows, isin, str_codes
+from srtscope.analyzers.columns import group_rows, isin, str_codes, str_map
 from srtscope.analyzers.names import SLOW_CALL_NS, HostWork, host_work
 from srtscope.analyzers.timeline import OP_DOMAIN, PYTHON_DOMAIN, ApiKind, Timeline
 from srtscope.analyzers.vocab import BubbleClass, Cause
@@ -227,9 +227,7 @@ def blocking_mask(api: pd.DataFrame) -> np.ndarray:
     """API rows during which the host is blocked on the device: syncs and synchronous copies."""
     if len(api) == 0:
         return np.zeros(0, bool)
-    codes, cats = str_codes(api["name"])
-    sync_copy = np.array(["Async" not in n for n in cats], dtype=bool)
-    is_sync_copy = sync_copy[codes] if len(cats) else np.zeros(len(api), bool)
+    is_sync_copy = str_map(api["name"], lambda n: "Async" not in n, bool)
     return isin(api["kind"], [ApiKind.SYNC]) | (isin(api["kind"], [ApiKind.MEMCPY]) & is_sync_copy)
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.device_sets import DeviceSets
-from srtscope.analyzers.columns import group_rows, isin, str_codes
+from srtscope.analyzers.columns import group_rows, isin, str_codes, str_map
 from srtscope.analyzers.host_activity import innermost_segments, stage_names
 from srtscope.analyzers.names import is_comm_kernel
 from srtscope.analyzers.results import CommResult
@@ -30,9 +30,7 @@ def comm_mask(device: pd.DataFrame) -> np.ndarray:
     """True for collective-communication device rows (classified once per distinct name)."""
     if len(device) == 0:
         return np.zeros(0, bool)
-    codes, cats = str_codes(device["name"])
-    lut = np.array([is_comm_kernel(n) for n in cats] + [False], dtype=bool)
-    return lut[codes]
+    return str_map(device["name"], is_comm_kernel, bool)
 
 
 def split_compute(compute: iv.IntervalSet, comm: iv.IntervalSet, stand_in: bool

@@ -253,7 +253,7 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule(), sets: DeviceSets | Non
 
 
 def _count_in(times: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    t = np.sort(times, kind="stable")    # start-sorted already: linear
+    t = times if iv.is_sorted(times) else np.sort(times, kind="stable")   # start-sorted already: no copy
     return np.searchsorted(t, e, side="left") - np.searchsorted(t, s, side="left")
 
 
@@ -264,8 +264,8 @@ def _graph_kernel_mask(tl: Timeline) -> np.ndarray:
          | isin(dev["kind"], [DeviceKind.GRAPH]))
     api = tl.api
     if len(api) and len(dev):
-        g = api.loc[(api["kind"] == ApiKind.GRAPH_LAUNCH.value) & (api["correlation"] >= 0),
-                    ["rank", "pid", "correlation"]].drop_duplicates()
+        sel = isin(api["kind"], [ApiKind.GRAPH_LAUNCH]) & (api["correlation"].to_numpy() >= 0)
+        g = api.loc[sel, ["rank", "pid", "correlation"]].drop_duplicates() if sel.any() else api.iloc[:0]
         if len(g):
             key = dev[["rank", "pid", "correlation"]].reset_index().merge(g, on=["rank", "pid", "correlation"])
             m[key["index"].to_numpy()] = True
