@@ -52,6 +52,8 @@ def isin(col: pd.Series, values) -> np.ndarray:
     if isinstance(col.dtype, pd.CategoricalDtype):
         hit = np.asarray([c in values for c in col.cat.categories] + [False], dtype=bool)
         return hit[np.asarray(col.cat.codes)]
+    if isinstance(col.dtype, pd.StringDtype):      # str values only: pandas (Arrow) compares, no object array
+        return np.asarray(col.isin(values), dtype=bool)
     return np.isin(col.to_numpy(), np.asarray(values, dtype=object))
 
 

@@ -55,23 +55,23 @@ def launching_threads(tl: Timeline, rows: np.ndarray) -> tuple[np.ndarray, np.nd
 def launch_calls(tl: Timeline, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pid, tid, end_ns) per given device row: the launching host thread (-1 when unknown) and
     the end of the correlated API call (-1 when not correlated). One join for both."""
-    dev = tl.device.iloc[rows]
     n = len(rows)
     pid = np.full(n, -1, np.int64)
     tid = np.full(n, -1, np.int64)
     end = np.full(n, -1, np.int64)
     if n == 0:
         return pid, tid, end
-    q = pd.DataFrame({"i": np.arange(n), "rank": dev["rank"].to_numpy(), "pid": dev["pid"].to_numpy(),
-                      "correlation": dev["correlation"].to_numpy(), "start_ns": dev["start_ns"].to_numpy(),
-                      "end_ns": dev["end_ns"].to_numpy()})
+    # NOTE: the needed columns gathered as arrays: ``iloc`` on the whole tables takes every column
+    dev = tl.device
+    q = pd.DataFrame({"i": np.arange(n), **{c: dev[c].to_numpy()[rows] for c in
+                                            ("rank", "pid", "correlation", "start_ns", "end_ns")}})
     api = tl.api
     if len(api):
         # only the API rows whose correlation id is asked for (a few per bubble, of millions)
         qc = q["correlation"].to_numpy()
         corr = api["correlation"].to_numpy()
         hit = np.flatnonzero(np.isin(corr, np.unique(qc[qc >= 0])))
-        a = api.iloc[hit][["rank", "pid", "correlation", "tid", "end_ns"]]
+        a = pd.DataFrame({c: api[c].to_numpy()[hit] for c in ("rank", "pid", "correlation", "tid", "end_ns")})
         a = a.drop_duplicates(["rank", "pid", "correlation"]).rename(columns={"end_ns": "call_end_ns"})
         m = q[q["correlation"] >= 0].merge(a, on=["rank", "pid", "correlation"], how="inner")
         pid[m["i"].to_numpy()] = m["pid"].to_numpy()
