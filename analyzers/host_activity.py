@@ -163,7 +163,9 @@ def launch_bursts(s: np.ndarray, e: np.ndarray, rule: BurstRule) -> iv.IntervalS
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
     e = iv.running_max(e)
-    new = np.r_[True, (s[1:] - e[:-1]) > rule.gap_ns]
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    np.greater(s[1:] - e[:-1], rule.gap_ns, out=new[1:])
     first = np.flatnonzero(new)
     counts = np.diff(np.r_[first, len(s)])
     last = np.r_[first[1:], len(s)] - 1
@@ -319,7 +321,8 @@ class HostActivity:
         a_s, a_e = api["start_ns"].to_numpy(), api["end_ns"].to_numpy()
         burst = self._bursts.get(key)
         if burst is None:
-            launches = ai[self._is_launch[ai]] if len(ai) else ai
+            # NOTE: a thread holding the whole table (ascending distinct rows) selects by the mask
+            launches = self._is_launch if len(ai) == len(a_s) else ai[self._is_launch[ai]]
             burst = self._bursts[key] = launch_bursts(a_s[launches], a_e[launches], rule)
         if focus is not None:
             # NOTE: every layer but the bursts is a union of rows (or innermost segments, decided by

@@ -84,6 +84,8 @@ class DeviceSets:
         """Mask over every device row of a row class (not ``all``)."""
         got = self._masks.get(cls)
         if got is None:
+            if cls not in CLASSES or cls == "all":
+                raise ValueError(f"no row mask for class {cls!r} (one of {', '.join(CLASSES[1:])})")
             kind = self.tl.device["kind"]
             if cls == "comm":
                 got = self.comm
@@ -97,11 +99,6 @@ class DeviceSets:
                 got = isin(kind, list(_KINDS[cls]))
             self._masks[cls] = got
         return got
-
-    def rows(self, key: Key) -> np.ndarray:
-        """The device-table rows of one device, ascending."""
-        g = self._groups[key]
-        return np.arange(len(self.s)) if g is None else g
 
     def in_group(self, key: Key, mask: np.ndarray) -> np.ndarray:
         """A mask over every device row, restricted to one device's rows (in their order)."""
