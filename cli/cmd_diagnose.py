@@ -65,13 +65,16 @@ def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int]
         doc = get_diagnosis(key)
         if doc is not None:
             return SavedDiagnosis(doc)
-    tl = load(paths, console, quiet, cache=cache, jobs=jobs, cluster=cluster)
-    if keep is not None:
-        keep.append(tl)
-    try:
-        diag = diagnose(tl, params)
-    except DiagnoseInputError as exc:
-        fail(str(exc))
+    from srtscope.analyzers.readers.cache import deferred_writes
+
+    with deferred_writes():             # new table entries are written while the analyses run
+        tl = load(paths, console, quiet, cache=cache, jobs=jobs, cluster=cluster)
+        if keep is not None:
+            keep.append(tl)
+        try:
+            diag = diagnose(tl, params)
+        except DiagnoseInputError as exc:
+            fail(str(exc))
     if key is None:
         return diag
     from srtscope.analyzers.result_cache import put_diagnosis

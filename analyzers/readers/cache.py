@@ -30,10 +30,12 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 import warnings
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -449,5 +451,31 @@ def cached_read(path: Path, rank: int, read: Callable[[], Timeline]) -> Timeline
             return tl                       # the file changed while it was read: not kept
     except OSError:
         return tl
-    cache.put(key, tl)
+    if _DEFERRED[0] is None:
+        cache.put(key, tl)
+    else:
+        t = threading.Thread(target=cache.put, args=(key, tl), name="srtscope-cache-write")
+        t.start()
+        _DEFERRED[0].append(t)
     return tl
+
+
+#: entries being written in the background inside ``deferred_writes`` (None outside it)
+_DEFERRED: list[list[threading.Thread] | None] = [None]
+
+
+@contextmanager
+def deferred_writes() -> Iterator[None]:
+    """Inside the block, ``cached_read`` writes new entries on a thread of their own, while the
+    caller goes on (e.g. with the analyses, which leave the second core idle); the block's end
+    waits for them.
+
+    NOTE: the writer only reads the Timeline's frames; the caller must not modify them meanwhile
+    (the analyses never do)."""
+    outer, _DEFERRED[0] = _DEFERRED[0], []
+    try:
+        yield
+    finally:
+        pending, _DEFERRED[0] = _DEFERRED[0], outer
+        for t in pending or []:
+            t.join()

@@ -110,11 +110,13 @@ def srtscope_mode() -> str:
     return _SRTSCOPE_MODE
 
 
-def srtscope_command(paths: list[str | Path], threshold_us: float | None = None) -> list[str]:
-    """The one place that says how srtscope is run (CLI once it exists, in-process driver before)."""
+def srtscope_command(paths: list[str | Path], threshold_us: float | None = None, cache: bool = False) -> list[str]:
+    """The one place that says how srtscope is run (CLI once it exists, in-process driver before).
+    A first look unless ``cache``: ``--no-cache``, so no run is answered from an earlier one's cache."""
     thr = [] if threshold_us is None else ["--threshold-us", f"{threshold_us:g}"]
     if srtscope_mode() == "cli":
-        return [str(ROOT / ".venv" / "bin" / "srtscope"), "diagnose", *map(str, paths), "--json", *thr]
+        return [str(ROOT / ".venv" / "bin" / "srtscope"), "diagnose", *map(str, paths), "--json", *thr,
+                *([] if cache else ["--no-cache"])]
     return [str(PROJECT_PY), str(PEERS / "run_srtscope.py"), *map(str, paths), *thr]
 
 

@@ -252,3 +252,33 @@ def test_load_timeline_with_cache(tmp_path):
     plain = load_timeline(paths)
     load_timeline(paths, cache=True)
     _same(plain, load_timeline(paths, cache=True))
+
+
+def test_deferred_writes_happen_beside_the_caller_and_are_waited_for(trace, monkeypatch):
+    """Inside ``deferred_writes`` a new entry is written on a thread of its own (the CLI's analyses
+    run meanwhile) and the block's end waits for it; outside, on the caller's thread."""
+    import threading
+
+    writers: list[str] = []
+    real_put = C.TimelineCache.put
+
+    def put(self, key, tl):
+        writers.append(threading.current_thread().name)
+        real_put(self, key, tl)
+
+    monkeypatch.setattr(C.TimelineCache, "put", put)
+    with C.deferred_writes():
+        tl = read_one(trace, 0, cache=True)
+    assert writers == ["srtscope-cache-write"] and len(_entries()) == 1
+    _same(tl, read_one(trace, 0, cache=True))                 # a hit: nothing written
+    assert writers == ["srtscope-cache-write"]
+    for e in _entries():
+        shutil.rmtree(e)
+    with pytest.raises(RuntimeError), C.deferred_writes():
+        read_one(trace, 0, cache=True)
+        raise RuntimeError("the caller fails while the entry is written")
+    assert len(_entries()) == 1                              # waited for all the same
+    for e in _entries():
+        shutil.rmtree(e)
+    read_one(trace, 0, cache=True)
+    assert writers[-1] == threading.current_thread().name
