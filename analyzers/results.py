@@ -10,7 +10,7 @@ from typing import Any, Literal, cast
 
 import pandas as pd
 
-from srtscope.analyzers.vocab import BUBBLE_CLASSES, Cause
+from srtscope.analyzers.vocab import BUBBLE_CLASSES, Cause, StepExec
 from srtscope.analyzers.vocab import Bottleneck as BottleneckClass
 
 Bottleneck = Literal["scheduler", "prep", "kernel", "host"]
@@ -165,15 +165,15 @@ class StepsResult:
             return {}
         return {int(cast(int, k)): int(v) for k, v in self.table.groupby("rank").size().items()}
 
-    def n_exec(self, kind: str) -> int:
-        return int((self.table["exec"] == kind).sum()) if len(self.table) else 0
+    def n_exec(self, kind: StepExec) -> int:
+        return int((self.table["exec"] == kind.value).sum()) if len(self.table) else 0
 
     def to_json(self, cap: int = 200) -> dict[str, Any]:
         cols = ["step", "rank", "start_ns", "wall_ns", "mode", "bs", "exec", "reason", "busy_ns",
                 "launches", "graph_launches", "graph_kernels"]
         return {"count": self.count, "source": self.source,
-                "per_rank": {str(k): v for k, v in self.per_rank.items()}, "graph": self.n_exec("graph"),
-                "eager": self.n_exec("eager"), "idle": self.n_exec("idle"),
+                "per_rank": {str(k): v for k, v in self.per_rank.items()}, "graph": self.n_exec(StepExec.GRAPH),
+                "eager": self.n_exec(StepExec.EAGER), "idle": self.n_exec(StepExec.IDLE),
                 "eager_reasons": {k: int(v) for k, v in self.eager_reasons.items()},
                 "per_step_cap": cap, "per_step": _records(self.table[cols].head(cap))
                 if len(self.table) else []}

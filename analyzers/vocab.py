@@ -8,6 +8,14 @@ from __future__ import annotations
 from enum import Enum
 
 
+class StepExec(str, Enum):
+    """How a step ran on the device (the ``exec`` of a step)."""
+
+    GRAPH = "graph"      # replayed a CUDA graph
+    EAGER = "eager"      # launched its kernels one by one
+    IDLE = "idle"        # launched nothing
+
+
 class Bottleneck(str, Enum):
     """Whose fault the lost time is. ``host``: the device waited on host work that is none of the
     engine's stages and none of the model's operators (I/O, allocation, start-up, unannotated code)."""

@@ -64,6 +64,17 @@ class StepMode(str, Enum):
 EXTEND_LIKE_MODES: frozenset[str] = frozenset({StepMode.EXTEND.value, StepMode.MIXED.value})
 
 
+class EagerReason(str, Enum):
+    """Why a step ran eagerly instead of replaying a CUDA graph: the ``reason`` attribute of
+    ``run.eager``. The analyzers infer the same values from a trace that does not say."""
+
+    NO_CUDA = "no_cuda"            # not on a CUDA device: nothing is captured
+    DISABLED = "disabled"          # graphs turned off, or this size's capture failed or was skipped
+    EXTEND = "extend"              # an extend or mixed batch: graphs are decode-only
+    BS_OVER_MAX = "bs_over_max"    # more requests than the largest captured size
+    UNKNOWN = "unknown"            # analyzers only: eager, and nothing in the trace says why
+
+
 _CLASS: dict[Stage, StageClass] = {
     Stage.LOOP_STEP: StageClass.CONTAINER,
     Stage.SCHED_RECV: StageClass.SCHEDULER,

@@ -11,7 +11,10 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers.results import EagerResult
-from srtscope.probes.stages import EXTEND_LIKE_MODES
+from srtscope.analyzers.vocab import StepExec
+from srtscope.probes.stages import EXTEND_LIKE_MODES, EagerReason
+
+_GRAPH, _EAGER = StepExec.GRAPH.value, StepExec.EAGER.value
 
 _EXTEND_MODES = tuple(sorted(EXTEND_LIKE_MODES))
 
@@ -20,16 +23,16 @@ def eager_reasons(steps: pd.DataFrame) -> pd.Series:
     """The reason of every eager step (index like ``steps``; '' for non-eager steps)."""
     if len(steps) == 0:
         return pd.Series([], dtype=object)
-    eager = steps["exec"].to_numpy() == "eager"
-    graph = steps["exec"].to_numpy() == "graph"
+    eager = steps["exec"].to_numpy() == _EAGER
+    graph = steps["exec"].to_numpy() == _GRAPH
     size = np.maximum(steps["bs"].to_numpy(), steps["padded_bs"].to_numpy())
     max_bs = int(size[graph].max()) if graph.any() and (size[graph] >= 0).any() else -1
     mode = steps["mode"].astype(str).to_numpy()
     given = steps["reason"].astype(str).to_numpy()
     bs = steps["bs"].to_numpy()
-    inferred = np.where(np.isin(mode, _EXTEND_MODES), "extend",
-                        np.where((max_bs >= 0) & (bs > max_bs), "bs_over_max",
-                                 np.where(not graph.any(), "disabled", "unknown")))
+    inferred = np.where(np.isin(mode, _EXTEND_MODES), EagerReason.EXTEND.value,
+                        np.where((max_bs >= 0) & (bs > max_bs), EagerReason.BS_OVER_MAX.value,
+                                 np.where(not graph.any(), EagerReason.DISABLED.value, EagerReason.UNKNOWN.value)))
     out = np.where(given != "", given, inferred)
     return pd.Series(np.where(eager, out, ""), index=steps.index, dtype=object)
 
@@ -40,7 +43,7 @@ def fallback_mask(steps: pd.DataFrame) -> np.ndarray:
         return np.zeros(0, bool)
     ex = steps["exec"].to_numpy()
     decode_like = ~np.isin(steps["mode"].astype(str).to_numpy(), _EXTEND_MODES)
-    return (ex == "eager") & decode_like & bool((ex == "graph").any())
+    return (ex == _EAGER) & decode_like & bool((ex == _GRAPH).any())
 
 
 def eager_fallback(steps: pd.DataFrame) -> EagerResult:
@@ -49,9 +52,9 @@ def eager_fallback(steps: pd.DataFrame) -> EagerResult:
     reasons = eager_reasons(steps)
     ex = steps["exec"].to_numpy()
     mode = steps["mode"].astype(str).to_numpy()
-    graph = ex == "graph"
+    graph = ex == _GRAPH
     decode_like = ~np.isin(mode, _EXTEND_MODES)
-    fallback = (ex == "eager") & decode_like & graph.any()
+    fallback = (ex == _EAGER) & decode_like & graph.any()
     size = np.maximum(steps["bs"].to_numpy(), steps["padded_bs"].to_numpy())
     max_bs = int(size[graph].max()) if graph.any() and (size[graph] >= 0).any() else None
     wall = steps["wall_ns"].to_numpy()

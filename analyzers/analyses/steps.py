@@ -24,7 +24,7 @@ from srtscope.analyzers.columns import isin, str_codes
 from srtscope.analyzers.host_activity import blocking_mask as _blocking_mask
 from srtscope.analyzers.host_activity import default_threads as _default_threads
 from srtscope.analyzers.timeline import OP_DOMAIN, ApiKind, DeviceKind, Timeline
-from srtscope.analyzers.vocab import StepSource
+from srtscope.analyzers.vocab import StepExec, StepSource
 from srtscope.probes.stages import Stage, resolve_stage
 
 STEP_COLUMNS = ("step", "rank", "pid", "tid", "start_ns", "end_ns", "wall_ns", "mode", "bs", "padded_bs",
@@ -242,7 +242,7 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule(), sets: DeviceSets | Non
         | ((cols["graph_kernels"] > 0) & (not evidence))
     eager = ~graph & ((cols["launches"] > 0) | (cols["n_eager"] > 0)
                       | ((cols["busy_ns"] > 0) & (not evidence)))
-    w["exec"] = np.where(graph, "graph", np.where(eager, "eager", "idle"))
+    w["exec"] = np.where(graph, StepExec.GRAPH.value, np.where(eager, StepExec.EAGER.value, StepExec.IDLE.value))
     w["reason"] = np.where(eager, reason, "")
     w["bs"] = np.where(w["bs"].to_numpy() >= 0, w["bs"].to_numpy(), run_bs)
     w["padded_bs"] = padded

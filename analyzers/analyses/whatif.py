@@ -50,7 +50,7 @@ from srtscope.analyzers.host_activity import (
 from srtscope.analyzers.results import CommResult, WhatIf
 from srtscope.analyzers.timeline import Timeline
 from srtscope.analyzers.units import fmt_ns
-from srtscope.analyzers.vocab import Cause
+from srtscope.analyzers.vocab import Cause, StepExec
 
 __all__ = ["HOST_WAIT", "SHRINKABLE", "what_if"]
 
@@ -120,7 +120,7 @@ def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.
             notes[c].append("serial-loop steps: the device waited for all of it, saved one for one")
     ex = steps["exec"].astype(str).to_numpy()
     fb = fallback_mask(steps)
-    eager = (ex == "eager") & ~fb
+    eager = (ex == StepExec.EAGER.value) & ~fb
     saved[Cause.LAUNCH_BOUND] = b[Cause.LAUNCH_BOUND] + np.where(eager, small, 0)
     notes[Cause.LAUNCH_BOUND] = ["the device never waits for a kernel launch or host model code: "
                                  "short gaps between eagerly launched kernels removed too (an upper bound)"]
@@ -315,7 +315,7 @@ def _fallback(steps: pd.DataFrame, b: dict[Cause, np.ndarray], small: np.ndarray
               fb: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """Eager-fallback steps re-timed as graph replays of the nearest captured size."""
     ex = steps["exec"].astype(str).to_numpy()
-    graph = ex == "graph"
+    graph = ex == StepExec.GRAPH.value
     lost = b[Cause.EAGER_FALLBACK] + np.where(fb, small, 0)
     if not fb.any():
         return lost, []

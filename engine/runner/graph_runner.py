@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from srtscope.engine.forward_batch import ForwardBatch, ForwardMode
+from srtscope.probes.stages import EagerReason
 
 DEFAULT_CAPTURE_BS: list[int] = [1, 2, 4, 8] + list(range(16, 257, 8))
 
@@ -53,19 +54,19 @@ class GraphRunner:
     def classify(self, mode: ForwardMode, bs: int) -> tuple[bool, str | None]:
         """Whether a batch could replay a graph, ignoring whether CUDA exists."""
         if self.disabled:
-            return False, "disabled"
+            return False, EagerReason.DISABLED.value
         if mode != ForwardMode.DECODE:
-            return False, "extend"
+            return False, EagerReason.EXTEND.value
         if not self.capture_bs or bs > self.max_bs:
-            return False, "bs_over_max"
+            return False, EagerReason.BS_OVER_MAX.value
         return True, None
 
     def can_run(self, fb: ForwardBatch) -> tuple[bool, str | None]:
         if not self.on_cuda:
-            return False, "no_cuda"
+            return False, EagerReason.NO_CUDA.value
         ok, reason = self.classify(fb.forward_mode, fb.batch_size)
         if ok and fb.batch_size not in self.graphs and self.padded_size(fb.batch_size) not in self.graphs:
-            return False, "disabled"   # capture failed or skipped
+            return False, EagerReason.DISABLED.value   # capture failed or skipped
         return ok, reason
 
     def padded_size(self, bs: int) -> int:

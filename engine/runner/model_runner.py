@@ -34,7 +34,7 @@ class GenerationBatchResult:
 
     logits: torch.Tensor                          # [bs, vocab] float32: each row's last new token
     graph_used: bool = False
-    eager_reason: str | None = None               # bs_over_max | extend | disabled | no_cuda
+    eager_reason: str | None = None               # an EagerReason value (probes/stages.py)
     padded_bs: int = 0                            # rows the graph ran (>= bs); eager: bs
     next_token_ids: torch.Tensor | None = None    # [bs] int64 on the device, not synced
 
