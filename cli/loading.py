@@ -31,6 +31,24 @@ def check_input_file(path: Path) -> os.stat_result:
     return st
 
 
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:          # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
+
+
+def reading_processes(jobs: int, files: int) -> int:
+    """How many processes ``--jobs N`` reads ``files`` files in: at most N and one per file, and at
+    most one per two usable cores.
+
+    NOTE: each nsys file's read already runs its device and host scans on two threads; a second
+    reading process on a 2-core machine only adds its start-up and imports (measured: 8 rank files of
+    34 MB, 2 processes took 1.28x the time of one after another)."""
+    return max(1, min(jobs, files, usable_cores() // 2))
+
+
 def check_cluster_jobs(cluster: str | None, jobs: int) -> None:
     """``--cluster`` with ``--jobs`` > 1 exits 2: the cluster's workers do the reads, there is no pool here."""
     if cluster is not None and jobs > 1:
@@ -50,6 +68,7 @@ def load(paths: list[Path], console: Console | None = None, quiet: bool = False,
     if not paths:
         fail("no trace given")
     check_cluster_jobs(cluster, jobs)
+    jobs = reading_processes(jobs, len(paths))
     total = LARGE_BYTES if cluster is not None else sum(check_input_file(p).st_size for p in paths)
     try:
         if quiet or console is None or total < LARGE_BYTES:

@@ -68,3 +68,18 @@ def test_diagnose_json_identical_with_jobs(tmp_path):
 def test_jobs_must_be_positive():
     r = CliRunner().invoke(app, ["diagnose", "--json", "--jobs", "0", str(RANKS[0])])
     assert r.exit_code == 2
+
+
+@pytest.mark.parametrize("cores,jobs,files,expected", [
+    (2, 2, 8, 1),      # a 2-core machine: each read already uses both cores, one process reads
+    (2, 8, 8, 1),
+    (16, 4, 8, 4),     # room for the processes asked for
+    (16, 32, 8, 8),    # never more than one per file
+    (16, 32, 20, 8),   # at most one per two cores
+    (1, 4, 8, 1),
+])
+def test_jobs_the_machine_can_run(monkeypatch, cores, jobs, files, expected):
+    from srtscope.cli import loading
+
+    monkeypatch.setattr(loading, "usable_cores", lambda: cores)
+    assert loading.reading_processes(jobs, files) == expected
