@@ -5,13 +5,15 @@
 
 Each load runs in a fresh child process so that its peak RSS (``ru_maxrss``) is its own; ``cpu s``
 (user + system, includes Python start-up and imports) shows the cost apart from other load on the
-machine, ``load s`` is wall time of ``load_timeline`` alone.
+machine, ``load s`` is wall time of ``load_timeline`` alone. The child runs with the allocator
+settings the ``srtscope`` command makes (``cli/app.py``).
 Targets: a 1 GB export loads in < 30 s with peak memory < 3 GB.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,8 +39,10 @@ print(json.dumps({"seconds": dt, "cpu_s": ru.ru_utime + ru.ru_stime, "rows": row
 
 def measure(path: Path) -> dict:
     """Load ``path`` in a child process; returns seconds, rows, rows_per_s, peak_mb, file_mb."""
+    # the allocator settings the srtscope command makes (cli/app.py), a user's own values kept
+    env = {"NUMPY_MADVISE_HUGEPAGE": "0", "ARROW_DEFAULT_MEMORY_POOL": "system", **os.environ}
     out = subprocess.run([sys.executable, "-c", _CHILD, str(path), str(ROOT)], check=True,
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, env=env)
     res = json.loads(out.stdout.strip().splitlines()[-1])
     res["file_mb"] = path.stat().st_size / 1e6
     res["rows_per_s"] = res["rows"] / res["seconds"]
