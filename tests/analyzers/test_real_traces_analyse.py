@@ -7,6 +7,7 @@ import pytest
 from srtscope.analyzers.diagnose import diagnose
 from srtscope.analyzers.readers import load_timeline
 from srtscope.analyzers.results import BOTTLENECKS, BUBBLE_CLASSES
+from srtscope.analyzers.vocab import StepExec
 from tests.conftest import REAL_TRACES
 
 pytestmark = pytest.mark.usefixtures("real_traces")   # conftest: skips without the shared traces
@@ -38,13 +39,13 @@ def test_analyses_without_error(name):
 
 def test_torchrec_has_graph_replays_and_nccl():
     d = diag("hta_torchrec_train_a100_rank0of16_cudagraph_nccl.json.gz")
-    assert d.steps.n_exec("graph") > 0
+    assert d.steps.n_exec(StepExec.GRAPH) > 0
     assert d.comm.total_ns > 0
 
 
 def test_vllm_rocm_piecewise_graphs_replay():
     d = diag("tracelens_vllm_mi300_piecewise_hipgraph_replay_ROCm.json.gz")
-    assert d.steps.n_exec("graph") > 0
+    assert d.steps.n_exec(StepExec.GRAPH) > 0
 
 
 def test_fastvideo_nccl_pair_differs_in_exposed_comm():
@@ -59,7 +60,7 @@ def test_fastvideo_nccl_pair_differs_in_exposed_comm():
 
 def test_ddp_trace_has_nccl_and_no_graphs():
     d = diag("hta_ddp_convnet_a100_rank0of2_nccl_comm_args.json.gz")
-    assert d.comm.total_ns > 0 and d.steps.n_exec("graph") == 0
+    assert d.comm.total_ns > 0 and d.steps.n_exec(StepExec.GRAPH) == 0
 
 
 def test_single_triton_kernel_is_healthy():
