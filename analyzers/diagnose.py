@@ -5,13 +5,13 @@ Pure: no printing, no I/O. The CLI renders ``Diagnosis`` / ``DiagnosisDiff`` and
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 
 import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.analyses.attribution import BUBBLE_CAUSES, BurstRule, attribute, comm_ranks_of, launch_calls
+from srtscope.analyzers.analyses.attribution import BUBBLE_CAUSES, attribute, comm_ranks_of, launch_calls
 from srtscope.analyzers.analyses.bubbles import find_bubbles, histogram
 from srtscope.analyzers.analyses.budget import primary_devices, step_budget
 from srtscope.analyzers.analyses.capture import capture_adequacy
@@ -21,11 +21,12 @@ from srtscope.analyzers.analyses.device_split import device_split
 from srtscope.analyzers.analyses.diff import DiagnosisDiff, FigureDelta, compare
 from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons, fallback_mask
 from srtscope.analyzers.analyses.overview import overview
-from srtscope.analyzers.analyses.steps import StepRule, find_steps
+from srtscope.analyzers.analyses.steps import find_steps
 from srtscope.analyzers.analyses.verdict import decide
 from srtscope.analyzers.analyses.whatif import what_if
 from srtscope.analyzers.columns import isin, str_codes, sum_by
 from srtscope.analyzers.host_activity import HostActivity
+from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.results import BUBBLE_CLASSES, BubbleResult, CaptureInfo, Diagnosis, Finding, StepsResult
 from srtscope.analyzers.timeline import DeviceKind, Timeline, WarningCode
 from srtscope.analyzers.units import fmt_ns
@@ -36,49 +37,6 @@ __all__ = ["DiagnoseParams", "diagnose", "compare", "crop", "top_kernels", "Diag
 
 class DiagnoseInputError(ValueError):
     """The trace and the parameters together select nothing to analyse (e.g. an empty step range)."""
-
-
-@dataclass(frozen=True)
-class DiagnoseParams:
-    """Thresholds, inference-scale defaults (µs, not nsys's 500 ms gap rule)."""
-
-    threshold_us: float = 5.0            # a device gap longer than this is a bubble
-    burst_gap_us: float = 30.0           # launches closer than this belong to one burst
-    burst_min_launches: int = 4          # ... and a burst has at least this many
-    step_gap_us: float = 200.0           # no-NVTX fallback: a launch gap this long ends a step
-    step_range: tuple[int, int] | None = None   # analyse only steps first..last (inclusive)
-    healthy_pct: float = 10.0            # lost time under this % of the window = healthy
-    min_skew_us: float = 10.0            # collectives skewed more than this name a straggler
-    top_kernels: int = 10
-
-    def __post_init__(self) -> None:
-        for name in ("threshold_us", "burst_gap_us", "min_skew_us"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.step_gap_us <= 0:
-            raise ValueError(f"step_gap_us must be > 0, got {self.step_gap_us}")
-        if self.burst_min_launches < 1:
-            raise ValueError(f"burst_min_launches must be >= 1, got {self.burst_min_launches}")
-        if not 0 < self.healthy_pct < 100:
-            raise ValueError(f"healthy_pct must be in (0, 100), got {self.healthy_pct}")
-        if self.top_kernels < 0:
-            raise ValueError(f"top_kernels must be >= 0, got {self.top_kernels}")
-        if self.step_range is not None:
-            a, b = self.step_range
-            if a < 0 or b < a:
-                raise ValueError(f"step_range must be (first, last) with 0 <= first <= last, got {self.step_range}")
-
-    @property
-    def threshold_ns(self) -> int:
-        return int(round(self.threshold_us * 1000))
-
-    @property
-    def burst_rule(self) -> BurstRule:
-        return BurstRule(int(round(self.burst_gap_us * 1000)), self.burst_min_launches)
-
-    @property
-    def step_rule(self) -> StepRule:
-        return StepRule(int(round(self.step_gap_us * 1000)))
 
 
 def crop(tl: Timeline, lo_ns: int, hi_ns: int) -> Timeline:
@@ -163,7 +121,10 @@ def top_kernels(tl: Timeline, n: int) -> pd.DataFrame:
                          "share": np.round(g["sum"].to_numpy() / total, 4) if total else 0.0})
 
 
-def diagnose(tl: Timeline, params: DiagnoseParams = DiagnoseParams(), *,
+_DEFAULT_PARAMS = DiagnoseParams()
+
+
+def diagnose(tl: Timeline, params: DiagnoseParams = _DEFAULT_PARAMS, *,
              shrink_ns: Mapping[str, int] | None = None) -> Diagnosis:
     """Every analysis over one Timeline, and the verdict. ``shrink_ns`` (cause -> host ns cut per
     step, ``analyses.whatif.SHRINKABLE``): the what-if of those causes shrinks them instead of removing them."""

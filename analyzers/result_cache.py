@@ -3,13 +3,16 @@
     doc = get_diagnosis(key) or put_diagnosis(key, diagnose(...).to_json())
 
 The table cache (``readers/cache.py``) spares a second look the read; this spares it the analyses
-too when nothing that decides the answer changed. Key (``diagnosis_key``): every input file's
-table-cache key (path, size, mtime, inode, device, fingerprint of its first and last 64 KiB), in
-order and as the user spelled it (the document names its sources), the diagnosis parameters, a
-fingerprint of the code that computes the document (SHA-1 of every analyzer and probe source file)
-and the numpy and pandas versions: any change of a trace, a parameter or the code is a miss. Entries live in the table
-cache's directory, under the same size cap and least-recently-used eviction, written atomically; an
-entry that does not parse or whose key differs is dropped, never trusted.
+too when nothing that decides the answer changed, and it imports neither numpy nor pandas
+(``cache_store.py``), so an answer from it costs little more than Python's start.
+
+Key (``diagnosis_key``): every input file's table-cache key (path, size, mtime, inode, device,
+fingerprint of its first and last 64 KiB), in order and as the user spelled it (the document names
+its sources), the diagnosis parameters, a fingerprint of the code that computes the document (SHA-1
+of every analyzer and probe source file) and the numpy and pandas versions: any change of a trace,
+a parameter or the code is a miss. Entries live in the table cache's directory, under the same size
+cap and least-recently-used eviction, written atomically; an entry that does not parse or whose key
+differs is dropped, never trusted.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from srtscope.analyzers.readers.cache import TimelineCache, trace_key, warn_once
+from srtscope.analyzers.cache_store import CacheStore, trace_key, warn_once
 
 #: Layout of a diagnosis entry; bump when this module's format changes.
 ENTRY_FORMAT = 1
@@ -54,17 +57,24 @@ def diagnosis_key(paths: Sequence[Path], params: Mapping[str, Any]) -> dict | No
         files = [{"given": str(p), **asdict(trace_key(p, i))} for i, p in enumerate(paths)]
     except OSError:
         return None
-    import numpy as np
-    import pandas as pd
-
     return {"files": files, "params": json.loads(json.dumps(dict(params), sort_keys=True)),
-            "code": code_fingerprint(), "numpy": np.__version__, "pandas": pd.__version__,
+            "code": code_fingerprint(), "numpy": _version("numpy"), "pandas": _version("pandas"),
             "entry_format": ENTRY_FORMAT}
+
+
+def _version(dist: str) -> str:
+    """An installed distribution's version, read from its metadata (no import of the package)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return ""
 
 
 def _entry(key: dict) -> Path:
     name = hashlib.sha1(json.dumps(key, sort_keys=True).encode(), usedforsecurity=False).hexdigest()[:32]
-    return TimelineCache().root / f"{_PREFIX}{name}"
+    return CacheStore().root / f"{_PREFIX}{name}"
 
 
 def get_diagnosis(key: dict | None) -> dict | None:
@@ -77,10 +87,10 @@ def get_diagnosis(key: dict | None) -> dict | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError, RecursionError):
-        TimelineCache().drop(entry)
+        CacheStore().drop(entry)
         return None
     if not isinstance(stored, dict) or stored.get("key") != key or not isinstance(stored.get("doc"), dict):
-        TimelineCache().drop(entry)
+        CacheStore().drop(entry)
         return None
     try:
         os.utime(entry / _DOC)
@@ -94,7 +104,7 @@ def put_diagnosis(key: dict | None, doc: dict) -> dict:
     raises for the cache's own trouble: one warning per process."""
     if key is None:
         return doc
-    cache = TimelineCache()
+    cache = CacheStore()
     try:
         cache.root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=cache.root))

@@ -52,7 +52,7 @@ def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int]
     ``cluster``: read by the workers of the Dask scheduler at that address. ``reuse`` (with
     ``cache``): the answer may come from the diagnosis cache, as a ``SavedDiagnosis`` of the same
     JSON document, and a new answer is kept there."""
-    from srtscope.analyzers.diagnose import DiagnoseInputError, DiagnoseParams, diagnose
+    from srtscope.analyzers.params import DiagnoseParams
 
     try:
         params = DiagnoseParams(threshold_us=threshold_us, step_range=steps)
@@ -64,7 +64,8 @@ def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int]
 
         doc = get_diagnosis(key)
         if doc is not None:
-            return SavedDiagnosis(doc)
+            return SavedDiagnosis(doc)      # NOTE: no numpy, pandas or analyses imported on this path
+    from srtscope.analyzers.diagnose import DiagnoseInputError, diagnose
     from srtscope.analyzers.readers.cache import deferred_writes
 
     with deferred_writes():             # new table entries are written while the analyses run
@@ -87,7 +88,7 @@ def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int]
 def _diagnosis_key(paths: list[Path], params: Any) -> dict | None:
     """The diagnosis cache's key, or None where the table cache would not keep these files either
     (all small: their analyses are quick)."""
-    from srtscope.analyzers.readers.cache import cache_enabled_for
+    from srtscope.analyzers.cache_store import cache_enabled_for
     from srtscope.analyzers.result_cache import diagnosis_key
 
     if not any(cache_enabled_for(p) for p in paths):

@@ -25,24 +25,37 @@ already hands out read-only views.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import tempfile
 import threading
 import time
-import warnings
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from srtscope.analyzers.cache_store import (  # noqa: F401 - the store's names, for this module's users
+    DEFAULT_MAX_MB,
+    DEFAULT_MIN_BYTES,
+    FINGERPRINT_BYTES,
+    READER_VERSION,
+    TMP_PREFIX,
+    CacheStore,
+    CacheWarning,
+    TraceKey,
+    cache_dir,
+    cache_enabled_for,
+    max_bytes,
+    trace_key,
+    warn_once,
+)
 from srtscope.analyzers.timeline import (
     CaptureWarning,
     DeviceInfo,
@@ -53,87 +66,18 @@ from srtscope.analyzers.timeline import (
     WarningCode,
 )
 
-#: Bump when any reader's output (tables, dtypes, meta) changes: older entries are then stale.
-READER_VERSION = 1
 #: Layout of an entry (files, meta.json fields); bump when this module's format changes.
 ENTRY_FORMAT = 1
-FINGERPRINT_BYTES = 64 << 10
-DEFAULT_MAX_MB = 2048
-DEFAULT_MIN_BYTES = 1 << 20
 #: Arrow IPC buffer compression of new entries: LZ4 makes them ~4.5x smaller than the raw columns (a
 #: 1 GB export's tables: 270 MB instead of 1.2 GB) for ~0.5 s more per GB on a hit.
 COMPRESSION: str | None = "lz4"
 TABLES = ("device", "api", "ranges", "counters")
 _META = "meta.json"
-_TMP_PREFIX = ".tmp-"
-_warned = [False]
-
-
-class CacheWarning(UserWarning):
-    """The cache could not be used (unwritable directory, full disk): the trace is read as usual."""
+_TMP_PREFIX = TMP_PREFIX
 
 
 class _Uncacheable(Exception):
     """A value the cache cannot restore exactly: the file is read without the cache."""
-
-
-@dataclass(frozen=True)
-class TraceKey:
-    """What identifies one read of a trace: the file's identity and content fingerprint, the rank
-    asked for and the reader's version. ``size`` in bytes, ``mtime_ns`` in ns."""
-
-    path: str
-    size: int
-    mtime_ns: int
-    inode: int
-    device: int
-    fingerprint: str
-    rank: int
-    reader_version: int = READER_VERSION
-
-    @property
-    def entry_name(self) -> str:
-        """Folder name of the entry: one per (path, rank), so a changed trace replaces its entry."""
-        return hashlib.sha1(f"{self.path}\0{self.rank}".encode(), usedforsecurity=False).hexdigest()[:32]
-
-
-def cache_dir() -> Path:
-    """``$SRTSCOPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/srtscope``, else ``~/.cache/srtscope``."""
-    if d := os.environ.get("SRTSCOPE_CACHE_DIR"):
-        return Path(d)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "srtscope"
-
-
-def _env_int(name: str, default: int) -> int:
-    try:
-        return max(0, int(os.environ.get(name, "") or default))
-    except ValueError:
-        return default
-
-
-def max_bytes() -> int:
-    """The cache's size cap in bytes (``$SRTSCOPE_CACHE_MAX_MB`` MiB, default 2048)."""
-    return _env_int("SRTSCOPE_CACHE_MAX_MB", DEFAULT_MAX_MB) << 20
-
-
-def trace_key(path: Path, rank: int) -> TraceKey:
-    """The key of ``path`` as it is now (one stat, two small reads)."""
-    real = path.resolve()
-    with open(real, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        h = hashlib.sha1(usedforsecurity=False)
-        h.update(fh.read(FINGERPRINT_BYTES))
-        if st.st_size > FINGERPRINT_BYTES:
-            fh.seek(max(FINGERPRINT_BYTES, st.st_size - FINGERPRINT_BYTES))
-            h.update(fh.read(FINGERPRINT_BYTES))
-    return TraceKey(str(real), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, h.hexdigest(), rank)
-
-
-def warn_once(message: str) -> None:
-    if not _warned[0]:
-        _warned[0] = True
-        warnings.warn(f"srtscope cache not used: {message}", CacheWarning, stacklevel=3)
 
 
 # -- values <-> JSON, exactly ----------------------------------------------------------------------
@@ -288,12 +232,8 @@ def _sum(data: Any) -> int:
 
 
 # -- the cache ---------------------------------------------------------------------------------------
-class TimelineCache:
-    """Entries under ``root`` (see the module's docstring); ``cap`` in bytes."""
-
-    def __init__(self, root: Path | None = None, cap: int | None = None) -> None:
-        self.root = root if root is not None else cache_dir()
-        self.cap = max_bytes() if cap is None else cap
+class TimelineCache(CacheStore):
+    """Timeline entries under ``root`` (see the module's docstring); ``cap`` in bytes."""
 
     def get(self, key: TraceKey, given: Path | None = None) -> Timeline | None:
         """The cached Timeline of ``key``; None (and the entry dropped) when missing, stale or damaged.
@@ -384,50 +324,6 @@ class TimelineCache:
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-
-    def entries(self) -> list[tuple[float, int, Path]]:
-        """(last use, bytes, folder) of every entry, least recently used first."""
-        out = []
-        for e in self.root.iterdir():
-            if e.name.startswith(_TMP_PREFIX) or not e.is_dir():
-                continue
-            try:
-                used = (e / _META).stat().st_mtime
-            except OSError:
-                used = 0.0
-            out.append((used, sum(f.stat().st_size for f in e.iterdir() if f.is_file()), e))
-        return sorted(out, key=lambda x: x[0])
-
-    def evict(self, keep: Path | None = None) -> None:
-        """Drop least recently used entries until the cache holds at most ``cap`` bytes."""
-        try:
-            found = self.entries()
-        except OSError:
-            return
-        total = sum(b for _, b, _ in found)
-        for _, b, e in found:
-            if total <= self.cap:
-                break
-            if e != keep:
-                self.drop(e)
-                total -= b
-
-    def drop(self, entry: Path) -> None:
-        """Remove an entry: renamed away first (readers never see half of it), then deleted."""
-        try:
-            gone = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=self.root))
-            os.rename(entry, gone / "x")
-            shutil.rmtree(gone, ignore_errors=True)
-        except OSError:
-            shutil.rmtree(entry, ignore_errors=True)
-
-
-def cache_enabled_for(path: Path) -> bool:
-    """Whether ``path`` is big enough to be worth caching (``$SRTSCOPE_CACHE_MIN_BYTES``)."""
-    try:
-        return path.stat().st_size >= _env_int("SRTSCOPE_CACHE_MIN_BYTES", DEFAULT_MIN_BYTES)
-    except OSError:
-        return False
 
 
 def cached_read(path: Path, rank: int, read: Callable[[], Timeline]) -> Timeline:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from srtscope.analyzers import cache_store
 from srtscope.analyzers import result_cache as R
 from srtscope.analyzers.readers import cache as C
 from srtscope.cli.app import app
@@ -25,7 +26,7 @@ def _own_cache(monkeypatch, tmp_path):
     """Every file cached (the samples are small), in this test's own folder; warnings counted fresh."""
     monkeypatch.setenv("SRTSCOPE_CACHE_MIN_BYTES", "0")
     monkeypatch.setenv("SRTSCOPE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(C, "_warned", [False])
+    monkeypatch.setattr(cache_store, "_warned", [False])
 
 
 @pytest.fixture
@@ -162,3 +163,22 @@ def test_the_table_and_diagnosis_entries_share_one_cap(trace, monkeypatch):
     _run(other)
     names = [e.name for e in C.cache_dir().iterdir() if not e.name.startswith(".")]
     assert len(names) <= 1
+
+
+def test_an_answer_from_the_cache_imports_no_numpy_pandas_or_analyses(trace, tmp_path):
+    """What keeps a second look near Python's start-up time: the hit path reads JSON only."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, SRTSCOPE_CACHE_DIR=str(tmp_path / "cache"), SRTSCOPE_CACHE_MIN_BYTES="0")
+    cmd = [sys.executable, "-X", "importtime", "-m", "srtscope", "diagnose", "--json", str(trace)]
+    first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0 and second.returncode == 0, second.stderr[-2000:]
+    assert first.stdout == second.stdout
+
+    def imported(stderr: str) -> set[str]:
+        return {line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
+
+    assert {"pandas", "srtscope.analyzers.diagnose"} <= imported(first.stderr)
+    assert not {"numpy", "pandas", "pyarrow", "srtscope.analyzers.diagnose"} & imported(second.stderr)

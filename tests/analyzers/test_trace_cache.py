@@ -13,6 +13,7 @@ import pandas.testing as pdt
 import pytest
 from typer.testing import CliRunner
 
+from srtscope.analyzers import cache_store
 from srtscope.analyzers.readers import TraceError, load_timeline, read_one
 from srtscope.analyzers.readers import cache as C
 from srtscope.cli.app import app
@@ -25,7 +26,7 @@ def _small_files_cached(monkeypatch, tmp_path):
     """Cache every file (the samples are small) in this test's own folder; warnings counted fresh."""
     monkeypatch.setenv("SRTSCOPE_CACHE_MIN_BYTES", "0")
     monkeypatch.setenv("SRTSCOPE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(C, "_warned", [False])
+    monkeypatch.setattr(cache_store, "_warned", [False])
 
 
 @pytest.fixture
@@ -169,7 +170,7 @@ def test_least_recently_used_entries_are_evicted(tmp_path, monkeypatch):
         files.append(p)
     read_one(files[0], cache=True)
     one = C.TimelineCache().entries()[0][1]
-    monkeypatch.setattr(C, "max_bytes", lambda: int(2.6 * one))
+    monkeypatch.setattr(cache_store, "max_bytes", lambda: int(2.6 * one))
     read_one(files[1], cache=True)
     t = C.TimelineCache().entries()
     for k, (_, _, e) in enumerate(t):         # entry 0 used long ago, entry 1 just now
