@@ -39,9 +39,9 @@ def register(app: typer.Typer) -> None:
         clear: bool = typer.Option(False, "--clear", help="Remove every entry (the traces are not touched)."),
     ) -> None:
         """Show the cache (tables read from traces and kept answers), or empty it with --clear."""
-        from srtscope.analyzers.readers.cache import TimelineCache
+        from srtscope.analyzers.cache_store import CacheStore
 
-        cache = TimelineCache()
+        cache = CacheStore()
         console = Console()
         if not cache.root.exists():
             console.print(f"cache {cache.root}: empty (cap {_size(cache.cap)})")
