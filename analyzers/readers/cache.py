@@ -350,10 +350,19 @@ def cached_read(path: Path, rank: int, read: Callable[[], Timeline]) -> Timeline
     if _DEFERRED[0] is None:
         cache.put(key, tl)
     else:
-        t = threading.Thread(target=cache.put, args=(key, tl), name="srtscope-cache-write")
+        t = threading.Thread(target=_put_quietly, args=(cache, key, tl), name="srtscope-cache-write")
         t.start()
         _DEFERRED[0].append(t)
     return tl
+
+
+def _put_quietly(cache: TimelineCache, key: TraceKey, tl: Timeline) -> None:
+    """``cache.put`` on a writer thread: whatever goes wrong there is the cache's trouble (one
+    warning), never a traceback from the thread."""
+    try:
+        cache.put(key, tl)
+    except Exception as exc:  # noqa: BLE001 - the answer does not depend on the entry
+        warn_once(f"{type(exc).__name__}: {exc}")
 
 
 #: entries being written in the background inside ``deferred_writes`` (None outside it)

@@ -283,3 +283,20 @@ def test_deferred_writes_happen_beside_the_caller_and_are_waited_for(trace, monk
         shutil.rmtree(e)
     read_one(trace, 0, cache=True)
     assert writers[-1] == threading.current_thread().name
+
+
+def test_a_failing_background_write_is_one_warning(trace, monkeypatch):
+    """Whatever breaks in the writer thread costs one CacheWarning, not a traceback or the answer."""
+    import warnings
+
+    def broken(self, key, tl):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(C.TimelineCache, "put", broken)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with C.deferred_writes():
+            tl = read_one(trace, 0, cache=True)
+    assert len(tl.device) and _entries() == []
+    assert [str(w.message) for w in seen if issubclass(w.category, C.CacheWarning)] == \
+        ["srtscope cache not used: RuntimeError: disk on fire"]
