@@ -182,3 +182,17 @@ def test_an_answer_from_the_cache_imports_no_numpy_pandas_or_analyses(trace, tmp
 
     assert {"pandas", "srtscope.analyzers.diagnose"} <= imported(first.stderr)
     assert not {"numpy", "pandas", "pyarrow", "srtscope.analyzers.diagnose"} & imported(second.stderr)
+
+
+def test_every_output_of_an_answer_from_the_cache_is_the_first_look_s(trace, monkeypatch, tmp_path):
+    """Text, HTML and Markdown rendered from the kept answer equal those of the first look, byte for byte."""
+    monkeypatch.setenv("COLUMNS", "160")
+    runs = Analyses(monkeypatch)
+    outs = []
+    for look in ("first", "second"):
+        html, md = tmp_path / f"{look}.html", tmp_path / f"{look}.md"
+        r = CliRunner().invoke(app, ["diagnose", str(trace), "--html", str(html), "--markdown", str(md)])
+        assert r.exit_code == 0, r.output
+        outs.append((r.stdout, html.read_bytes(), md.read_bytes()))
+    assert runs.n == 1
+    assert outs[0] == outs[1]
