@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -24,6 +25,8 @@ DEFAULT_MAX_MB = 2048
 DEFAULT_MIN_BYTES = 1 << 20
 META = "meta.json"
 TMP_PREFIX = ".tmp-"
+#: the names srtscope gives entries: a table entry's hash, or ``diagnosis-`` and a hash
+ENTRY_NAME = re.compile(r"(diagnosis-)?[0-9a-f]{32}")
 _warned = [False]
 
 
@@ -107,10 +110,13 @@ class CacheStore:
         self.cap = max_bytes() if cap is None else cap
 
     def entries(self) -> list[tuple[float, int, Path]]:
-        """(last use, bytes, folder) of every entry, least recently used first."""
+        """(last use, bytes, folder) of every entry, least recently used first.
+
+        NOTE: only folders named as srtscope names its entries count: anything else in the folder
+        (``$SRTSCOPE_CACHE_DIR`` pointed somewhere shared) is never evicted nor cleared."""
         out = []
         for e in self.root.iterdir():
-            if e.name.startswith(TMP_PREFIX) or not e.is_dir():
+            if not ENTRY_NAME.fullmatch(e.name) or not e.is_dir():
                 continue
             try:
                 used = (e / META).stat().st_mtime

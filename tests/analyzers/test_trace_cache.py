@@ -300,3 +300,21 @@ def test_a_failing_background_write_is_one_warning(trace, monkeypatch):
     assert len(tl.device) and _entries() == []
     assert [str(w.message) for w in seen if issubclass(w.category, C.CacheWarning)] == \
         ["srtscope cache not used: RuntimeError: disk on fire"]
+
+
+def test_folders_that_are_not_entries_are_never_evicted_or_cleared(trace, tmp_path, monkeypatch):
+    """$SRTSCOPE_CACHE_DIR pointed at a shared folder: only srtscope's own entries are ever removed."""
+    from typer.testing import CliRunner as Runner
+
+    shared = tmp_path / "shared"
+    monkeypatch.setenv("SRTSCOPE_CACHE_DIR", str(shared))
+    keep = [shared / "photos", shared / "0123", shared / ("a" * 32 + "x")]
+    for d in keep:
+        d.mkdir(parents=True)
+        (d / "meta.json").write_text("{}")
+    read_one(trace, 0, cache=True)
+    monkeypatch.setattr(cache_store, "max_bytes", lambda: 0)          # everything over the cap
+    C.TimelineCache().evict()
+    assert Runner().invoke(app, ["cache", "--clear"]).exit_code == 0
+    assert all(d.is_dir() and (d / "meta.json").exists() for d in keep)
+    assert C.TimelineCache().entries() == []                         # srtscope's own entry went
