@@ -133,5 +133,9 @@ def tp_rank_main(rank: int, world: int, port: int, cfg_kwargs: dict, prompts: di
                                                 mb.req_to_token, empty))
         comm = [(s[0], s[5]) for s in rec._DEFAULT.raw_spans() if s[0] == "comm.all_reduce"]
         out_q.put((rank, [lg.numpy() for lg in logits], comm))
+        # NOTE: both ranks done before either tears its group down: a rank that destroyed its gloo
+        # group while the other still held the connection aborted at exit now and then
+        # ("terminate called without an active exception", exit code -6)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
