@@ -15,6 +15,7 @@ import re
 import shutil
 import tempfile
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,6 +139,36 @@ class CacheStore:
             if e != keep:
                 self.drop(e)
                 total -= b
+
+    def publish(self, name: str, write: Callable[[Path], None]) -> None:
+        """Add the entry ``name`` atomically: ``write(folder)`` fills a new folder inside the cache,
+        which is then renamed into place (replacing an older entry of that name) and the cache
+        evicted down to its cap. An entry larger than the whole cap is not kept. The cache's own
+        trouble (``OSError``) costs one warning per process; another exception of ``write`` is
+        raised, the half-written folder removed."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=self.root))
+        except OSError as exc:
+            warn_once(f"{self.root}: {exc.strerror or exc}")
+            return
+        try:
+            write(tmp)
+            if sum(f.stat().st_size for f in tmp.iterdir()) > self.cap:
+                return
+            entry = self.root / name
+            if entry.exists():
+                self.drop(entry)
+            try:
+                os.rename(tmp, entry)
+            except OSError:
+                return                      # another process put it there first
+            self.evict(keep=entry)
+        except OSError as exc:
+            warn_once(f"{self.root}: {exc.strerror or exc}")
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
 
     def drop(self, entry: Path) -> None:
         """Remove an entry: renamed away first (readers never see half of it), then deleted."""

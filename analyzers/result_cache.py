@@ -20,17 +20,15 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from srtscope.analyzers.cache_store import CacheStore, trace_key, warn_once
+from srtscope.analyzers.cache_store import META, CacheStore, trace_key
 
 #: Layout of a diagnosis entry; bump when this module's format changes.
 ENTRY_FORMAT = 1
-_DOC = "meta.json"   # the table cache's last-use clock is this file's mtime, as for its own entries
 _PREFIX = "diagnosis-"
 
 
@@ -83,7 +81,7 @@ def get_diagnosis(key: dict | None) -> dict | None:
         return None
     entry = _entry(key)
     try:
-        stored = json.loads((entry / _DOC).read_text())
+        stored = json.loads((entry / META).read_text())
     except FileNotFoundError:
         return None
     except (OSError, ValueError, RecursionError):
@@ -93,7 +91,7 @@ def get_diagnosis(key: dict | None) -> dict | None:
         CacheStore().drop(entry)
         return None
     try:
-        os.utime(entry / _DOC)
+        os.utime(entry / META)
     except OSError:
         pass
     return stored["doc"]
@@ -104,28 +102,8 @@ def put_diagnosis(key: dict | None, doc: dict) -> dict:
     raises for the cache's own trouble: one warning per process."""
     if key is None:
         return doc
-    cache = CacheStore()
-    try:
-        cache.root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=cache.root))
-    except OSError as exc:
-        warn_once(f"{cache.root}: {exc.strerror or exc}")
-        return doc
-    entry = _entry(key)
-    try:
-        (tmp / _DOC).write_text(json.dumps({"key": key, "doc": doc}))
-        if entry.exists():
-            cache.drop(entry)
-        try:
-            os.rename(tmp, entry)
-        except OSError:
-            return doc                       # another process put it there first
-        cache.evict(keep=entry)
-    except OSError as exc:
-        warn_once(f"{cache.root}: {exc.strerror or exc}")
-    finally:
-        if tmp.exists():
-            import shutil
+    def write(folder: Path) -> None:
+        (folder / META).write_text(json.dumps({"key": key, "doc": doc}))
 
-            shutil.rmtree(tmp, ignore_errors=True)
+    CacheStore().publish(_entry(key).name, write)
     return doc

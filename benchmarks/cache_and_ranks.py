@@ -31,12 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 import common as C  # noqa: E402
 
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+from srtscope.cli.loading import reading_processes  # noqa: E402
 
 SRTSCOPE = C.ROOT / ".venv" / "bin" / "srtscope"
 #: the columns the nsys reader selects (nsys_sqlite.py), per table: the floor's queries
@@ -119,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             _row("second look, same question: diagnosis cache hit", second, first, "<= 0.20x the first look's wall"),
             _row("second look, another --threshold-us: table cache hit", other, first, "—"),
             _row(f"{a.ranks} ranks, one after another", seq, None, "—"),
-            _row(f"{a.ranks} ranks, --jobs 2 ({min(2, usable_cores() // 2) or 1} reading process(es) here)", par, seq,
+            _row(f"{a.ranks} ranks, --jobs 2 ({reading_processes(2, a.ranks)} reading process(es) here)", par, seq,
                  "<= 0.60x the sequential wall")]
     print()
     print(C.table(["run", "wall (median)", "CPU user+sys", "/ baseline wall", "/ baseline CPU",

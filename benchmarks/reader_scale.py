@@ -39,8 +39,9 @@ print(json.dumps({"seconds": dt, "cpu_s": ru.ru_utime + ru.ru_stime, "rows": row
 
 def measure(path: Path) -> dict:
     """Load ``path`` in a child process; returns seconds, rows, rows_per_s, peak_mb, file_mb."""
-    # the allocator settings the srtscope command makes (cli/app.py), a user's own values kept
-    env = {"NUMPY_MADVISE_HUGEPAGE": "0", "ARROW_DEFAULT_MEMORY_POOL": "system", **os.environ}
+    from srtscope.cli.app import ALLOCATOR_ENV  # the settings the srtscope command makes
+
+    env = {**ALLOCATOR_ENV, **os.environ}
     out = subprocess.run([sys.executable, "-c", _CHILD, str(path), str(ROOT)], check=True,
                          capture_output=True, text=True, env=env)
     res = json.loads(out.stdout.strip().splitlines()[-1])

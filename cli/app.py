@@ -5,19 +5,8 @@ Exit codes: 0 success; 2 bad input (one line on stderr); 3 regression (compare);
 from __future__ import annotations
 
 import os
-
-# NOTE: numpy asks the kernel for transparent huge pages on its large arrays by default; on the
-# machines measured (a VM) the kernel's huge-page work cost more than it saved: a 1 GB export's
-# diagnosis took 12 s of system time with it, 3.5 s without (16.3 s -> 10.2 s wall), same output.
-# Set before numpy is first imported; a value the user set wins.
-os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
-# NOTE: the same for Arrow's buffers (the table cache, ADBC reads): with pyarrow's default jemalloc
-# pool a cache hit on a 1 GB export spent 7-7.5 s in the kernel, with the system allocator 1.7 s
-# (7.8 s -> 4.5 s wall). Read when pyarrow is first imported; a value the user set wins.
-os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-
-import signal  # noqa: E402
-import sys  # noqa: E402
+import signal
+import sys
 from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
@@ -26,6 +15,16 @@ import typer
 from typer.core import TyperGroup
 
 from srtscope.cli.errors import Exit, one_line
+
+#: Allocator settings of the srtscope process, read by numpy and pyarrow when first imported (so set
+#: here, before either is: nothing imported above imports them); a value the user set wins.
+#: NOTE: numpy asks the kernel for transparent huge pages on large arrays; on the machines measured (a
+#: VM) that cost more than it saved: a 1 GB export's diagnosis spent 12 s in the kernel with it, 3.5 s
+#: without (16.3 s -> 10.2 s wall), same output. Arrow's default jemalloc pool did the same to a cache
+#: hit on that export: 7-7.5 s in the kernel, 1.7 s with the system allocator (7.8 s -> 4.5 s wall).
+ALLOCATOR_ENV = {"NUMPY_MADVISE_HUGEPAGE": "0", "ARROW_DEFAULT_MEMORY_POOL": "system"}
+for _k, _v in ALLOCATOR_ENV.items():
+    os.environ.setdefault(_k, _v)
 
 try:                                      # typer >= 0.20 carries its own copy of click
     from typer._click import exceptions as click_exc

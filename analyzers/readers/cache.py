@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import threading
 import time
 import zlib
@@ -45,6 +43,7 @@ from srtscope.analyzers.cache_store import (  # noqa: F401 - the store's names, 
     DEFAULT_MAX_MB,
     DEFAULT_MIN_BYTES,
     FINGERPRINT_BYTES,
+    META,
     READER_VERSION,
     TMP_PREFIX,
     CacheStore,
@@ -72,8 +71,6 @@ ENTRY_FORMAT = 1
 #: 1 GB export's tables: 270 MB instead of 1.2 GB) for ~0.5 s more per GB on a hit.
 COMPRESSION: str | None = "lz4"
 TABLES = ("device", "api", "ranges", "counters")
-_META = "meta.json"
-_TMP_PREFIX = TMP_PREFIX
 
 
 class _Uncacheable(Exception):
@@ -240,7 +237,7 @@ class TimelineCache(CacheStore):
         ``given``: the trace's path as the caller spelled it (the Timeline's source)."""
         entry = self.root / key.entry_name
         try:
-            doc = json.loads((entry / _META).read_text())
+            doc = json.loads((entry / META).read_text())
         except FileNotFoundError:
             return None
         except (OSError, ValueError):
@@ -255,7 +252,7 @@ class TimelineCache(CacheStore):
             self.drop(entry)
             return None
         try:
-            os.utime(entry / _META)   # least recently used: by the meta file's mtime
+            os.utime(entry / META)   # least recently used: by the meta file's mtime
         except OSError:
             pass
         return tl
@@ -285,19 +282,13 @@ class TimelineCache(CacheStore):
         import pyarrow as pa  # type: ignore[import-untyped]
         import pyarrow.ipc as ipc  # type: ignore[import-untyped]
 
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=self.root))
-        except OSError as exc:
-            warn_once(f"{self.root}: {exc.strerror or exc}")
-            return
-        try:
+        def write(folder: Path) -> None:
             doc: dict = {"entry_format": ENTRY_FORMAT, "key": asdict(key), "meta": _meta_json(tl.meta),
                          "tables": {}, "written": time.time()}
             opts = ipc.IpcWriteOptions(compression=COMPRESSION)
             for t in TABLES:
                 table, layout = _to_arrow(getattr(tl, t))
-                f = tmp / f"{t}.arrow"
+                f = folder / f"{t}.arrow"
                 with ipc.new_file(str(f), table.schema, options=opts) as w:
                     w.write_table(table, max_chunksize=max(table.num_rows, 1))
                 with pa.memory_map(str(f)) as mm:
@@ -305,25 +296,12 @@ class TimelineCache(CacheStore):
                 doc["tables"][t] = {"rows": table.num_rows, "layout": layout, "bytes": data.size,
                                     "sum": _sum(data)}
                 del table, data
-            (tmp / _META).write_text(json.dumps(doc))
-            size = sum(f.stat().st_size for f in tmp.iterdir())
-            if size > self.cap:
-                return                      # larger than the whole cache: not kept
-            entry = self.root / key.entry_name
-            if entry.exists():
-                self.drop(entry)
-            try:
-                os.rename(tmp, entry)
-            except OSError:
-                return                      # another process put it there first
-            self.evict(keep=entry)
+            (folder / META).write_text(json.dumps(doc))
+
+        try:
+            self.publish(key.entry_name, write)
         except _Uncacheable:
             return
-        except OSError as exc:
-            warn_once(f"{self.root}: {exc.strerror or exc}")
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
 
 
 def cached_read(path: Path, rank: int, read: Callable[[], Timeline]) -> Timeline:

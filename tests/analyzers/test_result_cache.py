@@ -21,12 +21,7 @@ from srtscope.cli.app import app
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 
-@pytest.fixture(autouse=True)
-def _own_cache(monkeypatch, tmp_path):
-    """Every file cached (the samples are small), in this test's own folder; warnings counted fresh."""
-    monkeypatch.setenv("SRTSCOPE_CACHE_MIN_BYTES", "0")
-    monkeypatch.setenv("SRTSCOPE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(cache_store, "_warned", [False])
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 @pytest.fixture
@@ -157,12 +152,15 @@ def test_an_unwritable_cache_warns_once_and_diagnoses(trace, monkeypatch, tmp_pa
 def test_the_table_and_diagnosis_entries_share_one_cap(trace, monkeypatch):
     """Diagnosis entries count against the cache's size cap and are evicted least recently used first."""
     _run(trace)
-    other = trace.with_name("other.sqlite")
-    shutil.copyfile(SAMPLES / "kernel_bound.sqlite", other)
-    monkeypatch.setenv("SRTSCOPE_CACHE_MAX_MB", "0")   # nothing fits: each new entry evicts the rest
+    (answer,) = _entries()
+    os.utime(answer / "meta.json", (1_000_000, 1_000_000))          # the least recently used entry
+    cap = sum(b for _, b, _ in C.TimelineCache().entries())        # exactly what is there now
+    monkeypatch.setattr(cache_store, "max_bytes", lambda: cap)
+    other = trace.with_name("other.sqlite")                        # a name as long as the first's
+    shutil.copyfile(trace, other)
     _run(other)
-    names = [e.name for e in C.cache_dir().iterdir() if not e.name.startswith(".")]
-    assert len(names) <= 1
+    assert not answer.exists()
+    assert sum(b for _, b, _ in C.TimelineCache().entries()) <= cap
 
 
 def test_an_answer_from_the_cache_imports_no_numpy_pandas_or_analyses(trace, tmp_path):

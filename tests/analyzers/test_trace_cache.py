@@ -21,12 +21,7 @@ from srtscope.cli.app import app
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 
-@pytest.fixture(autouse=True)
-def _small_files_cached(monkeypatch, tmp_path):
-    """Cache every file (the samples are small) in this test's own folder; warnings counted fresh."""
-    monkeypatch.setenv("SRTSCOPE_CACHE_MIN_BYTES", "0")
-    monkeypatch.setenv("SRTSCOPE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(cache_store, "_warned", [False])
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 @pytest.fixture

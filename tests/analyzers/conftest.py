@@ -1,0 +1,14 @@
+"""Fixtures shared by the analyzers' tests."""
+from __future__ import annotations
+
+import pytest
+
+from srtscope.analyzers import cache_store
+
+
+@pytest.fixture
+def private_cache(monkeypatch, tmp_path):
+    """Cache every file (the samples are small) in this test's own folder; warnings counted fresh."""
+    monkeypatch.setenv("SRTSCOPE_CACHE_MIN_BYTES", "0")
+    monkeypatch.setenv("SRTSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cache_store, "_warned", [False])
