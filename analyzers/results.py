@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
+import numpy as np
 import pandas as pd
 
 from srtscope.analyzers.vocab import BUBBLE_CLASSES, Cause, StepExec
@@ -226,6 +227,9 @@ class CommResult:
     source: str                           # kernels | stand_in | ranges | none
     collectives: pd.DataFrame             # one row per matched collective
     partial: bool = False                 # only some ranks of the job: skew and straggler unknown
+    #: per row of ``collectives``: the straggler's arrival minus the latest other participant's, ns
+    #: (> 0 where it arrived last; empty when no straggler is named)
+    straggler_offset_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def to_json(self, cap: int = 50) -> dict[str, Any]:
         top = self.collectives.nlargest(cap, "skew_ns") if len(self.collectives) else self.collectives

@@ -82,8 +82,9 @@ def communication(tl: Timeline, mask: np.ndarray | None = None, min_skew_ns: int
             k = sets.union((rank, device), "noncomm") if device >= 0 else sets.rank_union(rank, "noncomm")
             total += iv.total(c)
             exposed += iv.total(split_compute(k, c, source == "stand_in")[1])
-    coll, parts = _match(inst)
+    coll, parts, arrive_ns = _match(inst)
     strag_rank = strag_dev = share = stage = busy_before = None
+    offset = np.zeros(0, np.int64)
     skew = int(coll["skew_ns"].sum()) if len(coll) else 0
     transfer = int(coll["transfer_ns"].sum()) if len(coll) else 0
     if len(coll):
@@ -96,6 +97,8 @@ def communication(tl: Timeline, mask: np.ndarray | None = None, min_skew_ns: int
             devices = {p for p in parts}
             strag_rank = int(r) if len(ranks) > 1 else None
             strag_dev = int(d) if len(ranks) == 1 and len(devices) > 1 else None
+            g = parts.index((int(r), int(d)))
+            offset = arrive_ns[g] - np.delete(arrive_ns, g, axis=0).max(axis=0)
             mine = sig[(sig["straggler_rank"] == r) & (sig["straggler_device"] == d)].nlargest(20, "skew_ns")
             arrive = mine["start_ns"].to_numpy() + mine["skew_ns"].to_numpy()
             stage = _host_stage_before(tl, int(r), arrive, mine["skew_ns"].to_numpy())
@@ -106,7 +109,7 @@ def communication(tl: Timeline, mask: np.ndarray | None = None, min_skew_ns: int
                       n_kernels=len(inst), participants=len(parts), straggler_rank=strag_rank,
                       straggler_device=strag_dev, straggler_share=share, straggler_host_stage=stage,
                       straggler_device_busy=busy_before,
-                      source=source, collectives=coll)
+                      source=source, collectives=coll, straggler_offset_ns=offset)
 
 
 SHIFT_REACH = 8
@@ -144,16 +147,18 @@ def _shift(ref_end: np.ndarray, end: np.ndarray) -> int:
     return best
 
 
-def _match(inst: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, int]]]:
-    """One row per collective that every participant holds: earliest start, skew, transfer, straggler."""
+def _match(inst: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, int]], np.ndarray]:
+    """One row per collective that every participant holds: earliest start, skew, transfer, straggler;
+    the participants (rank, device); their arrivals (participants x collectives, ns)."""
     empty = pd.DataFrame({c: pd.Series([], dtype=object if c == "name" else np.int64)
                           for c in COLLECTIVE_COLUMNS})
+    none = np.zeros((0, 0), np.int64)
     if len(inst) == 0:
-        return empty, []
+        return empty, [], none
     groups = sorted(group_rows(inst, ["rank", "device"]).items())
     parts = [(int(k[0]), int(k[1])) for k, _ in groups]
     if len(groups) < 2 or min(len(v) for _, v in groups) == 0:
-        return empty, parts
+        return empty, parts, none
     s = inst["start_ns"].to_numpy()
     e = inst["end_ns"].to_numpy()
     order = [idx[np.argsort(s[idx], kind="stable")] for _, idx in groups]
@@ -162,7 +167,7 @@ def _match(inst: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, int]]]:
     lo = max(max(shifts), 0)
     hi = min(min(len(o) + k for o, k in zip(order, shifts)), len(order[ref]))
     if hi <= lo:
-        return empty, parts
+        return empty, parts, none
     rows = [o[lo - k:hi - k] for o, k in zip(order, shifts)]
     S = np.vstack([s[r] for r in rows])
     D = np.vstack([e[r] - s[r] for r in rows])
@@ -173,7 +178,7 @@ def _match(inst: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, int]]]:
     return pd.DataFrame({"index": np.arange(hi - lo), "name": names,
                          "start_ns": S.min(axis=0), "skew_ns": S.max(axis=0) - S.min(axis=0),
                          "transfer_ns": D.min(axis=0), "straggler_rank": pr[late],
-                         "straggler_device": pd_[late]}), parts
+                         "straggler_device": pd_[late]}), parts, S
 
 
 def _host_stage_before(tl: Timeline, rank: int, arrive_ns: np.ndarray, skew_ns: np.ndarray) -> str | None:

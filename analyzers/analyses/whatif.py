@@ -19,9 +19,10 @@ Device work stays as measured; a cause gives back only the time the device waite
   on this trace's graph steps of the nearest batch size.
 - ``exposed_comm``: the step's exposed collective time (arrival waits left to ``straggler``) plus the
   bubbles where queued work waited on a peer.
-- ``straggler``: the named straggler's arrival skew in the step's collectives (the slowest participant
-  gates the others), less the natural skew — the median skew where another participant arrived last,
-  which stays (on a busy host every collective is a little skewed, straggler or not).
+- ``straggler``: the named straggler's lead over the latest other participant in the step's collectives
+  it arrived last in (the slowest participant gates the others), less its natural jitter — the mirror
+  of its early side, which stays (on a busy host every collective is a little skewed, straggler or
+  not).
 - ``memcpy``: copy time with no kernel running, plus memcpy bubbles (copies moved off the critical
   stream, overlapped with compute).
 
@@ -131,9 +132,10 @@ def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.
     notes[Cause.EXPOSED_COMM] = ["collectives hidden behind compute (their exposed transfer time removed); "
                                  "waits for a late rank are the straggler's"]
     saved[Cause.STRAGGLER] = skew
-    notes[Cause.STRAGGLER] = ["the straggler arrives with the others: its lateness beyond the natural skew "
-                              "(the median skew where another rank was last) removed from each collective it "
-                              "was last in; other ranks' lateness stays"]
+    notes[Cause.STRAGGLER] = ["the straggler arrives with the others: its lead over the next-latest rank "
+                              "removed from each collective it was last in, less its natural skew (its jitter, "
+                              "the mirror of how early it arrives against its median); other ranks' lateness "
+                              "stays"]
     saved[Cause.MEMCPY] = b[Cause.MEMCPY] + _exposed_copies(steps, primary, s, e, sets)
     notes[Cause.MEMCPY] = ["copies pinned and moved to a side stream, overlapped with compute "
                            "(copy time itself unchanged)"]
@@ -283,31 +285,36 @@ def _stage_time(tl: Timeline, steps: pd.DataFrame, rows: np.ndarray,
 
 
 def _skew(steps: pd.DataFrame, comm: CommResult) -> np.ndarray:
-    """Per step: the named straggler's excess arrival skew, ns, summed over the collectives whose last
-    participant arrived in it — only where a straggler is named (a rank or device late in most skewed
-    collectives). A collective counts where the straggler arrived last, for its skew beyond the
-    natural skew: the median skew of the collectives another participant arrived last in (0 when the
-    straggler is last in all). Removing the straggler leaves the others' lateness as it is."""
+    """Per step: the named straggler's excess lateness, ns, over the collectives whose last participant
+    arrived in it — only where a straggler is named (a rank or device late in most skewed collectives).
+
+    Per collective, the straggler's offset ``d`` = its arrival - the latest other participant's (> 0:
+    it gated the collective by ``d``). Arriving with the others gives back ``max(d, 0)`` less the
+    lateness it would show anyway: its natural jitter, taken as the mirror of its early side —
+    ``mean(max(median(d) - d, 0))`` per collective. A steady straggler (``d`` = lateness + jitter)
+    gives back its lateness, an occasional one (a pause now and then) its pauses; ranks with no
+    straggler give back about nothing. A step gives back at most its collectives' ``max(d, 0)``."""
     out: np.ndarray = np.zeros(len(steps), np.int64)
     coll = comm.collectives
+    off = comm.straggler_offset_ns
     named = comm.straggler_rank is not None or comm.straggler_device is not None
-    if comm.partial or not named or len(coll) == 0:
+    if comm.partial or not named or len(coll) == 0 or len(off) != len(coll):
         return out
-    sk = coll["skew_ns"].to_numpy(np.int64)
-    if comm.straggler_rank is not None:
-        late = coll["straggler_rank"].to_numpy() == comm.straggler_rank
-    else:
-        late = coll["straggler_device"].to_numpy() == comm.straggler_device
-    natural = int(np.median(sk[~late])) if (~late).any() else 0
-    t = coll["start_ns"].to_numpy(np.int64) + sk
-    sk = np.where(late, np.maximum(sk - natural, 0), 0)
+    off = off.astype(np.int64)
+    natural = float(np.mean(np.maximum(np.median(off) - off, 0)))
+    lead = np.maximum(off, 0)
+    t = coll["start_ns"].to_numpy(np.int64) + coll["skew_ns"].to_numpy(np.int64)
     for _, idx in _by_rank(steps):
         order = idx[np.argsort(steps["start_ns"].to_numpy()[idx], kind="stable")]
         ss, ee = steps["start_ns"].to_numpy()[order], steps["end_ns"].to_numpy()[order]
         pos = np.searchsorted(ss, t, side="right") - 1
         ok = pos >= 0
         ok[ok] = t[ok] < ee[pos[ok]]
-        np.add.at(out, order[pos[ok]], sk[ok])
+        got = np.zeros(len(order), np.int64)
+        n = np.zeros(len(order), np.int64)
+        np.add.at(got, pos[ok], lead[ok])
+        np.add.at(n, pos[ok], 1)
+        out[order] += np.maximum(got - np.round(n * natural).astype(np.int64), 0)
     return out
 
 
