@@ -39,6 +39,7 @@ class Case:
     proc: subprocess.Popen | None = None
     lines: queue.Queue = field(default_factory=queue.Queue)
     child: int = 0
+    pump: threading.Thread | None = None
 
 
 CASES = [
@@ -72,7 +73,8 @@ def test_signals_reach_the_child_and_leave_no_orphan(tmp_path):
         c.proc = subprocess.Popen([*CLI, "capture", "--backend", "torch", "--out", tmp_path / f"{c.name}.json.gz",
                                    "--", *command],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        threading.Thread(target=_pump, args=(c.proc, c.lines), daemon=True).start()
+        c.pump = threading.Thread(target=_pump, args=(c.proc, c.lines), daemon=True)
+        c.pump.start()
     try:
         for c in CASES:
             line = c.lines.get(timeout=READY_S)
@@ -102,3 +104,15 @@ def test_signals_reach_the_child_and_leave_no_orphan(tmp_path):
             for pid in (c.child, c.proc.pid if c.proc else 0):
                 if pid and not _gone(pid):
                     os.kill(pid, signal.SIGKILL)
+        for c in CASES:                 # reap srtscope, let the pump see EOF, close both pipes
+            if c.proc is None:
+                continue
+            try:
+                c.proc.wait(timeout=EXIT_S)
+            except subprocess.TimeoutExpired:
+                pass
+            if c.pump is not None:
+                c.pump.join(timeout=EXIT_S)
+            for pipe in (c.proc.stdout, c.proc.stderr):
+                if pipe is not None:
+                    pipe.close()
