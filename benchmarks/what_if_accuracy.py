@@ -1,7 +1,8 @@
 """What-if accuracy: the step time predicted without an injected fault, checked against the engine.
 
     python -m benchmarks.what_if_accuracy [--delays-ms 5 20] [--repeats 7] [--straggler-ms 0.3 0.6 1.2]
-                                          [--tp-repeats 6] [--no-tp | --tp-only] [--json PAIRS.json]
+                                          [--tp-repeats 10] [--tp-comm spin|gloo] [--parts tp1 tp2 eager]
+                                          [--json PAIRS.json]
                                           [--layers 12 --hidden 384 --intermediate 1024]
 
 The harness is ``inject_accuracy.py``'s: the engine runs in this process (CPU, probes on, one worker
@@ -34,13 +35,23 @@ fault can change it), and the error the prediction would have had with the clean
 in place of the faulty run's: a miss there is the model's; a miss only in the first is the machine's.
 The clean runs' spread is (p80 - p20) / median of their mean steps.
 
-tp=2 (``--straggler-ms``, per collective; 2 x layers + 1 collectives a step): two ranks (gloo) started
-once, each reusing its worker over all runs; rank 1 busy-waits before each collective
-(``TPState._straggle`` replaced, ``--straggler-inject``), clean and faulty runs alternating; the
-prediction is the ``straggler`` what-if. The script prints the saving the model predicts against the
-delay injected and against what the faulty runs lost. NOTE: on 2 cores this does not check the model:
-a gloo collective's own time depends on how the ranks arrive (both at once: ~1.4 ms each, most of
-the step; one late: less), so a straggler of 0.3 ms per collective leaves the step no slower.
+Forced eager fallback (``--parts eager``; CUDA only, ``--eager-device cpu`` rehearses it): the same
+workload with request i asking for ``max_new / 4 + 3 i`` tokens (the batch shrinks step by step),
+one worker capturing graphs up to ``--requests`` (clean) and one up to half of it (faulty: the larger
+decode batches run eagerly, reason ``bs_over_max``); the prediction is the ``eager_fallback``
+what-if: those steps replayed as graphs of the nearest captured size, a replay's launch cost taken
+from the faulty trace's own graph steps. Target 10% (a normal loop).
+
+tp=2 (``--straggler-ms``, per collective; 2 x layers + 1 collectives a step): two ranks started once,
+each reusing its worker over all runs; rank 1 busy-waits before each collective (``TPState._straggle``
+replaced, ``--straggler-inject``), clean and faulty runs alternating; the prediction is the
+``straggler`` what-if, and the device work compared is rank 0's. The model's collectives go over
+shared memory, each rank spinning until its peer arrives (``--tp-comm spin``,
+``benchmarks/spin_collectives.py``): like NCCL's kernels, a late rank's lateness then adds one for
+one. With gloo (``--tp-comm gloo``) this does not check the model on 2 cores: a waiting rank sleeps,
+the wake-ups cost ~1.4 ms a collective when the ranks arrive together (most of the step), and a
+straggler's lateness partly replaces them — a 0.3 ms straggler left the step no slower. The script
+prints the saving the model predicts against the delay injected and what the faulty runs lost.
 """
 from __future__ import annotations
 
@@ -67,7 +78,10 @@ from srtscope.engine.scheduler import scheduler as scheduler_module
 from srtscope.probes import ranges
 from srtscope.probes.recorder import get_recorder
 
-CAUSE = {"sched": "sched_cpu", "prep": "batch_prep", "result": "sched_cpu", "straggler": "straggler"}
+CAUSE = {"sched": "sched_cpu", "prep": "batch_prep", "result": "sched_cpu", "straggler": "straggler",
+         "eager": "eager_fallback"}
+#: faults injected as host time in one stage (the prediction cuts their measured delays)
+HOST_FAULTS = ("sched", "prep", "result")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +93,8 @@ class Case:
 
     @property
     def name(self) -> str:
+        if self.fault == "eager":            # us: the largest captured batch size of the faulty runs
+            return f"eager fallback (graphs up to bs {self.us})"
         return f"{self.fault}={self.us / 1000:g}ms"
 
     @property
@@ -132,7 +148,7 @@ def figures(paths: list[Path], fault: str = "", cut_ns: int = 0, device_rank: in
     run the prediction (ms), the cause's host time cut by ``cut_ns`` per step."""
     tl = load_timeline([str(p) for p in paths])
     cause = CAUSE.get(fault, "")
-    shrink = {cause: cut_ns} if fault and fault != "straggler" else None
+    shrink = {cause: cut_ns} if fault in HOST_FAULTS else None
     d = diagnose(tl, shrink_ns=shrink)
     n = max(d.budget.steps, 1)
     out = {"wall": d.budget.wall_ns / n / 1e6, "device": d.budget.compute_ns / n / 1e6,
@@ -158,6 +174,7 @@ def model_config(layers: int, hidden: int, intermediate: int) -> ModelConfig:
 # ---------------------------------------------------------------- tp=1: in process
 
 INJECT = {"spin": spin_us, "spin-nogil": spin_nogil_us, "sleep": sleep_us}
+PARTS = ("tp1", "tp2", "eager")
 
 
 def run_once(worker: TpModelWorker, base: EngineConfig, prompts: list[list[int]], max_new: int,
@@ -198,6 +215,43 @@ def run_tp1(cases: list[Case], a: argparse.Namespace, log) -> dict[Case, list[tu
                                       inject)
                     got[c].append((faulty, clean))
                 log(f"{loop} repeat {rep + 1}/{a.repeats}")
+    finally:
+        ranges.disable()
+    return got
+
+
+# ---------------------------------------------------------------- forced eager fallback: CUDA only
+
+def run_eager(a: argparse.Namespace, log) -> dict[Case, list[tuple[dict, dict]]]:
+    """Graphs captured up to ``--requests`` (clean) against up to half of it (faulty: the larger decode
+    batches fall back to eager launches); request i asks for ``max_new / 4 + 3 i`` tokens, so the batch
+    shrinks step by step and the faulty runs keep graph steps too. Two workers, same weights."""
+    small = max(1, a.requests // 2)
+    case = Case("normal", 1, "eager", small)
+    cfgs = {bs: EngineConfig(device=a.eager_device, max_running_requests=max(8, a.requests), max_total_tokens=8192,
+                             enable_probes=True, cuda_graph_max_bs=bs,
+                             model=model_config(a.layers, a.hidden, a.intermediate))
+            for bs in (a.requests, small)}
+    workers = {bs: TpModelWorker(cfg) for bs, cfg in cfgs.items()}
+    prompts = [[(11 * i + j) % 250 + 1 for j in range(a.prompt_len)] for i in range(a.requests)]
+    params = [{"max_new_tokens": max(2, a.max_new // 4) + 3 * i, "ignore_eos": True} for i in range(a.requests)]
+
+    def once(bs: int) -> dict[str, float]:
+        rec = get_recorder()
+        rec.clear()
+        with tempfile.TemporaryDirectory() as tmp, Engine(cfgs[bs], worker=workers[bs]) as eng:
+            eng.generate(prompts, params)
+            paths = eng.write_traces(tmp)
+            rec.clear()
+            return figures([Path(paths["probe"])], "eager" if bs == small else "")
+
+    got: dict[Case, list[tuple[dict, dict]]] = {case: []}
+    try:
+        once(a.requests), once(small)                                   # warm-up
+        for rep in range(a.repeats):
+            clean = once(a.requests)
+            got[case].append((once(small), clean))
+            log(f"eager fallback repeat {rep + 1}/{a.repeats}")
     finally:
         ranges.disable()
     return got
@@ -337,21 +391,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tp-comm", choices=("spin", "gloo"), default="spin",
                     help="tp=2 model collectives: shared memory, spinning like a GPU's (default), or gloo")
     ap.add_argument("--pin-ranks", action="store_true", help="tp=2: each rank on a core of its own")
-    ap.add_argument("--no-tp", action="store_true", help="skip the tp=2 straggler runs")
-    ap.add_argument("--tp-only", action="store_true", help="only the tp=2 straggler runs")
+    ap.add_argument("--eager-device", choices=("cuda", "cpu"), default="cuda",
+                    help="cpu rehearses the eager-fallback runs without a GPU (nothing is captured there)")
+    ap.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
+                    help="tp1: host delays at tp=1; tp2: the straggler at tp=2; eager: forced eager fallback "
+                         "(CUDA only, skipped without it)")
     ap.add_argument("--json", type=Path, help="also write every pair's figures here")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     log = lambda msg: print(f"  [{time.perf_counter() - t0:5.0f} s] {msg}", flush=True)  # noqa: E731
-    cases = [] if a.tp_only else [Case(loop, 1, f, int(ms * 1000)) for loop in ("normal", "overlap")
-                                  for f in ("sched", "prep", "result") for ms in a.delays_ms]
-    tp_cases = [] if a.no_tp else [Case("normal", 2, "straggler", int(ms * 1000)) for ms in a.straggler_ms]
+    cases = [] if "tp1" not in a.parts else [Case(loop, 1, f, int(ms * 1000)) for loop in ("normal", "overlap")
+                                             for f in HOST_FAULTS for ms in a.delays_ms]
+    tp_cases = [] if "tp2" not in a.parts else [Case("normal", 2, "straggler", int(ms * 1000))
+                                                for ms in a.straggler_ms]
     print(f"# what-if accuracy: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; {a.requests} requests x "
           f"{a.max_new} tokens, {a.layers} layers x {a.hidden} hidden / {a.intermediate} MLP; median of "
           f"{a.repeats} (tp=2: {a.tp_repeats}) alternating clean/faulty runs", flush=True)
     got = run_tp1(cases, a, log) if cases else {}
     if tp_cases:
         got.update(run_tp2(tp_cases, a, log))
+    if "eager" in a.parts and (torch.cuda.is_available() or a.eager_device == "cpu"):
+        eager = run_eager(a, log)
+        got.update(eager)
+        cases += list(eager)
+        if a.eager_device == "cpu":
+            print("forced eager fallback on the CPU is a rehearsal: nothing is captured, nothing falls back; "
+                  "its row checks nothing", flush=True)
+    elif "eager" in a.parts:
+        print("forced eager fallback: needs CUDA; skipped", flush=True)
     rows = [(c, summarise(c, got[c])) for c in cases + tp_cases]
     if a.json:
         a.json.write_text(json.dumps([{"case": dataclasses.asdict(c), "pairs": [{"faulty": f, "clean": k}
@@ -366,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         ok = lambda e, t=c.target: "" if abs(e) <= t else " **missed**"  # noqa: E731
         # tp=2: rank 0's device work (the straggler's busy-wait is inside rank 1's forward)
         dev = f"{100 * r['dev']:+.1f}% | {100 * r['err_dev']:+.1f}%{ok(r['err_dev'])}"
-        inj = "n/a" if c.fault == "straggler" else f"{100 * r['overshoot']:+.1f}%"
+        inj = f"{100 * r['overshoot']:+.1f}%" if c.fault in HOST_FAULTS else "n/a"
         print(f"| {c.loop} | {c.tp} | {c.name} | {r['faulty']:.2f} ms | {r['pred']:.2f} ms | {r['meas']:.2f} ms "
               f"| {100 * r['err']:+.1f}%{ok(r['err'])} | {100 * c.target:.0f}% | {dev} | {100 * r['noise']:.0f}% "
               f"| {inj} |")

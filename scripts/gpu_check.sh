@@ -5,8 +5,9 @@
 #      size (forced eager fallback), each under `srtscope capture --backend torch` (and nsys if present);
 #   3. `srtscope diagnose` on each capture; prints tokens/s, graph-replay share of decode steps, bubble
 #      share and verdicts (scripts/gpu_check_figures.py, also written to OUT_DIR/figures.json);
-#   4. leaves the traces in the folder given as the first argument, and the few worth keeping (figures,
-#      the two Kineto traces and the diagnoses; 8 files) in OUT_DIR/bundle.
+#   4. the what-if's forced-eager-fallback accuracy (benchmarks/what_if_accuracy.py --parts eager);
+#   5. leaves the traces in the folder given as the first argument, and the few worth keeping (figures,
+#      the two Kineto traces and the diagnoses, the what-if table; 8 files) in OUT_DIR/bundle.
 # Usage: scripts/gpu_check.sh OUT_DIR
 #   PYTHON=python3 (default)   SRTSCOPE_CHECK_DEVICE=cuda (default; `cpu` rehearses the same steps
 #   without a GPU: the forward spans stand in for device activity, in the Kineto traces too)
@@ -72,6 +73,11 @@ run_case () {  # name, extra run args...
 run_case graphs_overlap --overlap --cuda-graph-max-bs 64
 run_case eager_fallback --no-overlap --cuda-graph-max-bs 4
 
+echo "== what-if accuracy: forced eager fallback (5 alternating pairs)"
+timeout 300 "$PY" -m benchmarks.what_if_accuracy --parts eager --repeats 5 --eager-device "$DEVICE" \
+    --json "$OUT/what_if_eager.json" > "$OUT/what_if_eager.txt" 2>&1 || status=1
+tail -n 8 "$OUT/what_if_eager.txt"
+
 echo "== figures"
 "$PY" scripts/gpu_check_figures.py "$OUT" graphs_overlap eager_fallback || status=1
 if [ -f "$OUT/eager_fallback/diagnosis.json" ] && [ -f "$OUT/graphs_overlap/diagnosis.json" ]; then
@@ -81,7 +87,8 @@ if [ -f "$OUT/eager_fallback/diagnosis.json" ] && [ -f "$OUT/graphs_overlap/diag
 fi
 # the few files worth keeping, flat, for a machine that hands back only a handful (<= 8)
 mkdir -p "$OUT/bundle"
-cp "$OUT/figures.json" "$OUT"/*.kineto.json.gz "$OUT"/*.kineto.json.gz.diagnosis.json "$OUT/bundle/" 2>/dev/null
+cp "$OUT/figures.json" "$OUT"/*.kineto.json.gz "$OUT"/*.kineto.json.gz.diagnosis.json "$OUT/what_if_eager.txt" \
+   "$OUT/bundle/" 2>/dev/null
 for name in graphs_overlap eager_fallback; do
   [ -f "$OUT/$name/diagnosis.json" ] && cp "$OUT/$name/diagnosis.json" "$OUT/bundle/$name.probe.diagnosis.json"
 done

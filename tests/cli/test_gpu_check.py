@@ -37,6 +37,11 @@ def test_gpu_check_rehearsal_on_cpu(tmp_path):
     kept = sorted(f.name for f in (out / "bundle").iterdir())
     assert len(kept) <= 8 and "figures.json" in kept and "graphs_overlap.kineto.json.gz" in kept
     assert "eager_fallback.probe.diagnosis.json" in kept
+    # the what-if's eager-fallback accuracy ran (on the CPU, a rehearsal that says so) and is kept
+    table = (out / "bundle" / "what_if_eager.txt").read_text()
+    assert "| eager fallback (graphs up to bs 4) |" in table and "is a rehearsal" in table
+    pairs = json.loads((out / "what_if_eager.json").read_text())
+    assert [c["case"]["fault"] for c in pairs] == ["eager"] and len(pairs[0]["pairs"]) == 5
 
 
 def test_gpu_check_refuses_a_machine_without_cuda(tmp_path):
