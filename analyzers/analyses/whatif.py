@@ -39,6 +39,7 @@ import pandas as pd
 
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.attribution import attribute
+from srtscope.analyzers.analyses.comm import lateness
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.analyses.eager import fallback_mask
 from srtscope.analyzers.host_activity import (
@@ -300,9 +301,7 @@ def _skew(steps: pd.DataFrame, comm: CommResult) -> np.ndarray:
     named = comm.straggler_rank is not None or comm.straggler_device is not None
     if comm.partial or not named or len(coll) == 0 or len(off) != len(coll):
         return out
-    off = off.astype(np.int64)
-    natural = float(np.mean(np.maximum(np.median(off) - off, 0)))
-    lead = np.maximum(off, 0)
+    lead, natural = lateness(off)
     t = coll["start_ns"].to_numpy(np.int64) + coll["skew_ns"].to_numpy(np.int64)
     for _, idx in _by_rank(steps):
         order = idx[np.argsort(steps["start_ns"].to_numpy()[idx], kind="stable")]
