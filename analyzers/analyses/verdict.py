@@ -6,7 +6,7 @@ Lost time, per cause (``vocab.Cause``), adds up from:
 - gaps at or under the bubble threshold (many tiny gaps between serially launched kernels):
   ``launch_bound``, or ``eager_fallback`` for the share of steps that fell back to eager;
 - exposed communication (plus, where collectives are only host ranges, their arrival skew):
-  ``exposed_comm``, or ``straggler`` for the skew when one rank arrives last;
+  ``exposed_comm``, less a named straggler's lead over the next-latest rank, which is ``straggler``;
 - copy time with no kernel running (``device.exposed_memcpy_ns``): ``memcpy``.
 A class's score is the sum of its causes; scheduler or prep can only score with their own evidence
 (stage ranges, engine frames) — nothing is blamed by default, and host time nothing explains is
@@ -27,6 +27,7 @@ from typing import cast
 import pandas as pd
 
 from srtscope.analyzers.analyses.advice import advice_for
+from srtscope.analyzers.analyses.comm import lateness
 from srtscope.analyzers.results import Bottleneck as BottleneckName
 from srtscope.analyzers.results import (
     BubbleResult,
@@ -87,7 +88,9 @@ def lost_by_cause(bubbles: BubbleResult, comm: CommResult, device: DeviceResult 
     comm_lost = comm.exposed_ns + skew
     straggler = 0
     if not partial_ranks and (comm.straggler_rank is not None or comm.straggler_device is not None):
-        straggler = min(comm.skew_ns, comm_lost)
+        # the collectives waited for it alone for its lead over the next-latest participant; the rest
+        # of the skew (others late) stays exposed communication
+        straggler = min(int(lateness(comm.straggler_offset_ns)[0].sum()), comm_lost)
     out[Cause.STRAGGLER.value] += straggler
     out[Cause.EXPOSED_COMM.value] += comm_lost - straggler
     if device is not None:

@@ -147,6 +147,9 @@ def test_straggler_removed_leaves_its_natural_jitter(case):
     assert [got[i] for i in np.argsort(step, kind="stable")] == [b * US for b in back for _ in range(2)]
     assert st.saved_ns == sum(back) * US // len(late)
     assert any("natural skew" in a for a in st.assumptions)
+    # where time went: the straggler's own lead; the rest of the skew (rank 0 late) is exposed comm
+    assert d.verdict.causes_ns["straggler"] == sum(max(x, 0) for x in late) * US
+    assert d.comm.skew_ns == sum(abs(x) for x in late) * US
 
 
 def test_ranks_late_in_turn_name_no_straggler():
