@@ -90,6 +90,23 @@ class SpinPair:
         dist.all_gather = all_gather        # type: ignore[assignment]
 
 
+def two_ranks(target: Any, *args: Any, timeout_s: float = 300.0) -> dict[int, Any]:
+    """Run ``target(rank, store_port, *args, results)`` in two spawned processes (a TCPStore for them is
+    served from here); each puts ``(rank, value)`` on ``results``. Returns rank -> value."""
+    import torch.multiprocessing as mp
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(r, store.port, *args, results)) for r in range(2)]
+    for p in procs:
+        p.start()
+    got = dict(results.get(timeout=timeout_s) for _ in procs)
+    for p in procs:
+        p.join(timeout=30)
+    return got
+
+
 def _timing_rank(rank: int, port: int, floats: int, n: int, buf: torch.Tensor, seq: torch.Tensor,
                  results: Any) -> None:
     torch.set_num_threads(1)
@@ -111,23 +128,12 @@ def _timing_rank(rank: int, port: int, floats: int, n: int, buf: torch.Tensor, s
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch.multiprocessing as mp
-
     ap = argparse.ArgumentParser(description="median all-reduce time, gloo vs spinning shared memory")
     ap.add_argument("--floats", type=int, default=3072, help="float32 values per all-reduce (3072 = 12 KB)")
     ap.add_argument("--n", type=int, default=400)
     a = ap.parse_args(argv)
     buf, seq = SpinPair.shared(a.floats)
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_timing_rank, args=(r, store.port, a.floats, a.n, buf, seq, results))
-             for r in range(2)]
-    for p in procs:
-        p.start()
-    got = dict(results.get(timeout=300) for _ in procs)
-    for p in procs:
-        p.join(timeout=30)
+    got = two_ranks(_timing_rank, a.floats, a.n, buf, seq)
     for name in ("gloo", "spin"):
         print(f"{name}: " + ", ".join(f"rank {r} {got[r][name]:.1f} µs" for r in sorted(got))
               + f" per all-reduce of {a.floats * 4 / 1024:g} KiB (median of {a.n})")

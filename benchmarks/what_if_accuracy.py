@@ -68,7 +68,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.spin_collectives import SpinPair
+from benchmarks.spin_collectives import SpinPair, two_ranks
 from srtscope.analyzers.diagnose import diagnose
 from srtscope.analyzers.readers import load_timeline
 from srtscope.engine.config import EngineConfig, FaultInjection, ModelConfig
@@ -260,8 +260,8 @@ def run_eager(a: argparse.Namespace, log) -> dict[Case, list[tuple[dict, dict]]]
 # ---------------------------------------------------------------- tp=2: two ranks, reused workers
 
 def _tp_rank(rank: int, port: int, plan: list[int], out: str, model: ModelConfig, requests: int, prompt_len: int,
-             max_new: int, results: Any, inject: str = "spin", pin: bool = False,
-             spin: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+             max_new: int, inject: str, pin: bool, spin: tuple[torch.Tensor, torch.Tensor] | None,
+             results: Any) -> None:
     """One rank: its worker built once, then one engine run per entry of ``plan`` (straggler µs);
     ``spin``: shared buffers for ``SpinPair`` (the model's collectives spin), None: gloo."""
     import torch.distributed as dist
@@ -318,30 +318,18 @@ def _tp_rank(rank: int, port: int, plan: list[int], out: str, model: ModelConfig
 
 
 def run_tp2(cases: list[Case], a: argparse.Namespace, log) -> dict[Case, list[tuple[dict, dict]]]:
-    import torch.distributed as dist
-    import torch.multiprocessing as mp
-
     plan: list[int] = [0]                                   # warm-up
     for _ in range(a.tp_repeats):
         for c in cases:
             plan += [0, c.us]
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     model = model_config(a.layers, a.hidden, a.intermediate)
     # the largest collective: the prefill's hidden states, or its logits' shards, of every prompt token
     spin = (SpinPair.shared(2 * a.requests * a.prompt_len * max(model.hidden_size, model.vocab_size))
             if a.tp_comm == "spin" else None)
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
     got: dict[Case, list[tuple[dict, dict]]] = {c: [] for c in cases}
     with tempfile.TemporaryDirectory(prefix="srtscope-whatif-tp-") as tmp:
-        procs = [ctx.Process(target=_tp_rank, args=(r, store.port, plan, tmp, model, a.requests, a.prompt_len,
-                                                    a.max_new, results, a.straggler_inject, a.pin_ranks, spin))
-                 for r in range(2)]
-        for p in procs:
-            p.start()
-        status = dict(results.get(timeout=1800) for _ in procs)
-        for p in procs:
-            p.join(timeout=30)
+        status = two_ranks(_tp_rank, plan, tmp, model, a.requests, a.prompt_len, a.max_new, a.straggler_inject,
+                           a.pin_ranks, spin, timeout_s=1800)
         if any(v != "ok" for v in status.values()):
             raise RuntimeError(f"tp=2 runs failed: {status}")
         k = 1

@@ -10,14 +10,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 
-from benchmarks.spin_collectives import SpinPair  # noqa: E402
+from benchmarks.spin_collectives import SpinPair, two_ranks  # noqa: E402
 
 SIZES = [1, 7, 3072, 5, 40_000, 64]        # floats per collective, in call order
 
 
 def _rank(rank: int, port: int, buf, seq, results) -> None:
+    """One rank; puts (rank, (results, other group's sum, float64 error)) or (rank, (error text, ...))."""
     try:
         torch.set_num_threads(1)
         store = dist.TCPStore("127.0.0.1", port, is_master=False)
@@ -38,27 +38,16 @@ def _rank(rank: int, port: int, buf, seq, results) -> None:
             err = ""
         except ValueError as exc:
             err = str(exc)
-        results.put((rank, out, y.tolist(), err))
+        results.put((rank, (out, y.tolist(), err)))
         dist.barrier(group=other)
         dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
-        results.put((rank, f"{type(exc).__name__}: {exc}", None, None))
+        results.put((rank, (f"{type(exc).__name__}: {exc}", None, None)))
 
 
 def test_spin_collectives_match_gloo_answers():
     buf, seq = SpinPair.shared(max(SIZES))
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, store.port, buf, seq, results)) for r in range(2)]
-    for p in procs:
-        p.start()
-    got = {}
-    for _ in procs:
-        rank, out, y, err = results.get(timeout=120)
-        got[rank] = (out, y, err)
-    for p in procs:
-        p.join(timeout=30)
+    got = two_ranks(_rank, buf, seq, timeout_s=120)
     assert seq.tolist() == [2 * len(SIZES)] * 2          # every model collective went through shared memory
     for rank in (0, 1):
         out, y, err = got[rank]
