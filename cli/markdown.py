@@ -53,9 +53,9 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
     for w in cap.get("warnings") or []:
         codes.add(w.get("code") if isinstance(w, dict) else "")
         out.append(f"- warning: {_md(w.get('message', w) if isinstance(w, dict) else w)}")
-    for c in v.get("caveats") or []:
-        if str(c).split(":", 1)[0] not in codes:
-            out.append(f"- caveat: {_md(c)}")
+    for cav in v.get("caveats") or []:
+        if str(cav).split(":", 1)[0] not in codes:
+            out.append(f"- caveat: {_md(cav)}")
     total = int(b.get("total_ns", 0))
     out += ["", "## Bubbles", "", f"{b.get('count', 0)} gaps, {fmt_ns(total)} idle.", "",
             "| class | time | share |", "|---|---:|---:|"]
