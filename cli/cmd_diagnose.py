@@ -148,7 +148,7 @@ def register(app: typer.Typer) -> None:
         else:
             from srtscope.cli.render import render_diagnosis
 
-            render_diagnosis(doc, console)
+            render_diagnosis(doc, console, full=full)
         report_output_errors(errors)
 
 

@@ -15,6 +15,9 @@ from srtscope.analyzers.units import clean_text, clip_text
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+")
 
+#: words that rarely tell two kernels apart by themselves: left out of a tag when others differ
+_NOISE = frozenset({"anonymous", "namespace", "unnamed", "lambda", "const", "unsigned", "signed", "long",
+                    "short", "void", "bool", "std", "at", "native", "detail", "cuda"})
 _OPEN, _CLOSE = "<({[", ">)}]"
 MAX_DEPTH = 4
 
@@ -48,11 +51,14 @@ def _top_params_start(name: str) -> int:
 
 def elide(name: str, level: int) -> str:
     """``name`` with template arguments deeper than ``level`` written ``…`` and, below
-    ``MAX_DEPTH + 1``, its top-level parameter list dropped. Unbalanced names are returned whole."""
+    ``MAX_DEPTH + 1``, its top-level parameter list dropped. Unbalanced names and operators (whose
+    ``<`` is no bracket) are returned whole."""
     name = clean_text(name, 4096)
-    if level > MAX_DEPTH or not _balanced(name.replace("->", "").replace("operator<", "operator")):
+    if level > MAX_DEPTH or "operator" in name or not _balanced(name.replace("->", "")):
         return name
     base = name[5:] if name.startswith("void ") else name
+    for anon in ("<unnamed>::", "(anonymous namespace)::"):
+        base = base.replace(anon, "")
     p = _top_params_start(base)
     if p > 0:
         base = base[:p]
@@ -97,6 +103,7 @@ def short_names(names: list[str], width: int) -> list[str]:
         others = [f for s_, f in zip(before, full) if s_ == before[i] and f != full[i]]
         mine = _words(full[i])
         diff = [w for w in mine if any(w not in _words(f) for f in others)]
+        diff = [w for w in diff if w not in _NOISE] or diff
         if diff:
             tag = " [" + clip_text(" ".join(diff), max(width // 2, 6)) + "]"
             out[i] = clip_text(base, width - len(tag)) + tag

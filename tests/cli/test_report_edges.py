@@ -30,9 +30,9 @@ def diag(*names: str):
     return d, copy.deepcopy(j)
 
 
-def text_report(j: dict, width: int = 80) -> str:
+def text_report(j: dict, width: int = 80, full: bool = False) -> str:
     buf = io.StringIO()
-    render_diagnosis(j, Console(file=buf, width=width, force_terminal=False, color_system=None))
+    render_diagnosis(j, Console(file=buf, width=width, force_terminal=False, color_system=None), full=full)
     return buf.getvalue()
 
 
@@ -80,13 +80,13 @@ def test_strip_counts_every_step_and_explains_its_symbols():
 
 def test_budget_and_bubbles_say_what_they_cover():
     _, j = diag("scheduler_bound.sqlite")
-    out = text_report(j, width=200)
+    out = text_report(j, width=200, full=True)
     assert "inside steps only" in out and "of the whole active window" in out
 
 
 def test_no_graph_anywhere_lists_no_eager_reasons():
     _, j = diag("launch_bound_eager.sqlite")
-    out = text_report(j, width=120)
+    out = text_report(j, width=120, full=True)
     assert "no step replayed a CUDA graph" in out and "disabled" not in out
 
 
