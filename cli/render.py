@@ -169,9 +169,10 @@ def device_table(d: dict[str, Any], full: bool = True) -> Table | None:
         return None
     t = _table(f"device busy time: {fmt_ns(busy)}", "part", "time", "share of busy", "bytes", "GB/s",
                justify_right=(1, 2, 3, 4))
-    def row(label: object, ns: object, *rest: str) -> None:
+
+    def row(label: str | Text, ns: Any, *rest: str) -> None:
         if full or int(ns or 0) * 1000 >= busy:        # parts under 0.1% of busy: --full only
-            t.add_row(label, fmt_ns(ns), fmt_pct(int(ns or 0), busy), *rest)  # type: ignore[arg-type]
+            t.add_row(label, fmt_ns(ns), fmt_pct(int(ns or 0), busy), *rest)
 
     row("kernel execution", dv.get("kernel_ns"), "", "")
     if dv.get("comm_ns"):
@@ -402,8 +403,8 @@ def render_diagnosis(d: dict[str, Any], console: Console, full: bool = False) ->
         for note in getattr(part, "footnotes", None) or []:
             console.print(Text(note, style="dim"))
     if not full:
-        console.print(Text(clip_words("--full: every evidence line, caveat, assumption, cause and stage; "
-                                      "step budget, comm, per-step strip", width), style="dim"))
+        console.print(Text(clip_words("--full: all evidence, caveats, assumptions; step budget, comm, "
+                                      "per-step strip", width), style="dim"))
 
 
 def render_compare(before: dict[str, Any], after: dict[str, Any], rows: list[dict[str, Any]],

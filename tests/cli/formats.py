@@ -87,13 +87,15 @@ def check_html(page: str) -> _Balance:
     return p
 
 
-def browse(page: Path, tmp: Path, size: str = "1200,1600", shot: Path | None = None) -> tuple[str, str]:
-    """(DOM after scripts ran, Chromium's log) of ``page`` in headless Chromium."""
+def browse(page: Path, tmp: Path, size: str = "1200,1600", shot: Path | None = None,
+           fragment: str = "") -> tuple[str, str]:
+    """(DOM after scripts ran, Chromium's log) of ``page`` (plus ``fragment``) in headless Chromium."""
     assert CHROMIUM
     args = [CHROMIUM, *CHROMIUM_FLAGS, f"--window-size={size}", f"--user-data-dir={tmp / 'profile'}"]
     if shot is not None:
         args.append(f"--screenshot={shot}")
-    r = subprocess.run([*args, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([*args, "--dump-dom", page.as_uri() + fragment], capture_output=True, text=True,
+                       timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout, r.stderr
 

@@ -51,7 +51,8 @@ def _check_fits(d: dict, lines_max: int = 60) -> str:
     assert len(lines) <= lines_max, f"{len(lines)} lines:\n{text}"
     assert max(len(ln) for ln in lines) <= 80
     # no word split: every word at 80 columns is a word of the JSON or of the widest full report
-    vocab = set(_WORD.findall(json.dumps(d, ensure_ascii=False))) | set(_WORD.findall(report(d, 400, True) + report(d, 400)))
+    wide = report(d, 400, True) + report(d, 400)
+    vocab = set(_WORD.findall(json.dumps(d, ensure_ascii=False))) | set(_WORD.findall(wide))
     for ln in lines:
         for tok in ln.split():
             if tok.rstrip(")]").endswith("…"):
