@@ -142,7 +142,7 @@ def register(app: typer.Typer) -> None:
         doc = diag.to_json()
         title = "srtscope diagnosis: " + ", ".join(p.name for p in traces[:3]) + (" …" if len(traces) > 3 else "")
         errors = write_outputs(doc, diag, markdown=markdown, html=html, perfetto=perfetto,
-                               timeline=kept[0] if perfetto_kernels and kept else None, title=title)
+                               timeline=kept[0] if kept else None, kernels=perfetto_kernels, title=title)
         if as_json:
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         else:
@@ -153,10 +153,11 @@ def register(app: typer.Typer) -> None:
 
 
 def write_outputs(doc: dict, diag: Any, *, markdown: Path | None = None, html: Path | None = None,
-                  perfetto: Path | None = None, timeline: Any = None,
+                  perfetto: Path | None = None, timeline: Any = None, kernels: bool = False,
                   title: str = "srtscope diagnosis") -> list[tuple[Exit, str]]:
     """Write each asked-for file; one that fails does not stop the others. Returns one
-    ``(exit code, line)`` per failure, the line naming the option and the file."""
+    ``(exit code, line)`` per failure, the line naming the option and the file. ``timeline``: the
+    source's clock for ``perfetto`` (and its device activity with ``kernels``)."""
     def _html() -> object:
         from srtscope.cli.html import diagnosis_html
 
@@ -170,7 +171,7 @@ def write_outputs(doc: dict, diag: Any, *, markdown: Path | None = None, html: P
     def _perfetto() -> object:
         from srtscope.cli.perfetto import write_perfetto
 
-        return write_perfetto(diag, perfetto, timeline)  # type: ignore[arg-type]
+        return write_perfetto(diag, perfetto, timeline, kernels)  # type: ignore[arg-type]
 
     errors: list[tuple[Exit, str]] = []
     for option, path, write in (("--html", html, _html), ("--markdown", markdown, _markdown),
