@@ -306,16 +306,6 @@ def kernels_table(d: dict[str, Any], limit: int = 8, width: int = 80) -> Table |
     return t
 
 
-def distinct_clips(names: list[str], width: int) -> list[str]:
-    """Each name in ``width`` characters, keeping more of its end until no two clipped names
-    collide (template kernels differ in their last arguments)."""
-    for keep in range(0, width - 1, 4):
-        out = [clip_text(n, width, keep_end=keep) for n in names]
-        if len(set(out)) == len(set(names)):
-            return out
-    return [clip_text(n, width, keep_end=width // 2) for n in names]
-
-
 def step_strip(d: dict[str, Any], width: int = 60) -> Text | None:
     """One character per step: where most of its time went (# busy, S sched, P prep, ...)."""
     per = (d.get("steps") or {}).get("per_step") or []
@@ -405,44 +395,3 @@ def render_diagnosis(d: dict[str, Any], console: Console, full: bool = False) ->
     if not full:
         console.print(Text(clip_words("--full: all evidence, caveats, assumptions; step budget, comm, "
                                       "per-step strip", width), style="dim"))
-
-
-def render_compare(before: dict[str, Any], after: dict[str, Any], rows: list[dict[str, Any]],
-                   console: Console, regressions: list[str] | None = None,
-                   warnings: tuple[str, ...] | list[str] = ()) -> None:
-    """Side by side: figure, before, after, change. ``rows``: {figure, before, after, delta_pct};
-    ``warnings``: why the captures may not be like for like (``DiagnosisDiff.warnings``)."""
-    vb, va = before.get("verdict", {}), after.get("verdict", {})
-    head = Text()
-    head.append(f"before: {clean_text(vb.get('bottleneck', '?'), 20)}/{clean_text(vb.get('cause', '?'), 30)} "
-                f"({float(vb.get('confidence', 0)):.0%})   ")
-    head.append(f"after: {clean_text(va.get('bottleneck', '?'), 20)}/{clean_text(va.get('cause', '?'), 30)} "
-                f"({float(va.get('confidence', 0)):.0%})")
-    for w in warnings:
-        head.append("\n! ", style="bold yellow")
-        head.append(f"not like for like: {w}", style="yellow")
-    console.print(Panel(head, title="compare", title_align="left", box=box.ROUNDED))
-    t = _table("figures", "figure", "before", "after", "change", "", justify_right=(1, 2, 3))
-    console.print(Text("figures", style="bold"))
-    for r in rows:
-        pct = r.get("delta_pct")
-        moved = r.get("before") != r.get("after")
-        word = ("" if not moved or r.get("better") == "neutral" else "worse" if r.get("worse") else "better")
-        style = "" if pct is None or abs(pct) < 1 else ("red" if r.get("worse") else "green")
-        t.add_row(str(r.get("figure")), fmt_figure(r.get("figure"), r.get("before")),
-                  fmt_figure(r.get("figure"), r.get("after")),
-                  Text("new" if pct is None and moved else "-" if pct is None else f"{pct:+.1f}%", style=style),
-                  Text(word, style=style))
-    console.print(t)
-    for msg in regressions or []:
-        console.print(Text(f"regression: {clean_text(msg, 300)}", style="bold red"))
-
-
-def fmt_figure(name: object, value: object) -> str:
-    """A compare figure with its unit: times for ``*_ns``, plain numbers otherwise."""
-    if value is None:
-        return "-"
-    if str(name).endswith("_ns"):
-        return fmt_ns(value)  # type: ignore[arg-type]
-    return f"{value:g}" if isinstance(value, (int, float)) else clean_text(value, 40)
-
