@@ -35,7 +35,7 @@ def test_text_report_shows_the_largest_payoff_first():
 def test_markdown_and_html_carry_the_table():
     j = _json("prep_bound.sqlite")
     md = diagnosis_markdown(j)
-    assert "## What if" in md and "| batch\\_prep |" in md
+    assert "## What if" in md and "| batch\\_prep [1] |" in md
     page = diagnosis_html(j)
     assert "What if: the mean step without each cause" in page and "<td>batch_prep</td>" in page
 
