@@ -333,7 +333,7 @@ s.setAttribute('y',y+15);s.setAttribute('class','ax');s.setAttribute('text-ancho
 s.textContent=fmt(t);xt.appendChild(l);xt.appendChild(s);});
 var last=-1e9;labels.forEach(function(s){var x=(+s.dataset.x-v0)*k;s.setAttribute('x',x);
 var show=x>=0&&x<=pw&&x-last>=22;if(show)last=x;s.setAttribute('visibility',show?'visible':'hidden');});}
-function zoom(c,fx){var w=(v1-v0)*fx;w=Math.max(Math.min(w,pw),pw/2000);var a=c-(c-v0)*w/(v1-v0);
+function zoom(c,fx){var w=(v1-v0)*fx;w=Math.max(Math.min(w,pw),pw/1e7);var a=c-(c-v0)*w/(v1-v0);
 v0=Math.max(0,Math.min(a,pw-w));v1=v0+w;draw();}
 function at(e){var r=plots[1].getBoundingClientRect();return v0+(e.clientX-r.left)/r.width*(v1-v0);}
 f.addEventListener('wheel',function(e){e.preventDefault();zoom(at(e),e.deltaY<0?0.8:1.25);},{passive:false});
@@ -344,7 +344,7 @@ var d=(e.clientX-drag[0])/r.width*(drag[2]-drag[1]);var w=drag[2]-drag[1];
 v0=Math.max(0,Math.min(drag[1]-d,pw-w));v1=v0+w;draw();});
 f.addEventListener('dblclick',function(){v0=0;v1=pw;draw();});
 var m=location.hash.match(new RegExp('[#&]'+f.id+'=([0-9.]+),([0-9.]+)'));
-if(m){v0=Math.max(0,+m[1]*pw);v1=Math.min(pw,Math.max(+m[2]*pw,v0+pw/2000));draw();}
+if(m){v0=Math.max(0,+m[1]*pw);v1=Math.min(pw,Math.max(+m[2]*pw,v0+pw/1e7));draw();}
 f.querySelectorAll('button').forEach(function(b){b.addEventListener('click',function(){
 var z=b.dataset.z;if(z==='reset'){v0=0;v1=pw;draw();}else zoom((v0+v1)/2,z==='in'?0.5:2);});});
 });})();
