@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from srtscope.analyzers.units import clean_text, fmt_ns
+from srtscope.cli.markdown import md_text as _md
 from srtscope.cli.names import short_names
 
 NAME_ROWS = 8          # kernels / ranges shown per table
@@ -99,11 +100,6 @@ def _tbl(*cols: str) -> Table:
     for i, c in enumerate(cols):
         t.add_column(c, justify="right" if i else "left", no_wrap=True, overflow="ellipsis")
     return t
-
-
-def _md(text: object) -> str:
-    return (clean_text(text, 600).replace("\\", "\\\\").replace("|", "\\|").replace("`", "'")
-            .replace("*", "\\*").replace("_", "\\_").replace("<", "&lt;"))
 
 
 def diff_markdown(diff: dict[str, Any], regressions: list[str] | None = None) -> str:

@@ -6,10 +6,14 @@ from typing import Any
 from srtscope.analyzers.units import clean_text, fmt_ns, fmt_pct
 
 
-def _md(text: object, width: int = 400) -> str:
-    """A string from a trace as Markdown text: clean, no table breaks, no code-span breaks."""
+def md_text(text: object, width: int = 400) -> str:
+    """A string from a trace as Markdown text: clean, no table breaks, no code-span breaks, no raw
+    HTML nor link syntax."""
     return (clean_text(text, width).replace("\\", "\\\\").replace("|", "\\|").replace("`", "'")
             .replace("*", "\\*").replace("_", "\\_").replace("<", "&lt;").replace("[", "\\["))
+
+
+_md = md_text
 
 
 def _code(text: object, width: int = 80) -> str:
