@@ -395,6 +395,7 @@ class Diagnosis:
     device: DeviceResult | None = None
     overview: OverviewResult | None = None
     what_if: tuple[WhatIf, ...] = ()      # largest saving first (analyses.whatif)
+    top_ranges: pd.DataFrame | None = None  # name (instances as N), count, total_ns, mean_ns
 
     def to_json(self) -> dict[str, Any]:
         steps = self.steps.to_json()
@@ -412,7 +413,8 @@ class Diagnosis:
                 "device": None if self.device is None else self.device.to_json(),
                 "overview": None if self.overview is None else self.overview.to_json(),
                 "capture": self.capture.to_json(), "params": dict(self.params),
-                "what_if": [w.to_json() for w in self.what_if]}
+                "what_if": [w.to_json() for w in self.what_if],
+                "top_ranges": [] if self.top_ranges is None else _records(self.top_ranges)}
 
 
 def _step_parts(bt: pd.DataFrame) -> list[dict[str, int]]:

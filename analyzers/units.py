@@ -62,6 +62,17 @@ def _sig(x: float, digits: int) -> str:
     return text
 
 
+def fmt_bytes(n: float | int | None) -> str:
+    """Human size, decimal units scaled to the value: ``512 B``, ``3.4 kB``, ``12.0 MB``, ``1.2 GB``;
+    None or a negative count (unknown) prints ``?``."""
+    if n is None or n < 0:
+        return "?"
+    for unit, f in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= f:
+            return f"{n / f:.1f} {unit}"
+    return f"{int(n)} B"
+
+
 def fmt_pct(part: float, whole: float) -> str:
     """``part`` as a percentage of ``whole`` (``-`` when whole is 0)."""
     if not whole:

@@ -1,4 +1,5 @@
-"""``srtscope compare BEFORE AFTER [--fail-on-regression PCT] [--figure NAME ...] [--json]``
+"""``srtscope compare BEFORE AFTER [--fail-on-regression PCT] [--figure NAME ...] [--json]
+[--markdown FILE] [--html FILE]``
 
 BEFORE / AFTER: a trace (or several, comma-separated, one per rank) or a saved ``--json`` diagnosis.
 Exit 3 when a chosen figure got worse by more than PCT percent.
@@ -14,10 +15,11 @@ import typer
 from rich.console import Console
 
 from srtscope.cli import contract
-from srtscope.cli.cmd_diagnose import CLUSTER_HELP
+from srtscope.cli.cmd_diagnose import CLUSTER_HELP, report_output_errors
 from srtscope.cli.contract import MAX_SAVED_BYTES, SavedDiagnosis
 from srtscope.cli.errors import Exit, fail
 from srtscope.cli.loading import check_cluster_jobs, check_input_file
+from srtscope.cli.output import OutputError, check_output_path, write_text
 from srtscope.cli.values import MAX_REGRESSION_PCT, MAX_THRESHOLD_US, float_option
 
 
@@ -78,11 +80,20 @@ def register(app: typer.Typer) -> None:
         jobs: int = typer.Option(1, "--jobs", min=1, max=256,
                                  help="Read rank files in this many processes (1..256)."),
         cluster: str | None = typer.Option(None, "--cluster", metavar="ADDRESS", help=CLUSTER_HELP),
+        markdown: Path | None = typer.Option(None, "--markdown", help="Also write the comparison as Markdown."),
+        html: Path | None = typer.Option(None, "--html", help="Also write the comparison as an HTML page."),
     ) -> None:
-        """Diagnose two captures and show the figures side by side with their change."""
+        """Diagnose two captures: what got better or worse and why, figures by impact, kernels and
+        ranges per step."""
         from srtscope.analyzers.analyses.diff import compare
 
         check_cluster_jobs(cluster, jobs)
+        for target in (markdown, html):
+            if target is not None:
+                try:
+                    check_output_path(target)       # refused before the (long) reads, not after
+                except OutputError as exc:
+                    fail(str(exc))
         console = Console(stderr=as_json)
         b = _diagnosis(before, threshold_us, console, not no_cache, jobs, cluster)
         a = _diagnosis(after, threshold_us, console, not no_cache, jobs, cluster)
@@ -95,20 +106,25 @@ def register(app: typer.Typer) -> None:
         if fail_on_regression is not None:
             regressions = [f for f in diff.regressions(fail_on_regression)
                            if not figure or f.name in figure]
+        doc = diff.to_json()
+        doc["regressions"] = [f.name for f in regressions]
+        from srtscope.cli.compare_report import diff_html, diff_markdown, fmt_figure, render_diff
+
+        msgs = [f"{f.label} ({f.name}): {fmt_figure(f.name, f.before)} -> {fmt_figure(f.name, f.after)} "
+                f"({'new' if f.pct is None else format(f.pct, '+.1f') + '%'}, worse)" for f in regressions]
+        errors = []
+        for option, path, make in (("--markdown", markdown, lambda: diff_markdown(doc, msgs)),
+                                   ("--html", html, lambda: diff_html(doc, f"srtscope compare: {before} -> {after}",
+                                                                      msgs))):
+            if path is not None:
+                try:
+                    write_text(path, make())
+                except OutputError as exc:
+                    errors.append((Exit.BAD_INPUT, f"{option}: {exc}"))
         if as_json:
-            doc = diff.to_json()
-            doc["regressions"] = [f.name for f in regressions]
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         else:
-            from srtscope.cli.render import render_compare
-
-            rows = [f.to_json() for f in diff.figures
-                    if not (f.before == 0 and f.after == 0)]
-            from srtscope.cli.render import fmt_figure
-
-            msgs = [f"{f.name}: {fmt_figure(f.name, f.before)} -> {fmt_figure(f.name, f.after)} "
-                    f"({'new' if f.pct is None else format(f.pct, '+.1f') + '%'}, worse)"
-                    for f in regressions]
-            render_compare(b.to_json(), a.to_json(), rows, console, msgs, diff.warnings)
+            render_diff(doc, console, msgs)
+        report_output_errors(errors)
         if regressions:
             raise typer.Exit(int(Exit.REGRESSION))

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from srtscope.cli.contract import SavedDiagnosis
-from srtscope.cli.errors import fail
+from srtscope.cli.errors import Exit, fail, one_line
 from srtscope.cli.loading import check_cluster_jobs, load
 from srtscope.cli.output import OutputError, check_output_path, write_text
 from srtscope.cli.values import MAX_THRESHOLD_US, float_option
@@ -121,6 +121,8 @@ def register(app: typer.Typer) -> None:
         jobs: int = typer.Option(1, "--jobs", min=1, max=MAX_JOBS,
                                  help="Read rank files in this many processes (1..256)."),
         cluster: str | None = typer.Option(None, "--cluster", metavar="ADDRESS", help=CLUSTER_HELP),
+        full: bool = typer.Option(False, "--full", help="Print every table (the default is one "
+                                                        "screen: verdict, what-ifs, the main tables)."),
     ) -> None:
         """Diagnose traces: verdict (scheduler / prep / kernel), bubbles, steps, communication."""
         check_cluster_jobs(cluster, jobs)
@@ -138,32 +140,62 @@ def register(app: typer.Typer) -> None:
                              kept if perfetto is not None else None, cache=not no_cache, jobs=jobs,
                              cluster=cluster, reuse=True)
         doc = diag.to_json()
-        if html is not None:
-            from srtscope.cli.html import diagnosis_html
-
-            title = "srtscope diagnosis: " + ", ".join(p.name for p in traces[:3]) + (" …" if len(traces) > 3 else "")
-            _write(html, lambda: write_text(html, diagnosis_html(doc, title)))
-        if markdown is not None:
-            from srtscope.cli.markdown import diagnosis_markdown
-
-            _write(markdown, lambda: write_text(markdown, diagnosis_markdown(doc)))
-        if perfetto is not None:
-            from srtscope.cli.perfetto import write_perfetto
-
-            _write(perfetto, lambda: write_perfetto(diag, perfetto, kept[0] if perfetto_kernels else None))
+        title = "srtscope diagnosis: " + ", ".join(p.name for p in traces[:3]) + (" …" if len(traces) > 3 else "")
+        errors = write_outputs(doc, diag, markdown=markdown, html=html, perfetto=perfetto,
+                               timeline=kept[0] if kept else None, kernels=perfetto_kernels, title=title)
         if as_json:
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-            return
-        from srtscope.cli.render import render_diagnosis
+        else:
+            from srtscope.cli.render import render_diagnosis
 
-        render_diagnosis(doc, console)
+            render_diagnosis(doc, console, full=full)
+        report_output_errors(errors)
 
 
-def _write(path: Path, write: Callable[[], object]) -> None:
-    """Run ``write`` (a ``cli.output`` writer); its refusals exit 2 with one line."""
-    try:
-        write()
-    except OutputError as exc:
-        fail(str(exc))
-    except OSError as exc:
-        fail(f"{path}: cannot write: {exc.strerror or exc}")
+def write_outputs(doc: dict, diag: Any, *, markdown: Path | None = None, html: Path | None = None,
+                  perfetto: Path | None = None, timeline: Any = None, kernels: bool = False,
+                  title: str = "srtscope diagnosis") -> list[tuple[Exit, str]]:
+    """Write each asked-for file; one that fails does not stop the others. Returns one
+    ``(exit code, line)`` per failure, the line naming the option and the file. ``timeline``: the
+    source's clock for ``perfetto`` (and its device activity with ``kernels``)."""
+    def _html() -> object:
+        from srtscope.cli.html import diagnosis_html
+
+        return write_text(html, diagnosis_html(doc, title))  # type: ignore[arg-type]
+
+    def _markdown() -> object:
+        from srtscope.cli.markdown import diagnosis_markdown
+
+        return write_text(markdown, diagnosis_markdown(doc))  # type: ignore[arg-type]
+
+    def _perfetto() -> object:
+        from srtscope.cli.perfetto import write_perfetto
+
+        return write_perfetto(diag, perfetto, timeline, kernels)  # type: ignore[arg-type]
+
+    errors: list[tuple[Exit, str]] = []
+    for option, path, write in (("--html", html, _html), ("--markdown", markdown, _markdown),
+                                ("--perfetto", perfetto, _perfetto)):
+        if path is None:
+            continue
+        try:
+            write()
+        except OutputError as exc:
+            errors.append((Exit.BAD_INPUT, f"{option}: {exc}"))
+        except OSError as exc:
+            errors.append((Exit.BAD_INPUT, f"{option}: {path}: cannot write: {exc.strerror or exc}"))
+        except Exception as exc:  # noqa: BLE001 - one output's bug must not cost the others
+            if os.environ.get("SRTSCOPE_DEBUG"):
+                raise
+            errors.append((Exit.INTERNAL, f"{option}: {path}: not written: internal error: "
+                                          f"{type(exc).__name__}: {exc}"))
+    return errors
+
+
+def report_output_errors(errors: list[tuple[Exit, str]]) -> None:
+    """One stderr line per output not written; exit with the worst code (internal 1 over bad input 2)."""
+    if not errors:
+        return
+    for _, line in errors:
+        print(f"srtscope: error: {one_line(line)}", file=sys.stderr)
+    raise typer.Exit(int(Exit.INTERNAL if any(c == Exit.INTERNAL for c, _ in errors) else Exit.BAD_INPUT))

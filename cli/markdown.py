@@ -6,9 +6,14 @@ from typing import Any
 from srtscope.analyzers.units import clean_text, fmt_ns, fmt_pct
 
 
-def _md(text: object, width: int = 400) -> str:
-    """A string from a trace as Markdown text: clean, no table breaks, no code-span breaks."""
-    return clean_text(text, width).replace("|", "\\|").replace("`", "'").replace("*", "\\*").replace("_", "\\_")
+def md_text(text: object, width: int = 400) -> str:
+    """A string from a trace as Markdown text: clean, no table breaks, no code-span breaks, no raw
+    HTML nor link syntax."""
+    return (clean_text(text, width).replace("\\", "\\\\").replace("|", "\\|").replace("`", "'")
+            .replace("*", "\\*").replace("_", "\\_").replace("<", "&lt;").replace("[", "\\["))
+
+
+_md = md_text
 
 
 def _code(text: object, width: int = 80) -> str:
@@ -24,6 +29,9 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
            f"(confidence {float(v.get('confidence', 0)):.0%}) — {_md(v.get('summary', ''), 600)}", ""]
     for ev in v.get("evidence") or []:
         out.append(f"- {_md(ev if isinstance(ev, str) else ev.get('text', ev))}")
+    out += ["", f"_Lost time: all the time the device waited (bubbles, gaps under the threshold, exposed copies "
+                f"and collectives), by cause. Bubble time: idle gaps over "
+                f"{fmt_ns(b.get('threshold_ns') or 0)}, by class (what the host was doing)._"]
     if v.get("advice"):
         out += ["", "## What to do next", ""]
         for a in v["advice"]:
@@ -32,8 +40,10 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
     if wif:
         out += ["", "## What if (predicted mean step without each cause; device work as measured)", "",
                 "| cause | saved per step | step before | step after | speedup |", "|---|---:|---:|---:|---:|"]
-        out += [f"| {_md(w.get('cause'), 40)} | {fmt_ns(w.get('saved_ns'))} | {fmt_ns(w.get('step_ns_before'))} | "
-                f"{fmt_ns(w.get('step_ns_after'))} | {float(w.get('speedup') or 1):.2f}x |" for w in wif]
+        out += [f"| {_md(w.get('cause'), 40)} [{i}] | {fmt_ns(w.get('saved_ns'))} | "
+                f"{fmt_ns(w.get('step_ns_before'))} | {fmt_ns(w.get('step_ns_after'))} | "
+                f"{float(w.get('speedup') or 1):.2f}x |" for i, w in enumerate(wif, 1)]
+        out += [""] + [f"{i}. {_md((w.get('assumptions') or ['-'])[0], 600)}" for i, w in enumerate(wif, 1)]
     dv = d.get("device") or {}
     if dv.get("busy_ns"):
         busy = int(dv["busy_ns"])
@@ -53,12 +63,12 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
     for w in cap.get("warnings") or []:
         codes.add(w.get("code") if isinstance(w, dict) else "")
         out.append(f"- warning: {_md(w.get('message', w) if isinstance(w, dict) else w)}")
-    for c in v.get("caveats") or []:
-        if str(c).split(":", 1)[0] not in codes:
-            out.append(f"- caveat: {_md(c)}")
+    for cav in v.get("caveats") or []:
+        if str(cav).split(":", 1)[0] not in codes:
+            out.append(f"- caveat: {_md(cav)}")
     total = int(b.get("total_ns", 0))
     out += ["", "## Bubbles", "", f"{b.get('count', 0)} gaps, {fmt_ns(total)} idle.", "",
-            "| class | time | share |", "|---|---:|---:|"]
+            "| class | time | share |", "|---|---:|---:|"]    # share: of bubble time
     for cls, ns in sorted((b.get("by_class") or {}).items(), key=lambda kv: -int(kv[1])):
         if int(ns):
             out.append(f"| {cls} | {fmt_ns(ns)} | {fmt_pct(int(ns), total)} |")

@@ -2,9 +2,10 @@
 slice named after its dominant class — Perfetto colours slices by name, so each class keeps one
 colour — plus the engine steps and, on request, the device activity itself.
 
-Times are µs on the source trace's own clock, so the file overlays the original capture. Where that
-clock's ns values are too large to stay exact as float µs (epoch-based Kineto clocks), whole seconds
-are taken off and stated in ``otherData.clock_offset_ns``.
+Times (``ts``) are the source trace's own µs, so the file overlays the original capture opened beside
+it: Kineto's ``ts`` (the Timeline's ns less the file's ``baseTimeNanoseconds``, per rank), nsys's ns
+from the session's start / 1000, a probe trace's ``start_ns`` / 1000 (its ``chrome.rank*.json``).
+``otherData.clock_offsets_ns`` gives, per rank, what was taken off: Timeline ns = ts x 1000 + offset.
 """
 from __future__ import annotations
 
@@ -22,22 +23,29 @@ _CNAME = {"scheduler": "terrible", "prep": "bad", "kernel": "good", "sync": "yel
           "launch": "olive", "unattributed": "grey", "host": "black", "queued": "thread_state_runnable"}
 
 
-#: a float keeps integers up to 2**53 exactly: ns values below it survive ns / 1000 -> µs -> ns
-EXACT_NS = 2 ** 53
+def clock_offsets(timeline: Any) -> dict[int, int]:
+    """Per rank, the ns to take off Timeline times to get back the source's own clock: a Kineto
+    file's ``baseTimeNanoseconds``; 0 for nsys and probe traces (and without a Timeline)."""
+    if timeline is None:
+        return {}
+    meta = timeline.meta
+    if str(getattr(meta.format, "value", meta.format)) != "kineto":
+        return {int(r): 0 for r in meta.ranks}
+    common = int(meta.extra.get("kineto.base_time_ns") or 0)
+    return {int(r): int(meta.extra.get(f"kineto.base_time_ns.rank{r}", common) or 0) for r in meta.ranks}
 
 
-def clock_offset(diag: Any) -> int:
-    """ns taken off every time: 0 when the source clock stays exact, else whole seconds."""
-    starts = [int(t["start_ns"].min()) for t in (diag.bubbles.table, diag.steps.table) if len(t)]
-    lo = min(starts) if starts else 0
-    return 0 if abs(lo) < EXACT_NS else (lo // 1_000_000_000) * 1_000_000_000
-
-
-def perfetto_events(diag: Any, timeline: Any = None, t0: int | None = None) -> list[dict[str, Any]]:
-    """Bubbles and steps (and, with ``timeline``, its device activity) as trace events."""
+def perfetto_events(diag: Any, timeline: Any = None, kernels: bool = True,
+                    offsets: dict[int, int] | None = None) -> list[dict[str, Any]]:
+    """Bubbles and steps (and, with ``timeline`` and ``kernels``, its device activity) as trace
+    events on the source's own clock (``offsets``: per rank, ns taken off; default ``clock_offsets``)."""
     bubbles = diag.bubbles.table
     steps = diag.steps.table
-    t0 = clock_offset(diag) if t0 is None else t0
+    offsets = clock_offsets(timeline) if offsets is None else offsets
+
+    def us(rank: int, ns: int) -> float:
+        return (int(ns) - offsets.get(int(rank), 0)) / 1e3
+
     events: list[dict[str, Any]] = []
     named: set[tuple[int, int]] = set()
     if len(bubbles):
@@ -55,7 +63,7 @@ def perfetto_events(diag: Any, timeline: Any = None, t0: int | None = None) -> l
             args["top_stage"] = clean_text(row.top_stage or "", 200)
             events.append({"ph": "X", "name": f"bubble: {cause}", "cat": "bubble",
                            "cname": _CNAME[cause], "pid": pid, "tid": tid,
-                           "ts": (int(row.start_ns) - t0) / 1e3, "dur": int(row.dur_ns) / 1e3,
+                           "ts": us(pid, row.start_ns), "dur": int(row.dur_ns) / 1e3,
                            "args": args})
     for row in steps.itertuples(index=False) if len(steps) else ():
         pid, tid = int(row.rank), 1
@@ -65,19 +73,19 @@ def perfetto_events(diag: Any, timeline: Any = None, t0: int | None = None) -> l
                            "args": {"name": "engine steps"}})
         label = " ".join(x for x in ("step", str(row.mode or ""), str(row.exec or "")) if x)
         events.append({"ph": "X", "name": label, "cat": "step",
-                       "pid": pid, "tid": tid, "ts": (int(row.start_ns) - t0) / 1e3,
+                       "pid": pid, "tid": tid, "ts": us(pid, row.start_ns),
                        "dur": int(row.wall_ns) / 1e3,
                        "args": {"step": int(row.step), "bs": int(row.bs) if row.bs == row.bs else -1,
                                 "reason": str(row.reason or "")}})
-    if timeline is not None:
-        events += device_events(timeline, t0, named)
+    if timeline is not None and kernels:
+        events += device_events(timeline, us, named)
     for pid in sorted({e["pid"] for e in events}):
         events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
                        "args": {"name": f"srtscope rank {pid}"}})
     return events
 
 
-def device_events(timeline: Any, t0: int, named: set[tuple[int, int]]) -> list[dict[str, Any]]:
+def device_events(timeline: Any, us: Any, named: set[tuple[int, int]]) -> list[dict[str, Any]]:
     """Every device activity (kernel, copy, memset) as a slice on its device's stream track."""
     dev = timeline.device
     out: list[dict[str, Any]] = []
@@ -93,19 +101,24 @@ def device_events(timeline: Any, t0: int, named: set[tuple[int, int]]) -> list[d
             out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                         "args": {"name": f"gpu{int(device)} stream {int(stream)}"}})
         out.append({"ph": "X", "name": clean_text(name, 200), "cat": str(kind), "pid": pid, "tid": tid,
-                    "ts": (int(s) - t0) / 1e3, "dur": (int(e) - int(s)) / 1e3})
+                    "ts": us(int(rank), s), "dur": (int(e) - int(s)) / 1e3})
     return out
 
 
-def perfetto_doc(diag: Any, timeline: Any = None) -> dict[str, Any]:
-    """The whole Chrome-trace document. ``timeline``: also its device activity."""
-    t0 = clock_offset(diag)
-    return {"traceEvents": perfetto_events(diag, timeline, t0), "displayTimeUnit": "ns",
-            "otherData": {"producer": "srtscope diagnose", "clock_offset_ns": t0,
-                          "clock": "the source trace's own (ts + clock_offset_ns / 1000 = source µs)",
+def perfetto_doc(diag: Any, timeline: Any = None, kernels: bool = True) -> dict[str, Any]:
+    """The whole Chrome-trace document. ``timeline``: the source's clock (Kineto's base time) and,
+    with ``kernels``, its device activity."""
+    offsets = clock_offsets(timeline)
+    common = set(offsets.values())
+    return {"traceEvents": perfetto_events(diag, timeline, kernels, offsets), "displayTimeUnit": "ns",
+            "otherData": {"producer": "srtscope diagnose",
+                          "clock_offset_ns": common.pop() if len(common) == 1 else 0,
+                          "clock_offsets_ns": {str(r): o for r, o in sorted(offsets.items())},
+                          "clock": "the source trace's own µs (Timeline ns = ts x 1000 + clock_offsets_ns "
+                                   "of the event's rank, the pid)",
                           "verdict": diag.verdict.bottleneck, "cause": diag.verdict.cause}}
 
 
-def write_perfetto(diag: Any, path: Path, timeline: Any = None) -> Path:
+def write_perfetto(diag: Any, path: Path, timeline: Any = None, kernels: bool = True) -> Path:
     """Write through ``cli.output`` (regular files only, atomic, the user's umask)."""
-    return write_json(Path(path), perfetto_doc(diag, timeline), indent=None)
+    return write_json(Path(path), perfetto_doc(diag, timeline, kernels), indent=None)

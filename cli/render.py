@@ -11,11 +11,15 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from srtscope.analyzers.units import clean_text, clip_text, fmt_ns, fmt_pct
+from srtscope.analyzers.units import clean_text, clip_text, fmt_bytes, fmt_ns, fmt_pct
 
 CLASS_STYLE = {"scheduler": "magenta", "prep": "yellow", "kernel": "cyan", "sync": "blue",
                "launch": "red", "unattributed": "grey50", "comm": "green", "host": "bright_red",
                "queued": "green"}
+#: what each bubble class means, beside its name (the class ``kernel`` is host time, not kernels)
+CLASS_GLOSS = {"scheduler": "host scheduling", "prep": "batch preparation", "kernel": "host in model code",
+               "sync": "host waiting on the device", "launch": "launch calls", "unattributed": "unknown",
+               "host": "other host work", "queued": "waiting on a dependency"}
 _STRIP_CHARS = {"scheduler": "S", "prep": "P", "kernel": "K", "sync": "Y", "launch": "L",
                 "unattributed": ".", "busy": "#", "comm": "C", "host": "H", "queued": "Q", "other": "o"}
 
@@ -25,47 +29,95 @@ def _t(text: object, width: int = 4096, style: str = "") -> Text:
     return Text(clean_text(text, width), style=style)
 
 
-def _table(title: str, *cols: str, justify_right: tuple[int, ...] = ()) -> Table:
+def _table(title: str, *cols: str, justify_right: tuple[int, ...] = (), wrap: tuple[int, ...] = ()) -> Table:
+    """A report table: numbers right-aligned; no cell wraps (a word is never split over two
+    lines) but the columns in ``wrap``, free text that wraps between words."""
     # NOTE: the title is printed as a heading line by ``render_diagnosis`` (a table title would
     # wrap to the table's width); it is kept on the table as ``title_text``.
-    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     t.title_text = title  # type: ignore[attr-defined]
     for i, c in enumerate(cols):
-        t.add_column(c, justify="right" if i in justify_right else "left", overflow="fold")
+        free = i in wrap
+        t.add_column(c, justify="right" if i in justify_right else "left", no_wrap=not free,
+                     overflow="fold" if free else "ellipsis")
     return t
 
 
-def capture_panel(d: dict[str, Any]) -> Panel:
+def capture_line(d: dict[str, Any], width: int = 80) -> Text:
+    """What was read: format, files, ranks, devices, window; wrapped between its parts."""
     cap = d.get("capture", {})
-    lines = Text()
     srcs = cap.get("sources") or []
     fmt, tool = clean_text(cap.get("format", "?"), 40), clean_text(cap.get("tool_version") or "", 80)
-    lines.append(f"format {tool if tool.startswith(fmt) else (fmt + ' ' + tool).strip()}")
-    lines.append(f"  ·  {len(srcs)} file(s)  ·  ranks {clean_text(cap.get('ranks', [0]), 80)}")
+    ranks = cap.get("ranks") or [0]
+    parts = ["capture: " + (tool if tool.startswith(fmt) else (fmt + " " + tool).strip()),
+             f"{len(srcs)} file{'s' if len(srcs) != 1 else ''}",
+             f"rank{'s' if len(ranks) != 1 else ''} {clip_text(', '.join(clean_text(r, 20) for r in ranks), 40)}"]
     devs = cap.get("devices") or []
     if devs:
-        names = sorted({clean_text(x.get("name") or f"device {x.get('id')}", 60) for x in devs})
-        lines.append(f"  ·  devices {len(devs)} ({clip_text(', '.join(names), 60)})")
+        names = sorted({clean_text(x.get("name") or "", 60) for x in devs} - {""})
+        parts.append(f"{len(devs)} device{'s' if len(devs) != 1 else ''}"
+                     + (f" ({clip_text(', '.join(names), 40)})" if names else ""))
     if cap.get("window_ns"):
-        lines.append(f"  ·  window {fmt_ns(cap['window_ns'])}")
-    codes = set()
-    for w in cap.get("warnings") or []:
-        msg = w.get("message", w) if isinstance(w, dict) else str(w)
-        codes.add(w.get("code") if isinstance(w, dict) else "")
-        lines.append("\n")
-        lines.append("! ", style="bold yellow")
-        lines.append(clean_text(msg, 400), style="yellow")
-    # the verdict's own caveats (low NVTX coverage, unattributed time, no steps), not said above
+        parts.append(f"window {fmt_ns(cap['window_ns'])}")
+    lines = [parts[0]]
+    for p in parts[1:]:
+        if len(lines[-1]) + 3 + len(p) <= width:
+            lines[-1] += " · " + p
+        else:
+            lines.append("  " + p)
+    out = Text("\n".join(lines))
+    out.stylize("bold", 0, len("capture:"))
+    return out
+
+
+def caveat_lines(d: dict[str, Any]) -> list[str]:
+    """The capture's warnings and the verdict's own caveats, each once (``code: message``)."""
+    out, codes = [], set()
+    for w in (d.get("capture") or {}).get("warnings") or []:
+        if isinstance(w, dict):
+            codes.add(str(w.get("code")))
+            out.append(f"{w.get('code')}: {w.get('message', '')}")
+        else:
+            out.append(str(w))
     for c in (d.get("verdict") or {}).get("caveats") or []:
-        code = str(c).split(":", 1)[0]
-        if code not in codes:
-            lines.append("\n")
-            lines.append("! ", style="bold yellow")
-            lines.append(clean_text(c, 400), style="yellow")
-    return Panel(lines, title="capture", title_align="left", box=box.ROUNDED)
+        if str(c).split(":", 1)[0] not in codes:
+            out.append(str(c))
+    return [clean_text(x, 400) for x in out]
 
 
-def verdict_panel(d: dict[str, Any]) -> Panel:
+def clip_words(text: str, width: int) -> str:
+    """``text`` in ``width`` characters, cut between words (``…`` where cut)."""
+    if len(text) <= width:
+        return text
+    cut = text[:max(width - 1, 1)]
+    if " " in cut[width // 2:]:
+        cut = cut[:cut.rindex(" ")].rstrip(" ,;:(")
+    return cut + "…"
+
+
+def capture_panel(d: dict[str, Any], width: int = 80, full: bool = True) -> Text:
+    """The capture line and the caveats; the default view gives each caveat one line."""
+    out = capture_line(d, width)
+    for c in caveat_lines(d):
+        out.append("\n! ", style="bold yellow")
+        out.append(c if full else clip_words(c, width - 2), style="yellow")
+    return out
+
+
+#: evidence kinds the default view leaves to its tables (device, bubbles, kernels, what-if) or
+#: folds into the two share lines; ``--full`` prints them all
+_TABLED = ("device_split", "sub_threshold", "comm.exposed", "top_kernel", "steps", "what_if")
+MINOR = 0.05       # evidence of a range/stage under this share of bubble time: --full only
+LEGEND = "lost time = all device waiting · bubble time = idle gaps over {thr}"
+
+
+def _shares(evidence: list[dict], prefix: str, what: str) -> str:
+    items = [e for e in evidence if str(e.get("kind", "")).startswith(prefix)]
+    parts = [clean_text(e.get("text", ""), 80).replace(f" of {what}", "").replace(": ", " ") for e in items]
+    return f"% of {what}: " + " · ".join(parts) if parts else ""
+
+
+def verdict_panel(d: dict[str, Any], full: bool = True) -> Panel:
     v = d.get("verdict", {})
     bott = v.get("bottleneck", "?")
     conf = float(v.get("confidence", 0.0))
@@ -76,45 +128,63 @@ def verdict_panel(d: dict[str, Any]) -> Panel:
         head.append(f" / {v['cause']}", style="bold")
     head.append(f"   confidence {conf:.0%}\n")
     head.append(clean_text(v.get("summary", ""), 600))
-    for ev in v.get("evidence") or []:
+    evidence = [e if isinstance(e, dict) else {"kind": "", "text": e} for e in v.get("evidence") or []]
+    idle = int((d.get("bubbles") or {}).get("total_ns") or 0)
+
+    def minor(e: dict) -> bool:     # a range or stage holding under MINOR of the bubble time
+        k = str(e.get("kind"))
+        return (k == "user_range" or k.startswith("stage.")) and e.get("unit") == "ns" and \
+            float(e.get("value") or 0) < MINOR * idle
+
+    shown = [e for e in evidence if full or not (str(e.get("kind")).startswith(("cause.", "class."))
+                                                 or e.get("kind") in _TABLED or minor(e))]
+    for ev in shown:
         head.append("\n  • ")
-        head.append(clean_text(ev if isinstance(ev, str) else ev.get("text", ev), 400))
-    for i, a in enumerate(v.get("advice") or []):
-        head.append("\n" if i else "\n\nWhat to do next:\n", style="bold")
+        head.append(clean_text(ev.get("text", ""), 400))
+    if not full:
+        for line in (_shares(evidence, "cause.", "lost time"), _shares(evidence, "class.", "bubble time")):
+            if line:
+                head.append("\n  • ")
+                head.append(line)
+    advice = v.get("advice") or []
+    for i, a in enumerate(advice if full else advice[:1]):
+        head.append("\n" if i else "\nWhat to do next:\n", style="bold")
         head.append(f"  → [{clean_text(a.get('cause'), 40)}] ", style="bold")
         head.append(clean_text(a.get("text", ""), 600))
+    if not full and len(advice) > 1:
+        head.append("\n  → also: " + ", ".join(clean_text(a.get("cause"), 40) for a in advice[1:])
+                    + " (advice in --full)", style="dim")
+    if any(str(e.get("kind")).startswith(("cause.", "class.")) for e in evidence):
+        head.append("\n")
+        head.append(LEGEND.format(thr=fmt_ns((d.get("bubbles") or {}).get("threshold_ns") or 0)), style="dim")
     return Panel(head, title="verdict", title_align="left", box=box.HEAVY)
 
 
-def device_table(d: dict[str, Any]) -> Table | None:
-    """What device busy time was: kernels, collectives, copies by direction, memsets."""
+def device_table(d: dict[str, Any], full: bool = True) -> Table | None:
+    """What device busy time was: kernels, collectives, copies by direction, memsets; the default
+    view leaves out parts under 0.1% of it."""
     dv = d.get("device") or {}
     busy = int(dv.get("busy_ns") or 0)
     if not busy:
         return None
     t = _table(f"device busy time: {fmt_ns(busy)}", "part", "time", "share of busy", "bytes", "GB/s",
                justify_right=(1, 2, 3, 4))
-    t.add_row("kernels (compute)", fmt_ns(dv.get("kernel_ns")), fmt_pct(int(dv.get("kernel_ns") or 0), busy), "", "")
+
+    def row(label: str | Text, ns: Any, *rest: str) -> None:
+        if full or int(ns or 0) * 1000 >= busy:        # parts under 0.1% of busy: --full only
+            t.add_row(label, fmt_ns(ns), fmt_pct(int(ns or 0), busy), *rest)
+
+    row("kernel execution", dv.get("kernel_ns"), "", "")
     if dv.get("comm_ns"):
-        t.add_row("collectives", fmt_ns(dv.get("comm_ns")), fmt_pct(int(dv["comm_ns"]), busy), "", "")
+        row("collectives", dv["comm_ns"], "", "")
     for kind, c in (dv.get("memcpy") or {}).items():
-        nb = int(c.get("bytes", -1))
-        t.add_row(_t(f"memcpy {kind}" + (" (pageable)" if c.get("pageable_ns") else ""), 40), fmt_ns(c.get("ns")),
-                  fmt_pct(int(c.get("ns") or 0), busy), _bytes(nb) if nb >= 0 else "?",
-                  f"{c['gbps']:.1f}" if c.get("gbps") else "")
+        row(_t(f"memcpy {kind}" + (" (pageable)" if c.get("pageable_ns") else ""), 40), c.get("ns"),
+            fmt_bytes(int(c.get("bytes", -1))), f"{c['gbps']:.1f}" if c.get("gbps") else "")
     if dv.get("memset_ns"):
-        t.add_row("memset", fmt_ns(dv.get("memset_ns")), fmt_pct(int(dv["memset_ns"]), busy), "", "")
+        row("memset", dv["memset_ns"], "", "")
     if dv.get("exposed_memcpy_ns"):
-        t.add_row(Text("  copies with no kernel running", style="dim"), fmt_ns(dv.get("exposed_memcpy_ns")),
-                  fmt_pct(int(dv["exposed_memcpy_ns"]), busy), "", "")
+        row(Text("  copies with no kernel running", style="dim"), dv["exposed_memcpy_ns"], "", "")
     return t
-
-
-def _bytes(n: int) -> str:
-    for unit, f in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= f:
-            return f"{n / f:.1f} {unit}"
-    return f"{n} B"
 
 
 def budget_table(d: dict[str, Any]) -> Table | None:
@@ -135,37 +205,39 @@ def budget_table(d: dict[str, Any]) -> Table | None:
     return t
 
 
-def bubbles_table(d: dict[str, Any]) -> Table:
+def bubbles_table(d: dict[str, Any], full: bool = True) -> Table:
     b = d.get("bubbles", {})
     total = int(b.get("total_ns", 0))
     t = _table(f"bubbles: {b.get('count', 0)} gaps, {fmt_ns(total)} idle, "
                f"{b.get('idle_share', 0) * 100:.1f}% of the whole active window"
                if "idle_share" in b else
                f"bubbles: {b.get('count', 0)} gaps, {fmt_ns(total)} idle",
-               "class", "time", "share", justify_right=(1, 2))
+               "class (host activity)", "time", "% of bubble time", justify_right=(1, 2))
     if not total:
         t.add_row(Text(f"no gap over {fmt_ns(b.get('threshold_ns', 0))}", style="dim"), "", "")
     for cls, ns in sorted((b.get("by_class") or {}).items(), key=lambda kv: -int(kv[1])):
         if int(ns) == 0:
             continue
-        t.add_row(Text(cls, style=CLASS_STYLE.get(cls, "")), fmt_ns(ns), fmt_pct(int(ns), total))
+        label = Text(cls, style=CLASS_STYLE.get(cls, ""))
+        if cls in CLASS_GLOSS:
+            label.append(f" ({CLASS_GLOSS[cls]})", style="dim")
+        t.add_row(label, fmt_ns(ns), fmt_pct(int(ns), total))
     causes = [(c, ns) for c, ns in (b.get("by_cause") or {}).items() if int(ns)]
-    if causes:
+    if causes and full:
         t.add_section()
         for c, ns in sorted(causes, key=lambda kv: -int(kv[1])):
             t.add_row(Text(f"  cause {c}", style="dim"), fmt_ns(ns), fmt_pct(int(ns), total))
     if b.get("sub_threshold_ns"):
-        t.add_section()
         t.add_row(Text(f"  + {b.get('sub_threshold_count', 0)} gaps ≤ threshold (not bubbles)", style="dim"),
                   fmt_ns(b["sub_threshold_ns"]), "")
     by_stage = b.get("by_stage") or {}
-    if by_stage:
+    if by_stage and full:
         t.add_section()
         for stage, ns in sorted(by_stage.items(), key=lambda kv: -int(kv[1]))[:6]:
             if int(ns):
                 t.add_row(_t(f"  {stage}", 60, "dim"), fmt_ns(ns), fmt_pct(int(ns), total))
     user = [(n, ns) for n, ns in (b.get("by_user_range") or {}).items() if int(ns)][:4]
-    if user:   # where the unattributed time went: the trace's own ranges, which name no stage
+    if user and full:   # where the unattributed time went: the trace's own ranges, which name no stage
         t.add_section()
         for name, ns in user:
             t.add_row(_t(f"  unattributed in {clip_text(clean_text(name, 200), 40)}", 60, "dim"), fmt_ns(ns),
@@ -216,26 +288,22 @@ def comm_table(d: dict[str, Any]) -> Table | None:
     return t
 
 
-def kernels_table(d: dict[str, Any], limit: int = 8) -> Table | None:
+def kernels_table(d: dict[str, Any], limit: int = 8, width: int = 80) -> Table | None:
+    """The top kernels; names shortened to the width (``names.short_names``: distinct, function
+    name kept), the full names being in the JSON and the HTML report."""
+    from srtscope.cli.names import short_names
+
     ks = d.get("top_kernels") or []
     if not ks:
         return None
-    t = _table("top kernels (share of kernel time)", "kernel", "calls", "time", "share",
-               justify_right=(1, 2, 3))
-    for k, name in zip(ks[:limit], distinct_clips([clean_text(k.get("name", "?"), 2000) for k in ks[:limit]], 48)):
+    t = _table("top kernels (share of kernel time; full names in --json / --html)", "kernel", "calls",
+               "time", "share", justify_right=(1, 2, 3))
+    calls = max([len(str(k.get("count", ""))) for k in ks[:limit]] + [5])
+    room = min(max(width - calls - 9 - 5 - 6, 16), 120)
+    for k, name in zip(ks[:limit], short_names([clean_text(k.get("name", "?"), 2000) for k in ks[:limit]], room)):
         t.add_row(Text(name), str(k.get("count", "")), fmt_ns(k.get("total_ns")),
                   f"{100 * float(k.get('share') or 0):.0f}%")
     return t
-
-
-def distinct_clips(names: list[str], width: int) -> list[str]:
-    """Each name in ``width`` characters, keeping more of its end until no two clipped names
-    collide (template kernels differ in their last arguments)."""
-    for keep in range(0, width - 1, 4):
-        out = [clip_text(n, width, keep_end=keep) for n in names]
-        if len(set(out)) == len(set(names)):
-            return out
-    return [clip_text(n, width, keep_end=width // 2) for n in names]
 
 
 def step_strip(d: dict[str, Any], width: int = 60) -> Text | None:
@@ -264,71 +332,66 @@ def step_strip(d: dict[str, Any], width: int = 60) -> Text | None:
     return out
 
 
-def what_if_table(d: dict[str, Any], limit: int = 6) -> Table | None:
-    """The predicted mean step time with each cause removed, largest saving first (``what_if``)."""
+#: the what-if table's columns: (header, JSON key, formatter); a new column is one more entry
+WHAT_IF_COLUMNS: tuple[tuple[str, str, Any], ...] = (
+    ("saved/step", "saved_ns", fmt_ns), ("step before", "step_ns_before", fmt_ns),
+    ("after", "step_ns_after", fmt_ns), ("speedup", "speedup", lambda x: f"{float(x or 1):.2f}x"))
+WIDE = 140          # from this width the what-if assumptions fit in a column
+
+
+def what_if_table(d: dict[str, Any], limit: int = 6, width: int = WIDE, full: bool = True) -> Table | None:
+    """The predicted mean step time with each cause removed, largest saving first (``what_if``).
+    Narrower than ``WIDE``: the first assumption of each row becomes a footnote (``footnotes``)."""
     rows = [w for w in d.get("what_if") or [] if int(w.get("saved_ns") or 0) > 0][:limit]
     if not rows:
         return None
-    t = _table("what if: the mean step without each cause (predicted; device work as measured)", "cause",
-               "class", "saved per step", "step before", "step after", "speedup", "assumes",
-               justify_right=(2, 3, 4, 5))
-    for w in rows:
+    wide = width >= WIDE
+    heads = ["cause", "class", *(h for h, _, _ in WHAT_IF_COLUMNS)] + (["assumes"] if wide else [])
+    t = _table("what if: the mean step without each cause (predicted; device work as measured)", *heads,
+               justify_right=tuple(range(2, 2 + len(WHAT_IF_COLUMNS))), wrap=(len(heads) - 1,) if wide else ())
+    notes = []
+    for i, w in enumerate(rows, 1):
         a = w.get("assumptions") or []
-        t.add_row(_t(w.get("cause"), 40, CLASS_STYLE.get(str(w.get("class")), "")), _t(w.get("class"), 20),
-                  fmt_ns(w.get("saved_ns")), fmt_ns(w.get("step_ns_before")), fmt_ns(w.get("step_ns_after")),
-                  f"{float(w.get('speedup') or 1):.2f}x", _t(a[0] if a else "", 120))
+        cause = _t(w.get("cause"), 40, CLASS_STYLE.get(str(w.get("class")), ""))
+        if not wide and a:
+            cause.append(f" [{i}]", style="dim")
+            notes.append(f"[{i}] {clean_text(a[0], 400)}")
+        t.add_row(cause, _t(w.get("class"), 20), *(fmt(w.get(key)) for _, key, fmt in WHAT_IF_COLUMNS),
+                  *([_t(a[0] if a else "", 400)] if wide else []))
+    t.footnotes = [n if full else clip_words(n, width) for n in notes]  # type: ignore[attr-defined]
     return t
 
 
-def render_diagnosis(d: dict[str, Any], console: Console) -> None:
-    console.print(capture_panel(d))
-    console.print(verdict_panel(d))
-    for part in (device_table(d), budget_table(d), what_if_table(d), bubbles_table(d), steps_table(d), comm_table(d),
-                 kernels_table(d), step_strip(d)):
+def steps_line(d: dict[str, Any], width: int = 80) -> Text | None:
+    """One line: how many steps, from where, graph replay or eager."""
+    t = steps_table(d)
+    if t is None:
+        return None
+    head, _, tail = t.title_text.partition(" (")  # type: ignore[attr-defined]
+    return Text(head + (" (" + tail if len(head) + len(tail) + 2 <= width else "\n  (" + tail), style="bold")
+
+
+def render_diagnosis(d: dict[str, Any], console: Console, full: bool = False) -> None:
+    """The terminal report. Default: about one screen — capture, verdict with evidence and advice,
+    the top what-ifs, device time, bubbles by class, top kernels; ``full``: every table."""
+    width = console.width
+    console.print(capture_panel(d, width, full))
+    console.print(verdict_panel(d, full))
+    if full:
+        parts = [device_table(d), budget_table(d), what_if_table(d, 6, width, True), bubbles_table(d, True),
+                 steps_table(d), comm_table(d), kernels_table(d, 10, width), step_strip(d)]
+    else:
+        parts = [what_if_table(d, 3, width, False), device_table(d, False), bubbles_table(d, False),
+                 kernels_table(d, 5, width), steps_line(d, width)]
+    for part in parts:
         if part is None:
             continue
         title = getattr(part, "title_text", None)
         if title:
             console.print(Text(title, style="bold"))
         console.print(part)
-
-
-def render_compare(before: dict[str, Any], after: dict[str, Any], rows: list[dict[str, Any]],
-                   console: Console, regressions: list[str] | None = None,
-                   warnings: tuple[str, ...] | list[str] = ()) -> None:
-    """Side by side: figure, before, after, change. ``rows``: {figure, before, after, delta_pct};
-    ``warnings``: why the captures may not be like for like (``DiagnosisDiff.warnings``)."""
-    vb, va = before.get("verdict", {}), after.get("verdict", {})
-    head = Text()
-    head.append(f"before: {clean_text(vb.get('bottleneck', '?'), 20)}/{clean_text(vb.get('cause', '?'), 30)} "
-                f"({float(vb.get('confidence', 0)):.0%})   ")
-    head.append(f"after: {clean_text(va.get('bottleneck', '?'), 20)}/{clean_text(va.get('cause', '?'), 30)} "
-                f"({float(va.get('confidence', 0)):.0%})")
-    for w in warnings:
-        head.append("\n! ", style="bold yellow")
-        head.append(f"not like for like: {w}", style="yellow")
-    console.print(Panel(head, title="compare", title_align="left", box=box.ROUNDED))
-    t = _table("figures", "figure", "before", "after", "change", "", justify_right=(1, 2, 3))
-    console.print(Text("figures", style="bold"))
-    for r in rows:
-        pct = r.get("delta_pct")
-        moved = r.get("before") != r.get("after")
-        word = ("" if not moved or r.get("better") == "neutral" else "worse" if r.get("worse") else "better")
-        style = "" if pct is None or abs(pct) < 1 else ("red" if r.get("worse") else "green")
-        t.add_row(str(r.get("figure")), fmt_figure(r.get("figure"), r.get("before")),
-                  fmt_figure(r.get("figure"), r.get("after")),
-                  Text("new" if pct is None and moved else "-" if pct is None else f"{pct:+.1f}%", style=style),
-                  Text(word, style=style))
-    console.print(t)
-    for msg in regressions or []:
-        console.print(Text(f"regression: {clean_text(msg, 300)}", style="bold red"))
-
-
-def fmt_figure(name: object, value: object) -> str:
-    """A compare figure with its unit: times for ``*_ns``, plain numbers otherwise."""
-    if value is None:
-        return "-"
-    if str(name).endswith("_ns"):
-        return fmt_ns(value)  # type: ignore[arg-type]
-    return f"{value:g}" if isinstance(value, (int, float)) else clean_text(value, 40)
-
+        for note in getattr(part, "footnotes", None) or []:
+            console.print(Text(note, style="dim"))
+    if not full:
+        console.print(Text(clip_words("--full: all evidence, caveats, assumptions; step budget, comm, "
+                                      "per-step strip", width), style="dim"))

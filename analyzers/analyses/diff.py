@@ -1,4 +1,6 @@
-"""Diff of two diagnoses: the same figures side by side, the change in each, and CI regressions."""
+"""Diff of two diagnoses: the same figures side by side, the change in each, and CI regressions;
+each figure's human name and its impact (time per step it moved); kernels and ranges per step;
+and a one-line summary of what got better or worse and why."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,6 +36,25 @@ FIGURES: tuple[tuple[str, tuple[str, ...], Better], ...] = (
 )
 
 
+#: figure -> (human name, unit): ``ns`` totals over the capture, ``ns/step`` per mean step, ``count``
+LABELS: dict[str, tuple[str, str]] = {
+    "device_busy_ns": ("device busy time", "ns"), "window_ns": ("active window", "ns"),
+    "bubbles.count": ("bubbles", "count"), "bubbles.total_ns": ("idle time in bubbles", "ns"),
+    **{f"bubbles.by_class.{c}_ns": (f"idle while the host was in {c}", "ns") for c in BUBBLE_CLASSES},
+    "bubbles.by_class.kernel_ns": ("idle while the host ran model code", "ns"),
+    "bubbles.by_class.unattributed_ns": ("idle, host activity unknown", "ns"),
+    "steps.count": ("steps", "count"), "steps.graph": ("graph-replay steps", "count"),
+    "steps.eager": ("eager steps", "count"), "eager.extra_ns": ("extra time of eager fallback", "ns"),
+    "comm.total_ns": ("collective time", "ns"), "comm.exposed_ns": ("exposed collective time", "ns"),
+    "comm.skew_ns": ("collective arrival skew", "ns"),
+    "budget.mean_step.wall_ns": ("mean step", "ns/step"),
+    "budget.mean_step.compute_ns": ("device compute per step", "ns/step"),
+    "budget.mean_step.bubbles_ns": ("idle per step", "ns/step"),
+    "bubbles.sub_threshold_ns": ("short gaps under the threshold", "ns"),
+    "device.memcpy_ns": ("copy time", "ns"), "device.exposed_memcpy_ns": ("copies with no kernel running", "ns"),
+}
+
+
 @dataclass(frozen=True)
 class FigureDelta:
     name: str
@@ -64,11 +85,63 @@ class FigureDelta:
         """Moved the wrong way (by any amount)."""
         return self.worse_by(0.0)
 
+    @property
+    def label(self) -> str:
+        return LABELS.get(self.name, (self.name, ""))[0]
+
+    @property
+    def unit(self) -> str:
+        return LABELS.get(self.name, ("", "count" if not self.name.endswith("_ns") else "ns"))[1]
+
+    def per_step_delta(self, steps_before: int, steps_after: int) -> float | None:
+        """The change in ns per step: per-step figures as they are, totals over each side's steps;
+        None for counts (or totals without steps on both sides)."""
+        if self.unit == "ns/step":
+            return float(self.delta)
+        if self.unit != "ns" or not steps_before or not steps_after:
+            return None
+        return self.after / steps_after - self.before / steps_before
+
     def to_json(self) -> dict[str, Any]:
         p = self.pct
-        return {"figure": self.name, "before": self.before, "after": self.after, "delta": self.delta,
-                "delta_pct": None if p is None else round(p, 2), "better": self.better,
-                "worse": self.worse}
+        return {"figure": self.name, "label": self.label, "unit": self.unit, "before": self.before,
+                "after": self.after, "delta": self.delta, "delta_pct": None if p is None else round(p, 2),
+                "better": self.better, "worse": self.worse}
+
+
+@dataclass(frozen=True)
+class NameDelta:
+    """A kernel's or a range's summed time per step, before and after (ns/step; 0 where absent)."""
+    name: str
+    before_ns: float
+    after_ns: float
+    before_count: float
+    after_count: float
+
+    @property
+    def delta_ns(self) -> float:
+        return self.after_ns - self.before_ns
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "before_ns_per_step": round(self.before_ns),
+                "after_ns_per_step": round(self.after_ns), "delta_ns_per_step": round(self.delta_ns),
+                "before_calls_per_step": round(self.before_count, 3),
+                "after_calls_per_step": round(self.after_count, 3)}
+
+
+def name_deltas(before: list[dict], after: list[dict], steps_b: int, steps_a: int) -> tuple[NameDelta, ...]:
+    """Per name in either list (``top_kernels`` / ``top_ranges`` records), its time and calls per
+    step on each side, largest change first. Without steps a side counts as one step."""
+    nb, na = max(steps_b, 1), max(steps_a, 1)
+    b = {str(r.get("name")): r for r in before}
+    a = {str(r.get("name")): r for r in after}
+
+    def val(side: dict[str, dict], name: str, key: str) -> int:
+        return int((side.get(name) or {}).get(key) or 0)
+
+    out = [NameDelta(n, val(b, n, "total_ns") / nb, val(a, n, "total_ns") / na, val(b, n, "count") / nb,
+                     val(a, n, "count") / na) for n in dict.fromkeys([*b, *a])]
+    return tuple(sorted((x for x in out if x.delta_ns), key=lambda x: (-abs(x.delta_ns), x.name)))
 
 
 @dataclass(frozen=True)
@@ -79,6 +152,59 @@ class DiagnosisDiff:
     warnings: tuple[str, ...] = ()       # why the two captures may not be comparable
     before_cause: str = ""
     after_cause: str = ""
+    steps_before: int = 0
+    steps_after: int = 0
+    kernels: tuple[NameDelta, ...] = ()      # per step, largest change first
+    ranges: tuple[NameDelta, ...] = ()       # per step, instance numbers as N
+
+    @property
+    def changed(self) -> bool:
+        """The verdict changed: its class or its cause."""
+        return (self.before_bottleneck, self.before_cause) != (self.after_bottleneck, self.after_cause)
+
+    def by_impact(self) -> list[FigureDelta]:
+        """The figures that moved, largest change in time per step first, then the counts by their
+        change in percent."""
+        moved = [f for f in self.figures if f.before != f.after]
+
+        def key(f: FigureDelta) -> tuple[int, float]:
+            d = f.per_step_delta(self.steps_before, self.steps_after)
+            if d is not None:
+                return (0, -abs(d))
+            return (1, -abs(f.pct) if f.pct is not None else 0.0)
+
+        return sorted(moved, key=key)
+
+    def summary(self) -> str:
+        """One line: the mean step (or idle time) before -> after, the verdict's change, and the
+        largest movers per step (figures, then a kernel or range) with their direction."""
+        from srtscope.analyzers.units import fmt_ns
+
+        def signed(ns: float) -> str:
+            return ("+" if ns > 0 else "-") + fmt_ns(abs(ns))
+
+        step = self.figure("budget.mean_step.wall_ns")
+        head = step if step.before and step.after else self.figure("bubbles.total_ns")
+        word = "unchanged" if head.delta == 0 else ("worse" if head.worse else "better")
+        pct = "" if head.pct is None else f", {head.pct:+.1f}%"
+        out = f"{head.label} {fmt_ns(head.before)} -> {fmt_ns(head.after)} ({word}{pct})"
+        out += (f"; verdict {self.before_bottleneck}/{self.before_cause} -> "
+                f"{self.after_bottleneck}/{self.after_cause}" if self.changed
+                else f"; verdict unchanged ({self.after_bottleneck}/{self.after_cause})")
+        why: list[str] = []
+        for f in self.by_impact():
+            d = f.per_step_delta(self.steps_before, self.steps_after)
+            if f is head or d is None or f.better == "neutral" or f.name in _SUMS:
+                continue
+            if abs(d) * 50 < abs(float(head.delta) or 1) and why:
+                break
+            why.append(f"{f.label} {signed(d)}/step")
+            if len(why) == 2:
+                break
+        for kind, rows in (("kernel", self.kernels), ("range", self.ranges)):
+            if rows:
+                why.append(f"{kind} {_short(rows[0].name)} {signed(rows[0].delta_ns)}/step")
+        return out + (": " + ", ".join(why) if why else "")
 
     def figure(self, name: str) -> FigureDelta:
         for f in self.figures:
@@ -94,9 +220,31 @@ class DiagnosisDiff:
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": {"before": self.before_bottleneck, "after": self.after_bottleneck,
-                            "changed": self.before_bottleneck != self.after_bottleneck,
+                            "changed": self.changed,
+                            "class_changed": self.before_bottleneck != self.after_bottleneck,
+                            "cause_changed": self.before_cause != self.after_cause,
                             "before_cause": self.before_cause, "after_cause": self.after_cause},
-                "figures": [f.to_json() for f in self.figures], "warnings": list(self.warnings)}
+                "summary": self.summary(),
+                "figures": [f.to_json() for f in self.figures],
+                "by_impact": [f.name for f in self.by_impact()],
+                "steps": {"before": self.steps_before, "after": self.steps_after},
+                "kernels": [k.to_json() for k in self.kernels], "ranges": [r.to_json() for r in self.ranges],
+                "warnings": list(self.warnings)}
+
+
+#: sums of other figures: left out of the summary's reasons (their parts say more)
+_SUMS = frozenset({"bubbles.total_ns", "budget.mean_step.bubbles_ns"})
+
+
+def _short(name: str, width: int = 60) -> str:
+    """A kernel or range name for one line: ``void`` and the parameters dropped, template
+    arguments as ``<…>``, at most ``width`` characters."""
+    n = name[5:] if name.startswith("void ") else name
+    head, sep, _ = n.partition("<")
+    n = head + ("<…>" if sep else "")
+    if not sep and n.endswith(")") and "(" in n:
+        n = n[:n.index("(")]
+    return n if len(n) <= width else n[:width - 1] + "…"
 
 
 def _get(doc: dict[str, Any], path: tuple[str, ...]) -> float | int:
@@ -110,8 +258,11 @@ def compare(before: Diagnosis, after: Diagnosis) -> DiagnosisDiff:
     """The figures of ``FIGURES`` for both diagnoses, side by side."""
     b, a = before.to_json(), after.to_json()
     figs = tuple(FigureDelta(name, _get(b, path), _get(a, path), better) for name, path, better in FIGURES)
+    sb, sa = int(_get(b, ("steps", "count"))), int(_get(a, ("steps", "count")))
     return DiagnosisDiff(b["verdict"]["bottleneck"], a["verdict"]["bottleneck"], figs, comparability(b, a),
-                         str(b["verdict"].get("cause", "")), str(a["verdict"].get("cause", "")))
+                         str(b["verdict"].get("cause", "")), str(a["verdict"].get("cause", "")), sb, sa,
+                         name_deltas(b.get("top_kernels") or [], a.get("top_kernels") or [], sb, sa),
+                         name_deltas(b.get("top_ranges") or [], a.get("top_ranges") or [], sb, sa))
 
 
 def comparability(b: dict[str, Any], a: dict[str, Any]) -> tuple[str, ...]:

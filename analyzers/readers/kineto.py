@@ -250,6 +250,8 @@ def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Col
         "kineto.schema_version": schema, "kineto.legacy_2021": legacy,
         "kineto.events": n_events, "kineto.categories": dict(cats),
         "kineto.thread_names": thread_names, "kineto.base_time_ns": base_ns,
+        # per rank too: a merge of several ranks' files keeps one ``kineto.base_time_ns`` only
+        f"kineto.base_time_ns.rank{file_rank}": base_ns,
         "kineto.distributed": {k: v for k, v in dist.items() if k != "pg_config"},
         "kineto.graph_launches": int(len(graph_corr)), "kineto.graph_kernels": graph_kernels,
         "kineto.rocm": "roctracer_version" in header or "hip_runtime_version" in header,

@@ -34,6 +34,7 @@ def test_figures_side_by_side_and_deltas():
     assert "steps.count" not in names                             # neutral figures never regress
     j = back.to_json()
     assert j["verdict"] == {"before": "scheduler", "after": "scheduler", "changed": False,
+                            "class_changed": False, "cause_changed": False,
                             "before_cause": "sched_cpu", "after_cause": "sched_cpu"}
     assert j["warnings"] == []                  # same capture twice: like for like
     assert any(x["figure"] == "comm.exposed_ns" for x in j["figures"])
@@ -56,3 +57,69 @@ def test_errors():
         d.figure("nope")
     with pytest.raises(ValueError, match="threshold"):
         d.regressions(-1)
+
+
+def _doc(bottleneck: str, cause: str, wall_ns: int, steps: int, sched_ns: int, kernels: dict[str, int],
+         ranges: dict[str, int] | None = None) -> dict:
+    """A minimal saved diagnosis: a verdict, the step figures, bubbles, kernels and ranges (totals)."""
+    return {"verdict": {"bottleneck": bottleneck, "cause": cause},
+            "budget": {"mean_step": {"wall_ns": wall_ns, "bubbles_ns": sched_ns // steps}},
+            "steps": {"count": steps},
+            "bubbles": {"total_ns": sched_ns, "by_class": {"scheduler": sched_ns}, "count": steps},
+            "top_kernels": [{"name": n, "count": steps, "total_ns": ns} for n, ns in kernels.items()],
+            "top_ranges": [{"name": n, "count": steps, "total_ns": ns} for n, ns in (ranges or {}).items()]}
+
+
+class _Saved:
+    def __init__(self, doc: dict) -> None:
+        self.doc = doc
+
+    def to_json(self) -> dict:
+        return self.doc
+
+
+@pytest.mark.parametrize("b, a, changed, cls, cause", [
+    (("kernel", "compute"), ("kernel", "launch_bound"), True, False, True),     # the cause alone moved
+    (("kernel", "compute"), ("scheduler", "sched_cpu"), True, True, True),
+    (("kernel", "compute"), ("kernel", "compute"), False, False, False),
+])
+def test_verdict_changed_when_class_or_cause_changed(b, a, changed, cls, cause):
+    d = compare(_Saved(_doc(*b, 10_000_000, 10, 0, {})), _Saved(_doc(*a, 10_000_000, 10, 0, {})))
+    v = d.to_json()["verdict"]
+    assert (v["changed"], v["class_changed"], v["cause_changed"]) == (changed, cls, cause)
+
+
+def test_kernels_and_ranges_per_step_and_the_summary():
+    # before: 10 steps of 10 ms; after: 20 steps of 12 ms (a longer capture: totals double)
+    before = _doc("kernel", "compute", 10_000_000, 10, 5_000_000,
+                  {"void gemm<float, 128>(float*)": 50_000_000, "softmax": 10_000_000},
+                  {"layer_N.attn": 30_000_000})
+    after = _doc("kernel", "launch_bound", 12_000_000, 20, 30_000_000,
+                 {"void gemm<float, 128>(float*)": 100_000_000, "softmax": 40_000_000, "new_k": 2_000_000},
+                 {"layer_N.attn": 80_000_000})
+    d = compare(_Saved(before), _Saved(after))
+    k = {x.name: x for x in d.kernels}
+    assert "void gemm<float, 128>(float*)" not in k                  # 5 ms/step on both sides: no change
+    assert k["softmax"].delta_ns == pytest.approx(1_000_000)          # 1 -> 2 ms per step
+    assert k["new_k"].before_ns == 0 and k["new_k"].after_ns == 100_000
+    assert [x.name for x in d.kernels] == ["softmax", "new_k"]        # largest change first
+    assert d.ranges[0].name == "layer_N.attn" and d.ranges[0].delta_ns == pytest.approx(1_000_000)
+    order = d.by_impact()
+    assert order[0].name == "budget.mean_step.wall_ns"                # +2 ms/step
+    per = {f.name: f.per_step_delta(10, 20) for f in order}
+    assert per["bubbles.by_class.scheduler_ns"] == pytest.approx(1_000_000)    # 0.5 -> 1.5 ms per step
+    s = d.summary()
+    assert s.startswith("mean step 10.0 ms -> 12.0 ms (worse, +20.0%); verdict kernel/compute -> "
+                        "kernel/launch_bound: "), s
+    assert "idle while the host was in scheduler +1.00 ms/step" in s
+    assert "kernel softmax +1.00 ms/step" in s and "range layer_N.attn +1.00 ms/step" in s
+    j = d.to_json()
+    assert j["summary"] == s and j["by_impact"][0] == "budget.mean_step.wall_ns"
+    assert j["kernels"][0]["name"] == "softmax" and j["kernels"][0]["delta_ns_per_step"] == 1_000_000
+
+
+def test_range_names_are_normalised_by_instance():
+    from srtscope.analyzers.analyses.range_totals import normalise_instance
+    for raw, norm in (("ProfilerStep#12", "ProfilerStep#N"), ("layer_3.attn", "layer_N.attn"),
+                      ("step 17", "step N"), ("fp16_gemm", "fp16_gemm"), ("sm80 kernel", "sm80 kernel")):
+        assert normalise_instance(raw) == norm

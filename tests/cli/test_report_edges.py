@@ -13,9 +13,12 @@ from rich.console import Console
 
 from srtscope.analyzers.diagnose import diagnose
 from srtscope.analyzers.readers import load_timeline
+from srtscope.cli.compare_report import render_diff
+from srtscope.cli.contract import SavedDiagnosis
 from srtscope.cli.markdown import diagnosis_markdown
+from srtscope.cli.names import short_names
 from srtscope.cli.perfetto import perfetto_events, write_perfetto
-from srtscope.cli.render import distinct_clips, render_compare, render_diagnosis, step_strip
+from srtscope.cli.render import render_diagnosis, step_strip
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 _CACHE: dict[str, tuple] = {}
@@ -30,9 +33,9 @@ def diag(*names: str):
     return d, copy.deepcopy(j)
 
 
-def text_report(j: dict, width: int = 80) -> str:
+def text_report(j: dict, width: int = 80, full: bool = False) -> str:
     buf = io.StringIO()
-    render_diagnosis(j, Console(file=buf, width=width, force_terminal=False, color_system=None))
+    render_diagnosis(j, Console(file=buf, width=width, force_terminal=False, color_system=None), full=full)
     return buf.getvalue()
 
 
@@ -64,8 +67,8 @@ def test_long_metadata_is_clipped_before_layout():
 def test_clipped_kernel_names_stay_distinct():
     names = [f"sm80_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize{t}x128x32_stage{s}_warpsize2x2x1_tensor16x8x16"
              for t, s in ((64, 3), (128, 4), (256, 5))]
-    clipped = distinct_clips(names, 48)
-    assert len(set(clipped)) == 3 and all(len(c) <= 48 and "…" in c for c in clipped)
+    clipped = short_names(names, 48)
+    assert len(set(clipped)) == 3 and all(len(c) <= 48 for c in clipped)
 
 
 def test_strip_counts_every_step_and_explains_its_symbols():
@@ -80,13 +83,13 @@ def test_strip_counts_every_step_and_explains_its_symbols():
 
 def test_budget_and_bubbles_say_what_they_cover():
     _, j = diag("scheduler_bound.sqlite")
-    out = text_report(j, width=200)
+    out = text_report(j, width=200, full=True)
     assert "inside steps only" in out and "of the whole active window" in out
 
 
 def test_no_graph_anywhere_lists_no_eager_reasons():
     _, j = diag("launch_bound_eager.sqlite")
-    out = text_report(j, width=120)
+    out = text_report(j, width=120, full=True)
     assert "no step replayed a CUDA graph" in out and "disabled" not in out
 
 
@@ -118,16 +121,15 @@ def test_perfetto_keeps_the_source_clock_and_names_steps_cleanly(tmp_path):
 def test_compare_says_worse_and_better_in_words_with_units():
     _, a = diag("scheduler_bound.sqlite")
     _, b = diag("healthy.sqlite")
-    from srtscope.analyzers.analyses.diff import FIGURES, FigureDelta, _get
-    rows = [FigureDelta(n, _get(a, p), _get(b, p), bt).to_json() for n, p, bt in FIGURES]
+    from srtscope.analyzers.analyses.diff import compare
+    doc = compare(SavedDiagnosis(a), SavedDiagnosis(b)).to_json()
     buf = io.StringIO()
-    render_compare(a, b, [r for r in rows if r["before"] or r["after"]],
-                   Console(file=buf, width=120, color_system=None))
+    render_diff(doc, Console(file=buf, width=120, color_system=None))
     out = buf.getvalue()
-    assert re.search(r"bubbles\.total_ns .*ms .* better", out)
+    assert re.search(r"idle time in bubbles .*ms .* better", out)
     assert not re.search(r"\d{7,}", out)                     # no raw ns
     b["capture"]["devices"] = [{"id": 0, "name": "NVIDIA A100", "rank": 0}]
-    from srtscope.analyzers.analyses.diff import comparability
     buf = io.StringIO()
-    render_compare(a, b, [], Console(file=buf, width=120, color_system=None), warnings=comparability(a, b))
+    render_diff(compare(SavedDiagnosis(a), SavedDiagnosis(b)).to_json(), Console(file=buf, width=120,
+                                                                                 color_system=None))
     assert "different devices" in buf.getvalue()

@@ -24,7 +24,7 @@ def test_text_report_shows_the_largest_payoff_first():
     top = j["what_if"][0]
     assert top["cause"] == "sched_cpu" and top["speedup"] > 1.5
     buf = io.StringIO()
-    render_diagnosis(j, Console(file=buf, width=160, force_terminal=False, color_system=None))
+    render_diagnosis(j, Console(file=buf, width=160, force_terminal=False, color_system=None), full=True)
     out = buf.getvalue()
     assert "what if: the mean step without each cause" in out
     line = next(x for x in out.splitlines() if x.strip().startswith("sched_cpu ") and "x " in x)
@@ -35,7 +35,7 @@ def test_text_report_shows_the_largest_payoff_first():
 def test_markdown_and_html_carry_the_table():
     j = _json("prep_bound.sqlite")
     md = diagnosis_markdown(j)
-    assert "## What if" in md and "| batch\\_prep |" in md
+    assert "## What if" in md and "| batch\\_prep [1] |" in md
     page = diagnosis_html(j)
     assert "What if: the mean step without each cause" in page and "<td>batch_prep</td>" in page
 
