@@ -1,4 +1,5 @@
-"""``srtscope run``: the reference engine on the embedded default model, probes on, then a diagnosis."""
+"""``srtscope run``: the reference engine (the embedded tiny model or ``--model``'s HF checkpoint),
+probes on, then a diagnosis — printed, in ``--out``, and as ``--html`` / ``--markdown`` files."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from srtscope.cli.errors import fail
+from srtscope.cli.errors import Exit, fail
 from srtscope.cli.output import OutputError, check_output_path, ensure_dir, out_dir_lock, settle_mode, write_json
 from srtscope.probes.stages import Stage
 
@@ -106,6 +107,56 @@ def _engine_line(facts: dict) -> str:
            f"{facts.get('attention_backend')} attention, {g}{tail}"
 
 
+def _model_facts(spec: Any, config: Any) -> dict[str, Any]:
+    """What model ran: the checkpoint folder (None: the embedded one), its type, sizes, dtype and
+    tokenizer."""
+    from srtscope.engine.model.hf_config import hf_model_type
+    from srtscope.engine.runner.tp_worker import resolve_model_config
+
+    mc = resolve_model_config(config)
+    return {"path": spec.model, "type": hf_model_type(mc.qkv_bias, mc.qk_norm)[0], "layers": mc.num_layers,
+            "hidden_size": mc.hidden_size, "heads": mc.num_heads, "kv_heads": mc.num_kv_heads,
+            "head_dim": mc.head_dim, "vocab_size": mc.vocab_size, "dtype": mc.dtype,
+            "tokenizer": "tokenizer.json" if mc.tokenizer_path else "bytes"}
+
+
+def _model_line(m: dict[str, Any]) -> str:
+    what = m.get("path") or "the embedded tiny random model"
+    return (f"model: {what} ({m.get('type')}, {m.get('layers')} layers x {m.get('hidden_size')}, "
+            f"{m.get('heads')}/{m.get('kv_heads')} heads of {m.get('head_dim')}, {m.get('dtype')}, "
+            f"prompts: {'words through its tokenizer.json' if m.get('tokenizer') != 'bytes' else 'byte ids'})")
+
+
+def write_reports(doc: dict[str, Any], title: str, html: Path | None, markdown: Path | None
+                  ) -> tuple[list[Path], list[str]]:
+    """``doc`` (a diagnosis JSON) as ``--html`` / ``--markdown`` files; each is tried whatever
+    happened to the other. Returns the files written and one line per output that was not."""
+    from srtscope.cli.output import write_text
+
+    written: list[Path] = []
+    errors: list[str] = []
+    for opt, path in (("--html", html), ("--markdown", markdown)):
+        if path is None:
+            continue
+        try:
+            if opt == "--html":
+                from srtscope.cli.html import diagnosis_html
+
+                write_text(path, diagnosis_html(doc, title))
+            else:
+                from srtscope.cli.markdown import diagnosis_markdown
+
+                write_text(path, diagnosis_markdown(doc))
+            written.append(path)
+        except OutputError as exc:
+            errors.append(f"{opt} {path}: {exc}")
+        except OSError as exc:
+            errors.append(f"{opt} {path}: cannot write: {exc.strerror or exc}")
+        except Exception as exc:  # noqa: BLE001 - a renderer's failure must not cost the other output
+            errors.append(f"{opt} {path}: not written (internal error: {type(exc).__name__}: {exc})")
+    return written, errors
+
+
 @dataclass(frozen=True)
 class RunOutcome:
     """What one ``run`` produced: the workload report, what the engine ran on, the diagnosis JSON."""
@@ -133,10 +184,14 @@ def _run_and_write(spec: Any, config: Any, work: Any, out: Path, console: Consol
 
     with console.status(f"running {spec.workload} x{spec.requests} on the engine "
                         f"(tp={spec.tp}, overlap={'on' if spec.overlap else 'off'})"):
-        result = run_engine(config, work, out)
+        try:
+            result = run_engine(config, work, out, spec.torch_threads())
+        except ValueError as exc:       # a checkpoint the loader refuses (a tensor's name or shape)
+            where = f"--model {spec.model}: " if spec.model else ""
+            fail(where + str(exc).removeprefix("weights_path: "))
     for p in [*result.probe_traces, *result.chrome_traces]:
         settle_mode(p)                  # the engine's writer creates them 0600
-    facts = result.engine
+    facts = {**result.engine, "model": _model_facts(spec, config)}
     write_json(out / "workload_report.json", {**result.report, "engine": facts}, allow_nan=True)
     diag = run_diagnosis(result.probe_traces, 5.0, None, console, True)
     doc = diag.to_json()
@@ -173,6 +228,17 @@ def register(app: typer.Typer) -> None:
                                       "one run at a time (a lock)."),
         as_json: bool = typer.Option(False, "--json", help="Print the diagnosis JSON only."),
         seed: int = typer.Option(0, "--seed", help="Model and workload seed (0..2^32-1)."),
+        model: Path | None = typer.Option(None, "--model", metavar="PATH",
+                                          help="An HF checkpoint folder (config.json, *.safetensors, "
+                                               "tokenizer.json) of a Llama, Qwen2 or Qwen3 model "
+                                               "instead of the embedded tiny one."),
+        html: Path | None = typer.Option(None, "--html", metavar="FILE",
+                                         help="Also write the diagnosis as a self-contained HTML report."),
+        markdown: Path | None = typer.Option(None, "--markdown", metavar="FILE",
+                                             help="Also write the diagnosis as a Markdown report."),
+        cpu_threads: int = typer.Option(0, "--cpu-threads", metavar="N",
+                                        help="torch CPU threads at --tp 1 (0: 1 for the embedded "
+                                             "model, torch's default for --model)."),
     ) -> None:
         """Run the reference engine with probes on, write its traces, and diagnose them.
 
@@ -180,12 +246,19 @@ def register(app: typer.Typer) -> None:
         """
         from srtscope.cli.engine_run import EngineRunSpec
 
+        for target in (html, markdown):
+            if target is not None:
+                try:
+                    check_output_path(target)       # refused before the run, not after
+                except OutputError as exc:
+                    fail(str(exc))
         try:
             spec = EngineRunSpec(workload=workload.value, requests=requests,
                                  max_new_tokens=max_new_tokens, tp=tp, overlap=overlap,
                                  mixed_chunk=mixed_chunk,
                                  inject=parse_inject(list(inject)), device=device.value,
-                                 cuda_graph_max_bs=cuda_graph_max_bs, seed=seed)
+                                 cuda_graph_max_bs=cuda_graph_max_bs, seed=seed,
+                                 model=None if model is None else str(model), cpu_threads=cpu_threads)
             config, work = spec.engine_config(), spec.workload_obj()
         except ValueError as exc:
             fail(str(exc))
@@ -202,14 +275,19 @@ def register(app: typer.Typer) -> None:
                 done = _run_and_write(spec, config, work, out, console)
         except OutputError as exc:
             fail(str(exc))
+        written, errors = write_reports(done.diagnosis, f"srtscope run: {out.name}", html, markdown)
         if as_json:
             sys.stdout.write(json.dumps(done.diagnosis, indent=2) + "\n")
-            return
-        from srtscope.cli.render import render_diagnosis
+        else:
+            from srtscope.cli.render import render_diagnosis
 
-        console.print(_report_table(done.report, f"engine run: {spec.workload}, "
-                                                 f"{spec.requests} requests"))
-        console.print(_engine_line(done.engine), style="dim")
-        render_diagnosis(done.diagnosis, console)
-        console.print(f"traces in {out}/ (probe.rank*.json for srtscope diagnose, "
-                      f"chrome.rank*.json for ui.perfetto.dev)", style="dim")
+            console.print(_report_table(done.report, f"engine run: {spec.workload}, "
+                                                     f"{spec.requests} requests"))
+            console.print(_model_line(done.engine["model"]), style="dim", markup=False)
+            console.print(_engine_line(done.engine), style="dim", markup=False)
+            render_diagnosis(done.diagnosis, console)
+            console.print(f"traces in {out}/ (probe.rank*.json for srtscope diagnose, chrome.rank*.json for "
+                          f"ui.perfetto.dev), report.html{''.join(', ' + str(p) for p in written)}",
+                          style="dim", markup=False)
+        if errors:   # 1 when a renderer failed (ours to fix), 2 when a target could not be written
+            fail("; ".join(errors), Exit.INTERNAL if any("internal error" in e for e in errors) else Exit.BAD_INPUT)

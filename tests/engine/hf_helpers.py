@@ -9,6 +9,7 @@ layers compute.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,14 +55,14 @@ def tiny_hf_checkpoint(path: Path, family: str, dtype: torch.dtype = torch.float
     return path
 
 
-def tiny_tokenizer(path: Path, eos: str = "</s>") -> Path:
-    """A word-level ``tokenizer.json`` (ids 0..len(WORDS)+1: ``<unk>``, ``eos``, then WORDS) and a
-    ``tokenizer_config.json`` naming the EOS token."""
+def tiny_tokenizer(path: Path, words: Sequence[str] = WORDS, eos: str = "</s>") -> Path:
+    """A word-level ``tokenizer.json`` (ids: ``<unk>`` 0, ``eos`` 1, then the distinct ``words``) and
+    a ``tokenizer_config.json`` naming the EOS token."""
     import json
 
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-    vocab = {"<unk>": 0, eos: 1, **{w: i + 2 for i, w in enumerate(WORDS)}}
+    vocab = {"<unk>": 0, eos: 1, **{w: i + 2 for i, w in enumerate(dict.fromkeys(words))}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.decoder = decoders.WordPiece(prefix="##")      # joins words with spaces
