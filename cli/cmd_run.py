@@ -206,28 +206,31 @@ def _run_and_write(spec: Any, config: Any, work: Any, out: Path, console: Consol
 def register(app: typer.Typer) -> None:
     @app.command("run")
     def run_cmd(
-        workload: WorkloadName = typer.Option(WorkloadName.SHARED_PREFIX, "--workload", "-w",
-                                              help="Request pattern to serve."),
-        requests: int = typer.Option(32, "--requests", "-n", min=1, help="Number of requests (at most 100000)."),
-        max_new_tokens: int = typer.Option(16, "--max-new-tokens", min=1,
+        workload: WorkloadName = typer.Option(WorkloadName.SHARED_PREFIX, "--workload", "-w", metavar="NAME",
+                                              show_default=False,
+                                              help="Request pattern to serve: shared-prefix (the default), "
+                                                   "multi-turn, agent-tree or random."),
+        requests: int = typer.Option(32, "--requests", "-n", min=1, metavar="N",
+                                     help="Number of requests (at most 100000)."),
+        max_new_tokens: int = typer.Option(16, "--max-new-tokens", min=1, metavar="N",
                                            help="Output tokens per request (at most 1024)."),
-        tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel ranks (processes, at most 8)."),
+        tp: int = typer.Option(1, "--tp", min=1, metavar="N", help="Tensor-parallel ranks (processes, at most 8)."),
         overlap: bool = typer.Option(False, "--overlap/--no-overlap",
                                      help="Overlap scheduling of step t+1 with the forward of t."),
         mixed_chunk: bool = typer.Option(False, "--mixed-chunk/--no-mixed-chunk",
                                          help="Run decode requests inside prefill chunks."),
-        inject: list[str] = typer.Option([], "--inject",
+        inject: list[str] = typer.Option([], "--inject", metavar="STAGE=US",
                                          help="Fault injection STAGE=US per step (sched, prep, "
                                               "result, straggler=US@RANK; 0..1000000 us). "
                                               "Repeatable."),
         device: DeviceOpt = typer.Option(DeviceOpt.AUTO, "--device", help="auto, cpu or cuda."),
-        cuda_graph_max_bs: int = typer.Option(64, "--cuda-graph-max-bs", min=1,
+        cuda_graph_max_bs: int = typer.Option(64, "--cuda-graph-max-bs", min=1, metavar="N",
                                               help="Largest batch size captured as a CUDA graph (at most 1024)."),
-        out: Path = typer.Option(Path("runs/latest"), "--out", "-o",
+        out: Path = typer.Option(Path("runs/latest"), "--out", "-o", metavar="DIR",
                                  help="Folder for the probe trace(s), Chrome trace and report; "
                                       "one run at a time (a lock)."),
         as_json: bool = typer.Option(False, "--json", help="Print the diagnosis JSON only."),
-        seed: int = typer.Option(0, "--seed", help="Model and workload seed (0..2^32-1)."),
+        seed: int = typer.Option(0, "--seed", metavar="N", help="Model and workload seed (0..2^32-1)."),
         model: Path | None = typer.Option(None, "--model", metavar="PATH",
                                           help="An HF checkpoint folder (config.json, *.safetensors, "
                                                "tokenizer.json) of a Llama, Qwen2 or Qwen3 model "
