@@ -34,12 +34,13 @@ INERT_KEYS = frozenset({
     "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size",
     "bad_words_ids", "num_return_sequences", "output_scores", "return_dict_in_generate",
     "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values",
-    "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens"})
+    "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
+    "is_llama_config", "transformers.js_config"})      # nanotron's marker (SmolLM2); transformers.js' export hints
 
 _SLIDING = frozenset({"sliding_window", "use_sliding_window", "max_window_layers", "layer_types"})
 # keys that change the math, per model type; their values are checked below
 _CHECKED = {
-    "llama": frozenset({"hidden_act", "attention_bias", "mlp_bias", "sliding_window"}),
+    "llama": frozenset({"hidden_act", "attention_bias", "mlp_bias", "sliding_window", "rope_interleaved"}),
     "qwen2": frozenset({"hidden_act"}) | _SLIDING,
     "qwen3": frozenset({"hidden_act", "attention_bias"}) | _SLIDING,
 }
@@ -83,6 +84,8 @@ def check_hf_config(hf: dict[str, Any]) -> dict[str, Any]:
     for key in ("attention_bias", "mlp_bias"):
         if key in checked and hf.get(key):
             raise _refuse(f"{key}=true is not supported ({mtype} without {key.split('_')[0]} biases only)")
+    if hf.get("rope_interleaved"):       # nanotron's flag (SmolLM2 says false): rotary on adjacent pairs
+        raise _refuse("rope_interleaved=true is not supported (rotary on the two halves of each head only)")
     if mtype == "llama" and hf.get("sliding_window") is not None:
         raise _refuse(f"sliding_window={hf['sliding_window']!r} (sliding-window attention, e.g. a Mistral "
                       f"checkpoint) is not supported")

@@ -85,6 +85,7 @@ REFUSED = [   # (config.json edit, the one line's tail)
     (lambda d: d.update(quantization_config={"quant_method": "awq"}), r"key 'quantization_config' is not known"),
     (lambda d: d.update(partial_rotary_factor=0.5), r"key 'partial_rotary_factor'"),
     (lambda d: d.update(use_sliding_window=True), r"key 'use_sliding_window' is not known to the llama"),
+    (lambda d: d.update(rope_interleaved=True), r"rope_interleaved=true is not supported"),
 ]
 
 
@@ -101,7 +102,7 @@ def test_inert_and_off_keys_load(tmp_path):
     _ours(tmp_path, lambda d: d.update(
         attention_dropout=0.0, initializer_range=0.02, use_cache=True, pretraining_tp=1, attention_bias=False,
         mlp_bias=False, sliding_window=None, bos_token_id=1, transformers_version="4.44.0",
-        _name_or_path="x", hidden_act="silu"))
+        _name_or_path="x", hidden_act="silu", is_llama_config=True, rope_interleaved=False))   # as SmolLM2
     assert TpModelWorker(_cfg(tmp_path)).model_config.qkv_bias is False
     _ours(tmp_path, lambda d: d.update(model_type="qwen2", use_sliding_window=False, sliding_window=4096,
                                        max_window_layers=28), ModelConfig(qkv_bias=True))
