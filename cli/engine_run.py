@@ -83,16 +83,22 @@ class EngineRunSpec:
 
         device = cast(Any, self.device)                 # a str; EngineConfig validates it
         mc = self.model_config()
-        context = MAX_CONTEXT
+        resolved, context = mc, MAX_CONTEXT
         if self.model is not None:
             try:
-                context = min(context, model_config_from_hf(self.model, mc).max_position)
+                resolved = model_config_from_hf(self.model, mc)
             except ValueError as exc:
                 raise ValueError(f"--model {self.model}: {str(exc).removeprefix('weights_path: ')}") from None
-        return EngineConfig(model=mc, device=device, context_length=context,
-                            enable_overlap=self.overlap, enable_mixed_chunk=self.mixed_chunk,
-                            cuda_graph_max_bs=self.cuda_graph_max_bs,
-                            tp_size=self.tp, seed=self.seed, inject=FaultInjection(**self.inject))
+            context = min(context, resolved.max_position)
+        kw = dict(device=device, context_length=context, enable_overlap=self.overlap,
+                  enable_mixed_chunk=self.mixed_chunk, cuda_graph_max_bs=self.cuda_graph_max_bs,
+                  tp_size=self.tp, seed=self.seed, inject=FaultInjection(**self.inject))
+        if resolved is not mc:        # the checkpoint's sizes against --tp etc., before any rank starts
+            try:
+                EngineConfig(model=resolved, **kw)
+            except ValueError as exc:
+                raise ValueError(f"--model {self.model}: {exc}") from None
+        return EngineConfig(model=mc, **kw)
 
     def workload_obj(self) -> Any:
         from srtscope.engine.workloads import make_workload, text_vocab

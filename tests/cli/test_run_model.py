@@ -110,3 +110,10 @@ def test_run_model_refusals_are_one_line(qwen3, tmp_path):
         assert r.exit_code == 2, (name, r.stdout, r.stderr)
         assert r.stderr.startswith("srtscope: error: " + want.format(p=path)), (name, r.stderr)
         assert r.stderr.count("\n") == 1, name
+
+
+def test_run_model_sizes_checked_against_tp_before_any_rank_starts(qwen3, tmp_path):
+    r = invoke("run", "--model", qwen3, *SMALL, "--tp", "4", "--out", tmp_path / "run")
+    assert r.exit_code == 2
+    assert r.stderr == f"srtscope: error: --model {qwen3}: tp_size: num_kv_heads=2 is not divisible by tp_size=4\n"
+    assert not (tmp_path / "run").exists()
