@@ -114,9 +114,13 @@ def _model_facts(spec: Any, config: Any) -> dict[str, Any]:
     from srtscope.engine.runner.tp_worker import resolve_model_config
 
     mc = resolve_model_config(config)
-    return {"path": spec.model, "type": hf_model_type(mc.qkv_bias, mc.qk_norm)[0], "layers": mc.num_layers,
+    mtype = hf_model_type(mc.qkv_bias, mc.qk_norm)[0]
+    if spec.model is not None:      # as the checkpoint names itself (a mistral loads as a llama)
+        mtype = json.loads((Path(spec.model) / "config.json").read_text()).get("model_type") or mtype
+    return {"path": spec.model, "type": mtype, "layers": mc.num_layers,
             "hidden_size": mc.hidden_size, "heads": mc.num_heads, "kv_heads": mc.num_kv_heads,
-            "head_dim": mc.head_dim, "vocab_size": mc.vocab_size, "dtype": mc.dtype,
+            "head_dim": mc.head_dim, "vocab_size": mc.vocab_size,
+            "dtype": "float32" if mc.dtype == "auto" else mc.dtype,     # "auto" without a checkpoint: float32
             "tokenizer": "tokenizer.json" if mc.tokenizer_path else "bytes"}
 
 
@@ -233,7 +237,7 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", metavar="N", help="Model and workload seed (0..2^32-1)."),
         model: Path | None = typer.Option(None, "--model", metavar="PATH",
                                           help="An HF checkpoint folder (config.json, *.safetensors, "
-                                               "tokenizer.json) of a Llama, Qwen2 or Qwen3 model "
+                                               "tokenizer.json) of a Llama, Mistral, Qwen2 or Qwen3 model "
                                                "instead of the embedded tiny one."),
         html: Path | None = typer.Option(None, "--html", metavar="FILE",
                                          help="Also write the diagnosis as a self-contained HTML report."),

@@ -1,8 +1,8 @@
 """What an HF ``config.json`` may say for the engine to load the checkpoint: the model types
-(``llama``, ``qwen2``, ``qwen3``), the keys each may hold, and the values of those that change the
-math. Anything else is refused with one line naming the key: a key the loader does not know may
-change the model's math (an activation, a sliding window, a bias, a quantisation), so none is ever
-ignored.
+(``llama``, ``mistral`` without a sliding window, ``qwen2``, ``qwen3``), the keys each may hold, and
+the values of those that change the math. Anything else is refused with one line naming the key: a
+key the loader does not know may change the model's math (an activation, a sliding window, a bias, a
+quantisation), so none is ever ignored.
 
 The architecture sizes and rope keys are read by ``weights.model_config_from_hf``; this module
 checks the rest and gives the ``ModelConfig`` fields that tell the model types apart.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
 # read into ModelConfig by weights.model_config_from_hf (sizes, rope, dtype, EOS)
 READ_KEYS = frozenset({
@@ -41,6 +41,7 @@ _SLIDING = frozenset({"sliding_window", "use_sliding_window", "max_window_layers
 # keys that change the math, per model type; their values are checked below
 _CHECKED = {
     "llama": frozenset({"hidden_act", "attention_bias", "mlp_bias", "sliding_window", "rope_interleaved"}),
+    "mistral": frozenset({"hidden_act", "sliding_window"}),       # Llama's math when sliding_window is null
     "qwen2": frozenset({"hidden_act"}) | _SLIDING,
     "qwen3": frozenset({"hidden_act", "attention_bias"}) | _SLIDING,
 }
@@ -86,10 +87,10 @@ def check_hf_config(hf: dict[str, Any]) -> dict[str, Any]:
             raise _refuse(f"{key}=true is not supported ({mtype} without {key.split('_')[0]} biases only)")
     if hf.get("rope_interleaved"):       # nanotron's flag (SmolLM2 says false): rotary on adjacent pairs
         raise _refuse("rope_interleaved=true is not supported (rotary on the two halves of each head only)")
-    if mtype == "llama" and hf.get("sliding_window") is not None:
+    if mtype in ("llama", "mistral") and hf.get("sliding_window") is not None:
         raise _refuse(f"sliding_window={hf['sliding_window']!r} (sliding-window attention, e.g. a Mistral "
                       f"checkpoint) is not supported")
-    if mtype != "llama":
+    if mtype in ("qwen2", "qwen3"):
         n = _sliding_layers(hf)
         if n:
             raise _refuse(f"sliding-window attention (sliding_window={hf.get('sliding_window')!r} in {n} "

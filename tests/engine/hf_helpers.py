@@ -1,4 +1,4 @@
-"""Tiny random HF checkpoints built with transformers (Llama, Qwen2, Qwen3), a tiny word-level
+"""Tiny random HF checkpoints built with transformers (Llama, Mistral, Qwen2, Qwen3), a tiny word-level
 ``tokenizer.json`` beside them, and HF's own greedy tokens to compare the engine's with.
 
 Weights are redrawn after transformers' init (its std 0.02 leaves logits in near-ties that float
@@ -23,6 +23,7 @@ WORDS = ("the a of to and in is it that for on with as was he she they we you at
 
 FAMILIES: dict[str, tuple[str, str]] = {       # family -> (config class, model class)
     "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "mistral": ("MistralConfig", "MistralForCausalLM"),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
 }

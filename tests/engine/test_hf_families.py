@@ -1,7 +1,7 @@
 """HF checkpoints of the families users have — Llama (GQA, tied embeddings, llama3 rope, a free
-head_dim, bf16), Qwen2 (q/k/v biases), Qwen3 (q/k norms, head_dim) — built by transformers and
-served by the engine give HF's greedy tokens, token for token; every config key that changes the
-math and is not computed is refused with one line naming it.
+head_dim, bf16), Mistral without a sliding window, Qwen2 (q/k/v biases), Qwen3 (q/k norms, head_dim)
+— built by transformers and served by the engine give HF's greedy tokens, token for token; every
+config key that changes the math and is not computed is refused with one line naming it.
 """
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ CASES = {
                               dict(tie_word_embeddings=True, rope_parameters=LLAMA3),
                               dict(tie_word_embeddings=True, num_kv_heads=2)),
     "llama-head_dim-bf16": ("llama", torch.bfloat16, dict(head_dim=32), dict(head_dim=32, dtype="bfloat16")),
+    "mistral-no-window-head_dim": ("mistral", torch.float32, dict(head_dim=32, sliding_window=None),
+                                   dict(head_dim=32, qkv_bias=False, qk_norm=False)),
     "qwen2-qkv-bias": ("qwen2", torch.float32, dict(rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
                        dict(qkv_bias=True, rope_theta=1e6)),
     "qwen3-qk-norm-head_dim": ("qwen3", torch.float32, dict(head_dim=32),
@@ -80,7 +82,8 @@ REFUSED = [   # (config.json edit, the one line's tail)
      r"layer_types=.* is not supported"),
     (lambda d: d.update(rope_scaling={"rope_type": "longrope", "factor": 4.0}), r"rope_type 'longrope'"),
     (lambda d: d.update(rope_scaling={"rope_type": "yarn", "factor": 4.0}), r"rope_type 'yarn'"),
-    (lambda d: d.update(model_type="mistral"), r"model_type 'mistral' is not supported \(llama, qwen2, qwen3\)"),
+    (lambda d: d.update(model_type="mistral", sliding_window=4096), r"sliding_window=4096 \(sliding-window"),
+    (lambda d: d.update(model_type="phi3"), r"model_type 'phi3' is not supported \(llama, mistral, qwen2, qwen3\)"),
     (lambda d: d.update(model_type="gemma"), r"model_type 'gemma'"),
     (lambda d: d.update(quantization_config={"quant_method": "awq"}), r"key 'quantization_config' is not known"),
     (lambda d: d.update(partial_rotary_factor=0.5), r"key 'partial_rotary_factor'"),
