@@ -291,6 +291,10 @@ def register(app: typer.Typer) -> None:
             console.print(_report_table(done.report, f"engine run: {spec.workload}, "
                                                      f"{spec.requests} requests"))
             console.print(_model_line(done.engine["model"]), style="dim", markup=False)
+            if done.report.get("sample"):
+                smp = done.report["sample"]
+                console.print(f"sample ({smp['request']}): ...{smp['prompt_end']!r} -> {smp['output']!r}",
+                              style="dim", markup=False)
             console.print(_engine_line(done.engine), style="dim", markup=False)
             render_diagnosis(done.diagnosis, console)
             console.print(f"traces in {out}/ (probe.rank*.json for srtscope diagnose, chrome.rank*.json for "

@@ -177,4 +177,20 @@ def run_engine(config: Any, workload: Any, out: Path, threads: int = 0) -> Engin
         rec.meta["nvml"] = "sampled" if nvml.available else nvml.reason
         engine.check_invariants()
         paths = engine.write_traces(out)
-    return EngineRunResult(wreport.as_dict(), [paths["probe"]], [paths["chrome"]])
+        report = wreport.as_dict()
+        sample = text_sample(engine.tokenizer, workload, wreport.outputs)
+        if sample:
+            report["sample"] = sample
+    return EngineRunResult(report, [paths["probe"]], [paths["chrome"]])
+
+
+def text_sample(tokenizer: Any, workload: Any, outputs: dict[str, list[int]]) -> dict[str, str] | None:
+    """The first request's prompt end (16 tokens) and its output as text, when the model has a real
+    tokenizer (``--model`` with tokenizer.json): the user sees what the checkpoint answered."""
+    if getattr(tokenizer, "kind", "") != "hf" or not workload.items:
+        return None
+    item = workload.items[0]
+    if item.tag not in outputs:
+        return None
+    return {"request": item.tag, "prompt_end": tokenizer.decode(item.prompt_ids[-16:]),
+            "output": tokenizer.decode(outputs[item.tag])}

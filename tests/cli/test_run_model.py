@@ -40,6 +40,9 @@ def test_run_model_serves_the_checkpoint_with_word_prompts(qwen3, tmp_path):
         "path": str(qwen3), "type": "qwen3", "layers": 2, "hidden_size": 64, "heads": 4, "kv_heads": 2,
         "head_dim": 32, "vocab_size": 320, "dtype": "float32", "tokenizer": "tokenizer.json"}
     assert report["num_requests"] == 3 and report["output_tokens"] == 12
+    sample = report["sample"]         # what the checkpoint answered the first request, as text
+    assert sample["request"] == "user0" and isinstance(sample["output"], str)
+    assert sample["prompt_end"].split() and set(sample["prompt_end"].split()) <= set(SAMPLE_TEXT.split())
     # the prompts are the sample text's words through the checkpoint's tokenizer: none is unknown
     from srtscope.engine.tokenizer import HFTokenizer
     from srtscope.engine.workloads import text_vocab
@@ -51,8 +54,9 @@ def test_run_model_serves_the_checkpoint_with_word_prompts(qwen3, tmp_path):
 def test_run_model_prints_what_model_ran(qwen3, tmp_path):
     r = invoke("run", "--model", qwen3, *SMALL, "--out", tmp_path / "run")
     assert r.exit_code == 0, r.stderr
-    assert f"model: {qwen3} (qwen3, 2 layers x 64, 4/2 heads of 32, float32, prompts: words" in \
-        " ".join(r.stdout.split())
+    text = " ".join(r.stdout.split())
+    assert f"model: {qwen3} (qwen3, 2 layers x 64, 4/2 heads of 32, float32, prompts: words" in text
+    assert "sample (user0): ...'" in text
 
 
 def test_run_html_and_markdown_reports(tmp_path):
