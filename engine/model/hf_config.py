@@ -42,8 +42,8 @@ _SLIDING = frozenset({"sliding_window", "use_sliding_window", "max_window_layers
 _CHECKED = {
     "llama": frozenset({"hidden_act", "attention_bias", "mlp_bias", "sliding_window", "rope_interleaved"}),
     "mistral": frozenset({"hidden_act", "sliding_window"}),       # Llama's math when sliding_window is null
-    "qwen2": frozenset({"hidden_act"}) | _SLIDING,
-    "qwen3": frozenset({"hidden_act", "attention_bias"}) | _SLIDING,
+    "qwen2": frozenset({"hidden_act", "use_mrope"}) | _SLIDING,
+    "qwen3": frozenset({"hidden_act", "attention_bias", "use_mrope"}) | _SLIDING,
 }
 _SILU = ("silu", "swish")          # the same function in transformers' ACT2FN
 
@@ -85,6 +85,8 @@ def check_hf_config(hf: dict[str, Any]) -> dict[str, Any]:
     for key in ("attention_bias", "mlp_bias"):
         if key in checked and hf.get(key):
             raise _refuse(f"{key}=true is not supported ({mtype} without {key.split('_')[0]} biases only)")
+    if hf.get("use_mrope"):              # Qwen2.5 text configs say false; true is the VL models' 3-D rope
+        raise _refuse("use_mrope=true (multimodal rope) is not supported")
     if hf.get("rope_interleaved"):       # nanotron's flag (SmolLM2 says false): rotary on adjacent pairs
         raise _refuse("rope_interleaved=true is not supported (rotary on the two halves of each head only)")
     if mtype in ("llama", "mistral") and hf.get("sliding_window") is not None:

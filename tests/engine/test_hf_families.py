@@ -135,3 +135,65 @@ def test_qwen_features_round_trip_and_shard_at_tp1(tmp_path, mc):
         want = a.generate(ids, {"max_new_tokens": 6, "ignore_eos": True})[0].output_ids
     with Engine(_cfg(tmp_path)) as b:
         assert b.generate(ids, {"max_new_tokens": 6, "ignore_eos": True})[0].output_ids == want
+
+
+# config.json of published small checkpoints, as their model cards' files give them
+PUBLISHED = {
+    "Llama-3.2-1B": ({"architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+                      "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
+                      "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 8192,
+                      "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama",
+                      "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+                      "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+                      "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                                       "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+                      "rope_theta": 500000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+                      "transformers_version": "4.45.0.dev0", "use_cache": True, "vocab_size": 128256},
+                     dict(head_size=64)),
+    "SmolLM2-135M": ({"architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+                      "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "silu", "hidden_size": 576,
+                      "initializer_range": 0.041666666666666664, "intermediate_size": 1536,
+                      "is_llama_config": True, "max_position_embeddings": 8192, "model_type": "llama",
+                      "num_attention_heads": 9, "num_hidden_layers": 30, "num_key_value_heads": 3,
+                      "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_interleaved": False, "rope_scaling": None,
+                      "rope_theta": 100000, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+                      "transformers_version": "4.40.1", "use_cache": True, "vocab_size": 49152},
+                     dict(head_size=0)),
+    "Qwen2.5-0.5B": ({"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+                      "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 896, "initializer_range": 0.02,
+                      "intermediate_size": 4864, "max_position_embeddings": 32768, "max_window_layers": 24,
+                      "model_type": "qwen2", "num_attention_heads": 14, "num_hidden_layers": 24,
+                      "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+                      "sliding_window": 32768, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+                      "transformers_version": "4.40.1", "use_cache": True, "use_mrope": False,
+                      "use_sliding_window": False, "vocab_size": 151936},
+                     dict(qkv_bias=True)),
+    "Qwen3-0.6B": ({"architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+                    "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+                    "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+                    "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+                    "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+                    "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None,
+                    "tie_word_embeddings": True, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
+                    "use_cache": True, "use_sliding_window": False, "vocab_size": 151936},
+                   dict(qk_norm=True, head_size=128)),
+}
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED))
+def test_published_small_checkpoints_configs_load(tmp_path, name):
+    """The configs users' checkpoints have pass the key check and give the architecture."""
+    from srtscope.engine.model.weights import model_config_from_hf
+
+    hf, want = PUBLISHED[name]
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    mc = model_config_from_hf(str(tmp_path))
+    assert (mc.hidden_size, mc.num_layers, mc.num_heads, mc.num_kv_heads, mc.vocab_size, mc.dtype) == \
+        (hf["hidden_size"], hf["num_hidden_layers"], hf["num_attention_heads"], hf["num_key_value_heads"],
+         hf["vocab_size"], "bfloat16")
+    for key, value in want.items():
+        assert getattr(mc, key) == value, key
+    hf["use_mrope" if name.startswith("Qwen") else "hidden_act"] = True if name.startswith("Qwen") else "gelu"
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    with pytest.raises(ValueError, match="use_mrope=true" if name.startswith("Qwen") else "hidden_act='gelu'"):
+        model_config_from_hf(str(tmp_path))
