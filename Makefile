@@ -24,8 +24,15 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The demo: the engine on the CPU (its embedded tiny model, 8 requests x 32 new tokens) with a 20 ms
+# busy-wait planted in the scheduler every step. The diagnosis must name it: scheduler / sched_cpu,
+# with a what-if that gives the step time back without it. (A run without a planted delay is healthy
+# but close to the 10%-idle line, so on a loaded machine its verdict can go either way.)
+DEMO_ARGS ?= --requests 8 --max-new-tokens 32 --inject sched=20000
 demo: $(STAMP)
-	$(VENV)/bin/srtscope run --out runs/demo
+	$(VENV)/bin/srtscope run --out runs/demo $(DEMO_ARGS)
+	@echo "The verdict above should read SCHEDULER / sched_cpu (the planted 20 ms). srtscope is in $(VENV)/bin,"
+	@echo "not on your PATH: type $(VENV)/bin/srtscope ..., or 'source $(VENV)/bin/activate' once per shell."
 
 # ruff and mypy as configured in pyproject.toml; mypy checks the package as srtscope.* (see
 # scripts/typecheck.py for why not the folders by path)

@@ -82,6 +82,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,    # plain click help: no markup eaten ([cluster]), words never split, no <bool>
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -112,6 +113,10 @@ def _register() -> None:
 
     for mod in (cmd_run, cmd_capture, cmd_diagnose, cmd_compare, cmd_cache):
         mod.register(app)
+    for info in app.registered_commands:     # the command list shows each one's first line whole
+        doc = (info.callback.__doc__ or "").strip() if info.callback else ""
+        if info.short_help is None and doc:
+            info.short_help = doc.splitlines()[0]
 
 
 _register()

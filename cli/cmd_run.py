@@ -1,4 +1,5 @@
-"""``srtscope run``: the reference engine on the embedded default model, probes on, then a diagnosis."""
+"""``srtscope run``: the reference engine (the embedded tiny model or ``--model``'s HF checkpoint),
+probes on, then a diagnosis — printed, in ``--out``, and as ``--html`` / ``--markdown`` files."""
 from __future__ import annotations
 
 import json
@@ -106,6 +107,30 @@ def _engine_line(facts: dict) -> str:
            f"{facts.get('attention_backend')} attention, {g}{tail}"
 
 
+def _model_facts(spec: Any, config: Any) -> dict[str, Any]:
+    """What model ran: the checkpoint folder (None: the embedded one), its type, sizes, dtype and
+    tokenizer."""
+    from srtscope.engine.model.hf_config import hf_model_type
+    from srtscope.engine.runner.tp_worker import resolve_model_config
+
+    mc = resolve_model_config(config)
+    mtype = hf_model_type(mc.qkv_bias, mc.qk_norm)[0]
+    if spec.model is not None:      # as the checkpoint names itself (a mistral loads as a llama)
+        mtype = json.loads((Path(spec.model) / "config.json").read_text()).get("model_type") or mtype
+    return {"path": spec.model, "type": mtype, "layers": mc.num_layers,
+            "hidden_size": mc.hidden_size, "heads": mc.num_heads, "kv_heads": mc.num_kv_heads,
+            "head_dim": mc.head_dim, "vocab_size": mc.vocab_size,
+            "dtype": "float32" if mc.dtype == "auto" else mc.dtype,     # "auto" without a checkpoint: float32
+            "tokenizer": "tokenizer.json" if mc.tokenizer_path else "bytes"}
+
+
+def _model_line(m: dict[str, Any]) -> str:
+    what = m.get("path") or "the embedded tiny random model"
+    return (f"model: {what} ({m.get('type')}, {m.get('layers')} layers x {m.get('hidden_size')}, "
+            f"{m.get('heads')}/{m.get('kv_heads')} heads of {m.get('head_dim')}, {m.get('dtype')}, "
+            f"prompts: {'words through its tokenizer.json' if m.get('tokenizer') != 'bytes' else 'byte ids'})")
+
+
 @dataclass(frozen=True)
 class RunOutcome:
     """What one ``run`` produced: the workload report, what the engine ran on, the diagnosis JSON."""
@@ -133,10 +158,14 @@ def _run_and_write(spec: Any, config: Any, work: Any, out: Path, console: Consol
 
     with console.status(f"running {spec.workload} x{spec.requests} on the engine "
                         f"(tp={spec.tp}, overlap={'on' if spec.overlap else 'off'})"):
-        result = run_engine(config, work, out)
+        try:
+            result = run_engine(config, work, out, spec.torch_threads())
+        except ValueError as exc:       # a checkpoint the loader refuses (a tensor's name or shape)
+            where = f"--model {spec.model}: " if spec.model else ""
+            fail(where + str(exc).removeprefix("weights_path: "))
     for p in [*result.probe_traces, *result.chrome_traces]:
         settle_mode(p)                  # the engine's writer creates them 0600
-    facts = result.engine
+    facts = {**result.engine, "model": _model_facts(spec, config)}
     write_json(out / "workload_report.json", {**result.report, "engine": facts}, allow_nan=True)
     diag = run_diagnosis(result.probe_traces, 5.0, None, console, True)
     doc = diag.to_json()
@@ -151,28 +180,42 @@ def _run_and_write(spec: Any, config: Any, work: Any, out: Path, console: Consol
 def register(app: typer.Typer) -> None:
     @app.command("run")
     def run_cmd(
-        workload: WorkloadName = typer.Option(WorkloadName.SHARED_PREFIX, "--workload", "-w",
-                                              help="Request pattern to serve."),
-        requests: int = typer.Option(32, "--requests", "-n", min=1, help="Number of requests (at most 100000)."),
-        max_new_tokens: int = typer.Option(16, "--max-new-tokens", min=1,
+        workload: WorkloadName = typer.Option(WorkloadName.SHARED_PREFIX, "--workload", "-w", metavar="NAME",
+                                              show_default=False,
+                                              help="Request pattern to serve: shared-prefix (the default), "
+                                                   "multi-turn, agent-tree or random."),
+        requests: int = typer.Option(32, "--requests", "-n", min=1, metavar="N",
+                                     help="Number of requests (at most 100000)."),
+        max_new_tokens: int = typer.Option(16, "--max-new-tokens", min=1, metavar="N",
                                            help="Output tokens per request (at most 1024)."),
-        tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel ranks (processes, at most 8)."),
+        tp: int = typer.Option(1, "--tp", min=1, metavar="N", help="Tensor-parallel ranks (processes, at most 8)."),
         overlap: bool = typer.Option(False, "--overlap/--no-overlap",
                                      help="Overlap scheduling of step t+1 with the forward of t."),
         mixed_chunk: bool = typer.Option(False, "--mixed-chunk/--no-mixed-chunk",
                                          help="Run decode requests inside prefill chunks."),
-        inject: list[str] = typer.Option([], "--inject",
+        inject: list[str] = typer.Option([], "--inject", metavar="STAGE=US",
                                          help="Fault injection STAGE=US per step (sched, prep, "
                                               "result, straggler=US@RANK; 0..1000000 us). "
                                               "Repeatable."),
         device: DeviceOpt = typer.Option(DeviceOpt.AUTO, "--device", help="auto, cpu or cuda."),
-        cuda_graph_max_bs: int = typer.Option(64, "--cuda-graph-max-bs", min=1,
+        cuda_graph_max_bs: int = typer.Option(64, "--cuda-graph-max-bs", min=1, metavar="N",
                                               help="Largest batch size captured as a CUDA graph (at most 1024)."),
-        out: Path = typer.Option(Path("runs/latest"), "--out", "-o",
+        out: Path = typer.Option(Path("runs/latest"), "--out", "-o", metavar="DIR",
                                  help="Folder for the probe trace(s), Chrome trace and report; "
                                       "one run at a time (a lock)."),
         as_json: bool = typer.Option(False, "--json", help="Print the diagnosis JSON only."),
-        seed: int = typer.Option(0, "--seed", help="Model and workload seed (0..2^32-1)."),
+        seed: int = typer.Option(0, "--seed", metavar="N", help="Model and workload seed (0..2^32-1)."),
+        model: Path | None = typer.Option(None, "--model", metavar="PATH",
+                                          help="An HF checkpoint folder (config.json, *.safetensors, "
+                                               "tokenizer.json) of a Llama, Mistral, Qwen2 or Qwen3 model "
+                                               "instead of the embedded tiny one."),
+        html: Path | None = typer.Option(None, "--html", metavar="FILE",
+                                         help="Also write the diagnosis as a self-contained HTML report."),
+        markdown: Path | None = typer.Option(None, "--markdown", metavar="FILE",
+                                             help="Also write the diagnosis as a Markdown report."),
+        cpu_threads: int = typer.Option(0, "--cpu-threads", metavar="N",
+                                        help="torch CPU threads at --tp 1 (0: 1 for the embedded "
+                                             "model, torch's default for --model)."),
     ) -> None:
         """Run the reference engine with probes on, write its traces, and diagnose them.
 
@@ -180,12 +223,19 @@ def register(app: typer.Typer) -> None:
         """
         from srtscope.cli.engine_run import EngineRunSpec
 
+        for target in (html, markdown):
+            if target is not None:
+                try:
+                    check_output_path(target)       # refused before the run, not after
+                except OutputError as exc:
+                    fail(str(exc))
         try:
             spec = EngineRunSpec(workload=workload.value, requests=requests,
                                  max_new_tokens=max_new_tokens, tp=tp, overlap=overlap,
                                  mixed_chunk=mixed_chunk,
                                  inject=parse_inject(list(inject)), device=device.value,
-                                 cuda_graph_max_bs=cuda_graph_max_bs, seed=seed)
+                                 cuda_graph_max_bs=cuda_graph_max_bs, seed=seed,
+                                 model=None if model is None else str(model), cpu_threads=cpu_threads)
             config, work = spec.engine_config(), spec.workload_obj()
         except ValueError as exc:
             fail(str(exc))
@@ -202,14 +252,26 @@ def register(app: typer.Typer) -> None:
                 done = _run_and_write(spec, config, work, out, console)
         except OutputError as exc:
             fail(str(exc))
+        from srtscope.cli.cmd_diagnose import report_output_errors, write_outputs
+
+        errors = write_outputs(done.diagnosis, None, markdown=markdown, html=html,
+                               title=f"srtscope run: {out.name}")
+        written = [p for p in (html, markdown) if p is not None and str(p) not in " ".join(e for _, e in errors)]
         if as_json:
             sys.stdout.write(json.dumps(done.diagnosis, indent=2) + "\n")
-            return
-        from srtscope.cli.render import render_diagnosis
+        else:
+            from srtscope.cli.render import render_diagnosis
 
-        console.print(_report_table(done.report, f"engine run: {spec.workload}, "
-                                                 f"{spec.requests} requests"))
-        console.print(_engine_line(done.engine), style="dim")
-        render_diagnosis(done.diagnosis, console)
-        console.print(f"traces in {out}/ (probe.rank*.json for srtscope diagnose, "
-                      f"chrome.rank*.json for ui.perfetto.dev)", style="dim")
+            console.print(_report_table(done.report, f"engine run: {spec.workload}, "
+                                                     f"{spec.requests} requests"))
+            console.print(_model_line(done.engine["model"]), style="dim", markup=False)
+            if done.report.get("sample"):
+                smp = done.report["sample"]
+                console.print(f"sample ({smp['request']}): ...{smp['prompt_end']!r} -> {smp['output']!r}",
+                              style="dim", markup=False)
+            console.print(_engine_line(done.engine), style="dim", markup=False)
+            render_diagnosis(done.diagnosis, console)
+            console.print(f"traces in {out}/ (probe.rank*.json for srtscope diagnose, chrome.rank*.json for "
+                          f"ui.perfetto.dev), report.html{''.join(', ' + str(p) for p in written)}",
+                          style="dim", markup=False)
+        report_output_errors(errors)     # one line each; 1 when a renderer failed, 2 when a target could not be written

@@ -53,7 +53,8 @@ DTYPES = ("float32", "float16", "bfloat16")
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """A tiny Llama-style decoder. Defaults are small enough for fast CPU runs."""
+    """A Llama-style decoder (Llama, Qwen2's q/k/v biases, Qwen3's q/k norms and free head size).
+    Defaults are a tiny random model small enough for fast CPU runs."""
 
     vocab_size: int = 320            # >= 259 for the byte tokenizer; divisible by tp sizes 1,2,4,8
     hidden_size: int = 128
@@ -66,6 +67,9 @@ class ModelConfig:
     rope_scaling: RopeScaling | None = None
     rms_norm_eps: float = 1e-6
     tie_word_embeddings: bool = False
+    head_size: int = 0               # per-head size (HF ``head_dim``); 0 = hidden_size // num_heads
+    qkv_bias: bool = False           # biases on q/k/v (Qwen2)
+    qk_norm: bool = False            # RMSNorm over each head of q and k before rotary (Qwen3)
     dtype: str = "auto"              # "auto" (the checkpoint's dtype, float32 if random) | DTYPES
     eos_token_ids: tuple[int, ...] = ()  # the checkpoint's EOS ids; () = the tokenizer's
     seed: int = 0                    # random initialisation seed
@@ -76,7 +80,8 @@ class ModelConfig:
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
                      "num_kv_heads", "max_position"):
             _check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
-        _check(self.hidden_size % self.num_heads == 0, "hidden_size",
+        _check(self.head_size >= 0, "head_size", f"must be >= 0 (0: hidden_size // num_heads), got {self.head_size}")
+        _check(self.head_size > 0 or self.hidden_size % self.num_heads == 0, "hidden_size",
                f"{self.hidden_size} is not divisible by num_heads={self.num_heads}")
         _check(self.num_heads % self.num_kv_heads == 0, "num_kv_heads",
                f"num_heads={self.num_heads} is not divisible by num_kv_heads={self.num_kv_heads}")
@@ -87,7 +92,8 @@ class ModelConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        """Per-head size of q, k and v: ``head_size``, or ``hidden_size // num_heads`` when 0."""
+        return self.head_size or self.hidden_size // self.num_heads
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@ that drives an Engine through one and reports throughput, TTFT, inter-token late
 prefix-cache hit rate.
 
 Prompts are token-id lists over byte ids (0..255), valid for the byte tokenizer and any vocab of
-at least 256. Multi-turn and agent-tree requests depend on earlier outputs: a finished request's
+at least 256 — or, given ``vocab`` (``text_vocab(tokenizer)``: the ids of an English passage through
+a checkpoint's own tokenizer), over those ids, so a real model reads words it knows. Multi-turn and
+agent-tree requests depend on earlier outputs: a finished request's
 ``followups`` build the next prompts from its prompt + output, as a real client would. Follow-ups
 are small frozen dataclasses (module-level, picklable), so these workloads also reach the ranks
 that ``run_tp_workload`` spawns.
@@ -39,7 +41,25 @@ class Workload:
     items: list[WorkItem]
 
 
-def _tokens(rng: random.Random, n: int) -> list[int]:
+# words a prompt is drawn from under a real tokenizer (common English, tokenised once)
+SAMPLE_TEXT = ("the model reads a long system prompt and then each user asks a short question about "
+               "time water people words and the way they find work in the city or at home when it is "
+               "cold or warm one two three many more little first long after before other each about "
+               "how what which where who can could would will make made see know use called said")
+
+
+def text_vocab(tokenizer: Any) -> tuple[int, ...]:
+    """The distinct ids of ``SAMPLE_TEXT`` through ``tokenizer`` (its ``encode``), sorted."""
+    ids = tuple(sorted(set(tokenizer.encode(SAMPLE_TEXT))))
+    if not ids:
+        raise ValueError("tokenizer: encodes the sample text to no tokens")
+    return ids
+
+
+def _tokens(rng: random.Random, n: int, vocab: tuple[int, ...] = ()) -> list[int]:
+    """``n`` random ids: bytes 0..255, or drawn from ``vocab`` when given."""
+    if vocab:
+        return [vocab[rng.randrange(len(vocab))] for _ in range(n)]
     return [rng.randrange(256) for _ in range(n)]
 
 
@@ -48,23 +68,23 @@ def _params(max_new_tokens: int) -> SamplingParams:
 
 
 def shared_prefix(num_requests: int = 64, system_len: int = 256, user_len: tuple[int, int] = (16, 64),
-                  max_new_tokens: int = 32, seed: int = 0) -> Workload:
+                  max_new_tokens: int = 32, seed: int = 0, vocab: tuple[int, ...] = ()) -> Workload:
     """One system prompt shared by many users, each with their own question."""
     rng = random.Random(seed)
-    system = _tokens(rng, system_len)
-    items = [WorkItem(system + _tokens(rng, rng.randint(*user_len)), _params(max_new_tokens),
+    system = _tokens(rng, system_len, vocab)
+    items = [WorkItem(system + _tokens(rng, rng.randint(*user_len), vocab), _params(max_new_tokens),
                       tag=f"user{i}") for i in range(num_requests)]
     return Workload("shared-prefix", items)
 
 
 def multi_turn(num_sessions: int = 8, turns: int = 4, system_len: int = 64,
                user_len: tuple[int, int] = (8, 32), max_new_tokens: int = 16,
-               seed: int = 0) -> Workload:
+               seed: int = 0, vocab: tuple[int, ...] = ()) -> Workload:
     """Chat sessions: turn k+1's prompt is turn k's prompt + reply + a new user message."""
     rng = random.Random(seed)
-    system = _tokens(rng, system_len)
-    first = NextTurn(turn=1, turns=turns, user_len=(user_len[0], user_len[1]), seed=seed)
-    items = [WorkItem(system + _tokens(rng, rng.randint(*user_len)), _params(max_new_tokens),
+    system = _tokens(rng, system_len, vocab)
+    first = NextTurn(turn=1, turns=turns, user_len=(user_len[0], user_len[1]), seed=seed, vocab=tuple(vocab))
+    items = [WorkItem(system + _tokens(rng, rng.randint(*user_len), vocab), _params(max_new_tokens),
                       followups=first, tag=f"s{i}/turn0") for i in range(num_sessions)]
     return Workload("multi-turn", items)
 
@@ -77,26 +97,27 @@ class NextTurn:
     turns: int
     user_len: tuple[int, int]
     seed: int
+    vocab: tuple[int, ...] = ()
 
     def __call__(self, item: WorkItem, output: list[int]) -> list[WorkItem]:
         if self.turn >= self.turns:
             return []
         tag = f"{item.tag.split('/')[0]}/turn{self.turn}"
         r = random.Random(f"{self.seed}/{tag}")     # independent of completion order
-        prompt = item.prompt_ids + output + _tokens(r, r.randint(*self.user_len))
+        prompt = item.prompt_ids + output + _tokens(r, r.randint(*self.user_len), self.vocab)
         nxt = dataclasses.replace(self, turn=self.turn + 1)
         return [WorkItem(prompt, item.params, followups=nxt, tag=tag)]
 
 
 def agent_tree(num_roots: int = 2, depth: int = 3, branching: int = 2, root_len: int = 96,
                step_len: tuple[int, int] = (4, 16), max_new_tokens: int = 16,
-               seed: int = 0) -> Workload:
+               seed: int = 0, vocab: tuple[int, ...] = ()) -> Workload:
     """Tree-of-thought branching: each finished node spawns ``branching`` children whose prompts
     extend the node's prompt + output with a different continuation."""
     rng = random.Random(seed)
     first = Branches(level=1, depth=depth, branching=branching, step_len=(step_len[0], step_len[1]),
-                     seed=seed)
-    items = [WorkItem(_tokens(rng, root_len), _params(max_new_tokens), followups=first,
+                     seed=seed, vocab=tuple(vocab))
+    items = [WorkItem(_tokens(rng, root_len, vocab), _params(max_new_tokens), followups=first,
                       tag=f"root{i}") for i in range(num_roots)]
     return Workload("agent-tree", items)
 
@@ -111,6 +132,7 @@ class Branches:
     branching: int
     step_len: tuple[int, int]
     seed: int
+    vocab: tuple[int, ...] = ()
 
     def __call__(self, item: WorkItem, output: list[int]) -> list[WorkItem]:
         if self.level > self.depth:
@@ -121,21 +143,21 @@ class Branches:
         for b in range(self.branching):
             tag = f"{item.tag}.{b}"
             r = random.Random(f"{self.seed}/{tag}")  # independent of completion order
-            out.append(WorkItem(base + _tokens(r, r.randint(*self.step_len)), item.params,
+            out.append(WorkItem(base + _tokens(r, r.randint(*self.step_len), self.vocab), item.params,
                                 followups=nxt, tag=tag))
         return out
 
 
 def random_lengths(num_requests: int = 64, prompt_len: tuple[int, int] = (4, 256),
                    output_len: tuple[int, int] = (1, 64), rate_per_s: float = 0.0,
-                   seed: int = 0) -> Workload:
+                   seed: int = 0, vocab: tuple[int, ...] = ()) -> Workload:
     """Independent requests of random lengths; Poisson arrivals when ``rate_per_s`` > 0."""
     rng = random.Random(seed)
     t, items = 0.0, []
     for i in range(num_requests):
         if rate_per_s > 0:
             t += rng.expovariate(rate_per_s)
-        items.append(WorkItem(_tokens(rng, rng.randint(*prompt_len)),
+        items.append(WorkItem(_tokens(rng, rng.randint(*prompt_len), vocab),
                               _params(rng.randint(*output_len)), arrival_s=t, tag=f"r{i}"))
     return Workload("random", items)
 

@@ -34,11 +34,11 @@ class RMSNorm(nn.Module):
 
 
 class ColumnParallelLinear(nn.Module):
-    """``y = x W^T`` with W split by output rows; ``output_sizes`` lists merged sub-matrices (e.g.
-    q, k, v) so that each is sharded separately and concatenated per rank."""
+    """``y = x W^T (+ b)`` with W (and b) split by output rows; ``output_sizes`` lists merged
+    sub-matrices (e.g. q, k, v) so that each is sharded separately and concatenated per rank."""
 
     def __init__(self, in_features: int, output_sizes: list[int], tp: TPState,
-                 dtype: torch.dtype, device) -> None:
+                 dtype: torch.dtype, device, bias: bool = False) -> None:
         super().__init__()
         self.tp = tp
         self.in_features = in_features
@@ -47,20 +47,31 @@ class ColumnParallelLinear(nn.Module):
             shard_range(s, tp.rank, tp.size, "output size")
         self.local_sizes = [s // tp.size for s in self.output_sizes]
         self.weight = _param((sum(self.local_sizes), in_features), dtype, device)
+        self.bias = _param((sum(self.local_sizes),), dtype, device) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight)
+        return F.linear(x, self.weight, self.bias)
 
-    def load_full(self, parts: list[torch.Tensor]) -> None:
-        """Load from the full (unsharded) sub-matrices, one per ``output_sizes`` entry."""
+    def _shards(self, parts: list[torch.Tensor], shape_of, names: list[str] | None) -> torch.Tensor:
         shards = []
-        for full, size in zip(parts, self.output_sizes):
-            if tuple(full.shape) != (size, self.in_features):
-                raise ValueError(f"weights: expected shape {(size, self.in_features)}, got "
-                                 f"{tuple(full.shape)}")
+        for i, (full, size) in enumerate(zip(parts, self.output_sizes)):
+            if tuple(full.shape) != shape_of(size):
+                what = f" {names[i]!r}" if names else ""
+                raise ValueError(f"weights:{what} expected shape {shape_of(size)}, got {tuple(full.shape)}")
             a, b = shard_range(size, self.tp.rank, self.tp.size)
             shards.append(full[a:b])
-        self.weight.data.copy_(torch.cat(shards, 0).to(self.weight.dtype))
+        return torch.cat(shards, 0)
+
+    def load_full(self, parts: list[torch.Tensor], biases: list[torch.Tensor] | None = None,
+                  names: list[str] | None = None) -> None:
+        """Load from the full (unsharded) sub-matrices, one per ``output_sizes`` entry (and their
+        biases when the layer has them); ``names`` (the tensors' checkpoint names) go into errors."""
+        self.weight.data.copy_(self._shards(parts, lambda n: (n, self.in_features), names).to(self.weight.dtype))
+        if self.bias is not None:
+            if biases is None:
+                raise ValueError("weights: this layer has biases but none were given")
+            bnames = [n.removesuffix(".weight") + ".bias" for n in names] if names else None
+            self.bias.data.copy_(self._shards(biases, lambda n: (n,), bnames).to(self.bias.dtype))
 
 
 class RowParallelLinear(nn.Module):
@@ -78,9 +89,10 @@ class RowParallelLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.tp.all_reduce(F.linear(x, self.weight))
 
-    def load_full(self, full: torch.Tensor) -> None:
+    def load_full(self, full: torch.Tensor, name: str = "") -> None:
         if tuple(full.shape) != (self.out_features, self.in_features):
-            raise ValueError(f"weights: expected shape {(self.out_features, self.in_features)}, "
+            what = f" {name!r}" if name else ""
+            raise ValueError(f"weights:{what} expected shape {(self.out_features, self.in_features)}, "
                              f"got {tuple(full.shape)}")
         a, b = shard_range(self.in_features, self.tp.rank, self.tp.size)
         self.weight.data.copy_(full[:, a:b].to(self.weight.dtype))

@@ -1,4 +1,6 @@
-"""A tiny Llama-style decoder: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU.
+"""A Llama-style decoder: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU; with Qwen2's
+q/k/v biases (``qkv_bias``) and Qwen3's per-head q/k RMSNorm before rotary (``qk_norm``) and a head
+size free of ``hidden_size / num_heads`` (``head_size``).
 
 Tensor-parallel ready: q/k/v and gate/up are column-parallel (merged per rank), o and down are
 row-parallel with an all-reduce, the embedding and LM head are vocab-parallel. Attention goes
@@ -38,7 +40,9 @@ class LlamaAttention(nn.Module):
         hd = self.head_dim
         self.qkv_proj = ColumnParallelLinear(
             cfg.hidden_size, [cfg.num_heads * hd, cfg.num_kv_heads * hd, cfg.num_kv_heads * hd],
-            tp, dtype, device)
+            tp, dtype, device, bias=cfg.qkv_bias)
+        self.q_norm = RMSNorm(hd, cfg.rms_norm_eps, dtype, device) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(hd, cfg.rms_norm_eps, dtype, device) if cfg.qk_norm else None
         self.o_proj = RowParallelLinear(cfg.num_heads * hd, cfg.hidden_size, tp, dtype, device)
         self.rotary = rotary
         self._split = [self.num_heads * hd, self.num_kv_heads * hd, self.num_kv_heads * hd]
@@ -49,6 +53,8 @@ class LlamaAttention(nn.Module):
         q = q.reshape(t, self.num_heads, self.head_dim)
         k = k.reshape(t, self.num_kv_heads, self.head_dim)
         v = v.reshape(t, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = self.rotary.rotate(cos_sin, q, k)
         o = attn.forward(q, k, v, self.layer_id, fb)
         return self.o_proj(o.reshape(t, self.num_heads * self.head_dim))

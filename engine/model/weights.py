@@ -1,11 +1,13 @@
-"""Weights: deterministic random initialisation, HF-Llama-layout safetensors save/load, TP sharding.
+"""Weights: deterministic random initialisation, HF-layout safetensors save/load, TP sharding.
 
 Both paths go through one full (unsharded) HF-named state dict, so a rank's shard of a random model
 equals the same rank's shard of that model saved and loaded back. Names (HF ``LlamaForCausalLM``):
 ``model.embed_tokens.weight``, ``model.layers.{i}.self_attn.{q,k,v,o}_proj.weight``,
 ``model.layers.{i}.mlp.{gate,up,down}_proj.weight``, ``model.layers.{i}.input_layernorm.weight``,
 ``model.layers.{i}.post_attention_layernorm.weight``, ``model.norm.weight``, ``lm_head.weight``
-(absent when the embeddings are tied). Reading never touches the network.
+(absent when the embeddings are tied); Qwen2 adds ``self_attn.{q,k,v}_proj.bias``, Qwen3
+``self_attn.{q,k}_norm.weight``. Which config.json keys are accepted: ``hf_config``. Reading never
+touches the network.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import os
 import torch
 
 from srtscope.engine.config import DTYPES, ModelConfig, RopeScaling
+from srtscope.engine.model.hf_config import check_hf_config, hf_model_type
 
 # ModelConfig field <- HF config.json key
 _HF_KEYS = {
@@ -46,7 +49,9 @@ _ROPE_KEYS = {"default": {"rope_type", "type", "rope_theta"},
 def hf_config_dict(cfg: ModelConfig, dtype: str | None = None) -> dict:
     """The HF ``config.json`` of ``cfg`` (transformers < 5 layout: top-level ``rope_theta``)."""
     d = {hf: getattr(cfg, ours) for ours, hf in _HF_KEYS.items()}
-    d.update({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+    model_type, arch = hf_model_type(cfg.qkv_bias, cfg.qk_norm)
+    d.update({"architectures": [arch], "model_type": model_type, "hidden_act": "silu",
+              "head_dim": cfg.head_dim,
               "torch_dtype": dtype or (cfg.dtype if cfg.dtype != "auto" else "float32")})
     if cfg.rope_scaling is not None:
         d["rope_scaling"] = dataclasses.asdict(cfg.rope_scaling)
@@ -97,17 +102,20 @@ def _eos_ids(value: object) -> tuple[int, ...]:
 
 
 def model_config_from_hf(path: str, base: ModelConfig | None = None) -> ModelConfig:
-    """``base`` with the architecture fields replaced by the folder's ``config.json``."""
+    """``base`` with the architecture fields replaced by the folder's ``config.json`` (ValueError,
+    one line naming the key, for what the engine does not compute: ``hf_config.check_hf_config``)."""
     base = base or ModelConfig()
     file = os.path.join(path, "config.json")
     if not os.path.isfile(file):
         raise ValueError(f"weights_path: no config.json in {path!r}")
-    with open(file, encoding="utf-8") as f:
-        hf = json.load(f)
-    arch = hf.get("model_type")
-    if arch not in (None, "llama"):
-        raise ValueError(f"weights_path: model_type {arch!r} is not a Llama model")
-    over: dict = {}
+    try:
+        with open(file, encoding="utf-8") as f:
+            hf = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"weights_path: cannot read {file!r}: {exc}") from None
+    if not isinstance(hf, dict):
+        raise ValueError(f"weights_path: {file!r} is not a JSON object")
+    over: dict = check_hf_config(hf)
     for ours, key in _HF_KEYS.items():
         if key in hf and hf[key] is not None and ours != "rope_theta":
             over[ours] = type(getattr(base, ours))(hf[key])
@@ -147,6 +155,12 @@ def random_state_dict(cfg: ModelConfig) -> dict[str, torch.Tensor]:
         sd[p + "self_attn.q_proj.weight"] = lin(cfg.num_heads * hd, h)
         sd[p + "self_attn.k_proj.weight"] = lin(cfg.num_kv_heads * hd, h)
         sd[p + "self_attn.v_proj.weight"] = lin(cfg.num_kv_heads * hd, h)
+        if cfg.qkv_bias:
+            for n, rows in (("q", cfg.num_heads * hd), ("k", cfg.num_kv_heads * hd), ("v", cfg.num_kv_heads * hd)):
+                sd[p + f"self_attn.{n}_proj.bias"] = 0.1 * torch.randn(rows, generator=g)
+        if cfg.qk_norm:
+            sd[p + "self_attn.q_norm.weight"] = 1.0 + 0.1 * torch.randn(hd, generator=g)
+            sd[p + "self_attn.k_norm.weight"] = 1.0 + 0.1 * torch.randn(hd, generator=g)
         sd[p + "self_attn.o_proj.weight"] = lin(h, cfg.num_heads * hd, 0.5)
         sd[p + "mlp.gate_proj.weight"] = lin(i_sz, h)
         sd[p + "mlp.up_proj.weight"] = lin(i_sz, h)
@@ -204,10 +218,17 @@ def load_into(model, sd: dict[str, torch.Tensor]) -> None:
         for i, layer in enumerate(model.layers):
             p = f"model.layers.{i}."
             at = layer.self_attn
-            at.qkv_proj.load_full([take(p + "self_attn.q_proj.weight"),
-                                   take(p + "self_attn.k_proj.weight"),
-                                   take(p + "self_attn.v_proj.weight")])
-            at.o_proj.load_full(take(p + "self_attn.o_proj.weight"))
+            qkv = [p + f"self_attn.{n}_proj.weight" for n in "qkv"]
+            biases = [take(n.removesuffix("weight") + "bias") for n in qkv] if cfg.qkv_bias else None
+            at.qkv_proj.load_full([take(n) for n in qkv], biases, names=qkv)
+            if at.q_norm is not None and at.k_norm is not None:
+                for norm, n in ((at.q_norm, "q_norm"), (at.k_norm, "k_norm")):
+                    w = take(p + f"self_attn.{n}.weight")
+                    if tuple(w.shape) != tuple(norm.weight.shape):
+                        raise ValueError(f"weights: {p}self_attn.{n}.weight: expected shape "
+                                         f"{tuple(norm.weight.shape)}, got {tuple(w.shape)}")
+                    norm.weight.copy_(w)
+            at.o_proj.load_full(take(p + "self_attn.o_proj.weight"), p + "self_attn.o_proj.weight")
             layer.mlp.gate_up_proj.load_full([take(p + "mlp.gate_proj.weight"),
                                               take(p + "mlp.up_proj.weight")])
             layer.mlp.down_proj.load_full(take(p + "mlp.down_proj.weight"))

@@ -239,6 +239,8 @@ def test_run_small_workload_writes_traces_and_diagnoses(tmp_path):
     report = json.loads((out / "workload_report.json").read_text())
     assert report["num_requests"] == 4 and report["output_tokens"] == 16
     # which backend and graph sizes the engine used, for the user to see
+    model = report["engine"].pop("model")                     # what model ran: the embedded one
+    assert model["path"] is None and model["type"] == "llama" and model["tokenizer"] == "bytes"
     assert report["engine"] == {"device": "cpu", "device_name": "cpu", "nvtx": "off",
                                 "attention_backend": "torch_native", "graph_capture_bs": []}
 

@@ -109,3 +109,28 @@ def test_pickled_followup_workload_runs_the_same():
     with engine() as eng:
         got = run_workload(eng, pickle.loads(pickle.dumps(spec)))
     assert got.outputs == want.outputs and got.num_requests == EXPECTED_REQUESTS["agent-tree"]
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_prompts_and_followups_drawn_from_a_given_vocab(name):
+    """``vocab`` (a tokenizer's word ids, ``run --model``): every prompt id, follow-ups' new text
+    included, is one of them; the follow-ups pickle (TP ranks get them)."""
+    vocab = (1000, 1001, 1002, 1003)
+    wl = make_workload(name, vocab=vocab, **SMALL[name])
+    assert all(set(it.prompt_ids) <= set(vocab) for it in wl.items)
+    follow = [it for it in wl.items if it.followups is not None]
+    for it in follow:
+        for nxt in it.followups(it, [7, 8]):
+            assert nxt.prompt_ids[:len(it.prompt_ids) + 2] == it.prompt_ids + [7, 8]
+            assert set(nxt.prompt_ids[len(it.prompt_ids) + 2:]) <= set(vocab)
+        assert pickle.loads(pickle.dumps(it.followups)) == it.followups
+    assert bool(follow) == (name in ("multi-turn", "agent-tree"))
+    plain = make_workload(name, **SMALL[name])          # no vocab: byte ids, as before
+    assert all(0 <= t < 256 for it in plain.items for t in it.prompt_ids)
+
+
+def test_text_vocab_is_the_sample_texts_ids():
+    from srtscope.engine.tokenizer import ByteTokenizer
+    from srtscope.engine.workloads import SAMPLE_TEXT, text_vocab
+
+    assert text_vocab(ByteTokenizer()) == tuple(sorted(set(SAMPLE_TEXT.encode())))

@@ -79,13 +79,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_tp2_over_gloo_matches_tp1(tmp_path):
-    """Each rank loads its shards of a saved checkpoint; logits equal the unsharded model's."""
+@pytest.mark.parametrize("arch", [{}, {"qkv_bias": True}, {"qk_norm": True, "head_size": 48}],
+                         ids=["llama", "qwen2-biases", "qwen3-norms-head_dim"])
+def test_tp2_over_gloo_matches_tp1(tmp_path, arch):
+    """Each rank loads its shards of a saved checkpoint (q/k/v biases sharded with their rows, q/k
+    norms whole on every rank); logits equal the unsharded model's."""
     import torch.multiprocessing as mp
 
-    save_checkpoint(str(tmp_path), ModelConfig(seed=5))
+    save_checkpoint(str(tmp_path), ModelConfig(seed=5, **arch))
     kw = dict(max_total_tokens=512, model=ModelConfig(weights_path=str(tmp_path)))
-    ref_w = TpModelWorker(EngineConfig(device="cpu", max_total_tokens=512, model=ModelConfig(seed=5)))
+    ref_w = TpModelWorker(EngineConfig(device="cpu", max_total_tokens=512, model=ModelConfig(seed=5, **arch)))
     mb = MiniBatcher(8, 2048)
     res = ref_w.forward_batch_generation(mb.extend(PROMPTS))
     ref = [res.logits]
