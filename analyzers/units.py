@@ -16,6 +16,23 @@ def clean_text(text: object, limit: int = 4096) -> str:
     return clip_text(s, limit)
 
 
+#: the longest string a diagnosis document holds (names from traces are cut to it, keeping their end)
+MAX_TEXT_CHARS = 4096
+KEEP_END_CHARS = 64
+
+
+def bound_strings(node: object, limit: int = MAX_TEXT_CHARS) -> object:
+    """``node`` (JSON-like: dicts, lists, scalars) with every string, keys included, at most
+    ``limit`` characters (``clip_text``, keeping the last ``KEEP_END_CHARS``); the rest as is."""
+    if isinstance(node, str):
+        return clip_text(node, limit, KEEP_END_CHARS) if len(node) > limit else node
+    if isinstance(node, dict):
+        return {bound_strings(k, limit): bound_strings(v, limit) for k, v in node.items()}
+    if isinstance(node, list):
+        return [bound_strings(v, limit) for v in node]
+    return node
+
+
 def clip_text(text: str, width: int, keep_end: int = 0) -> str:
     """``text`` in at most ``width`` characters, with ``…`` where it was cut; ``keep_end`` keeps
     that many characters of the end (the part of a kernel name that tells instances apart)."""

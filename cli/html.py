@@ -6,10 +6,10 @@ collectives), never one element per kernel: the file stays small whatever the tr
 """
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from srtscope.analyzers.units import fmt_ns
+from srtscope.cli import escape
 
 # one colour per part; bubble classes share their names with the JSON's by_class keys
 COLOURS = {"kernel_busy": "#3b6fb6", "memcpy_busy": "#e08a2c", "comm_busy": "#3a9d5d",
@@ -23,8 +23,8 @@ W = 1100                  # plot width, px
 
 
 def _e(x: Any) -> str:
-    """Escaped text from a trace: never markup."""
-    return html.escape(str(x), quote=True)
+    """Escaped text from a trace: never markup (``cli.escape.html``)."""
+    return escape.html(x)
 
 
 def _legend(keys: list[str]) -> str:

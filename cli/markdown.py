@@ -3,24 +3,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from srtscope.analyzers.units import clean_text, fmt_ns, fmt_pct
+from srtscope.analyzers.units import fmt_ns, fmt_pct
+from srtscope.cli import escape
 
 
 def _md(text: object, width: int = 400) -> str:
-    """A string from a trace as Markdown text: clean, no table breaks, no code-span breaks."""
-    return clean_text(text, width).replace("|", "\\|").replace("`", "'").replace("*", "\\*").replace("_", "\\_")
+    """A string from a trace as Markdown text (``cli.escape.markdown``)."""
+    return escape.markdown(text, width)
 
 
 def _code(text: object, width: int = 80) -> str:
-    """A name from a trace inside a code span (no escapes needed but the backtick)."""
-    return "`" + clean_text(text, width).replace("`", "'").replace("|", "\\|") + "`"
+    """A name from a trace inside a code span (``cli.escape.markdown_code``)."""
+    return escape.markdown_code(text, width)
 
 
 def diagnosis_markdown(d: dict[str, Any]) -> str:
     v, b, s, c = d.get("verdict", {}), d.get("bubbles", {}), d.get("steps", {}), d.get("comm", {})
     cap = d.get("capture", {})
     out = ["# srtscope diagnosis", "",
-           f"**Bottleneck: {str(v.get('bottleneck', '?')).upper()} / {v.get('cause', '?')}** "
+           f"**Bottleneck: {_md(str(v.get('bottleneck', '?')).upper(), 40)} / {_md(v.get('cause', '?'), 40)}** "
            f"(confidence {float(v.get('confidence', 0)):.0%}) — {_md(v.get('summary', ''), 600)}", ""]
     for ev in v.get("evidence") or []:
         out.append(f"- {_md(ev if isinstance(ev, str) else ev.get('text', ev))}")
@@ -47,8 +48,8 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
         if dv.get("memset_ns"):
             out.append(f"| memset | {fmt_ns(dv['memset_ns'])} | {fmt_pct(int(dv['memset_ns']), busy)} | |")
     out += ["", "## Capture", "",
-            f"- format: {cap.get('format', '?')}; files: {len(cap.get('sources') or [])}; "
-            f"ranks: {cap.get('ranks', [0])}"]
+            f"- format: {_md(cap.get('format', '?'), 40)}; files: {len(cap.get('sources') or [])}; "
+            f"ranks: {_md(cap.get('ranks', [0]), 200)}"]
     codes = set()
     for w in cap.get("warnings") or []:
         codes.add(w.get("code") if isinstance(w, dict) else "")
