@@ -2,7 +2,7 @@
 (``docs/json_contract.md``) before ``compare`` trusts its figures.
 
 Checked: ``version`` is 1; the contract's top-level keys are there with their types; the verdict
-names a known bottleneck with a confidence in 0..1; every value under a key ending in ``_ns`` is
+names a known bottleneck, and a cause of it, with a confidence in 0..1; every value under a key ending in ``_ns`` is
 integer nanoseconds or null (lists and maps of them included); no number anywhere is NaN or
 infinite; every figure ``compare`` reads is a non-negative integer (or null). A violation is a
 ``ContractError`` (ValueError) whose message is one line naming the JSON path.
@@ -65,7 +65,8 @@ class _Bad(Exception):
     """A value the contract refuses; ``where`` collects its JSON path while unwinding."""
 
     def __init__(self, why: str) -> None:
-        self.why, self.where = why, []
+        self.why = why
+        self.where: list[str] = []
 
 
 def _walk(node: Any, under_ns: bool) -> None:
@@ -116,6 +117,17 @@ def check(doc: Any) -> dict[str, Any]:
     if verdict.get("bottleneck") not in BOTTLENECKS:
         raise ContractError(f"verdict.bottleneck: must be one of {', '.join(BOTTLENECKS)}, "
                             f"got {verdict.get('bottleneck')!r}"[:200])
+    cause = verdict.get("cause")
+    if "cause" in verdict:          # written by every srtscope since it was added; older saves lack it
+        from srtscope.analyzers.vocab import Cause
+
+        try:
+            of = Cause(cause).bottleneck.value if isinstance(cause, str) else None
+        except ValueError:
+            of = None
+        if of != verdict["bottleneck"]:
+            raise ContractError(f"verdict.cause: {cause!r} is not a cause of bottleneck "
+                                f"{verdict['bottleneck']!r}"[:200])
     conf = verdict.get("confidence")
     if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not 0 <= conf <= 1:
         raise ContractError(f"verdict.confidence: must be a number in 0..1, got {conf!r}"[:200])

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from srtscope.analyzers.cache_auth import open_regular
 from srtscope.analyzers.cache_store import (  # noqa: F401 - the store's names, for this module's users
     DEFAULT_MAX_MB,
     DEFAULT_MIN_BYTES,
@@ -51,12 +52,11 @@ from srtscope.analyzers.cache_store import (  # noqa: F401 - the store's names, 
     TraceKey,
     cache_dir,
     cache_enabled_for,
-    new_hash,
     max_bytes,
+    new_hash,
     trace_key,
     warn_once,
 )
-from srtscope.analyzers.cache_auth import open_regular
 from srtscope.analyzers.timeline import (
     SCHEMAS,
     CaptureWarning,

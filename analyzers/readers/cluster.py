@@ -279,16 +279,16 @@ def connect(address: str, timeout_s: float | None = None) -> Iterator[ClusterRea
         starter = threading.Thread(target=make, name="srtscope-cluster-connect", daemon=True)
         starter.start()
         starter.join(2 * t)
-        exc = made.get("error")
+        error = made.get("error")
         if starter.is_alive():
             failed = f"the scheduler did not complete the client's start within {2 * t:g} s"
-        elif isinstance(exc, (ValueError, TypeError)):     # no scheme, an unknown scheme, no port
-            failed = f"cannot connect ({_brief(exc)})"
-        elif isinstance(exc, Exception):                   # OSError, TimeoutError ...
-            failed = f"cannot reach a Dask scheduler within {t:g} s ({_brief(exc)})"
-        elif exc is not None:
-            raise exc
-        client = made.get("client")
+        elif isinstance(error, (ValueError, TypeError)):     # no scheme, an unknown scheme, no port
+            failed = f"cannot connect ({_brief(error)})"
+        elif isinstance(error, Exception):                   # OSError, TimeoutError ...
+            failed = f"cannot reach a Dask scheduler within {t:g} s ({_brief(error)})"
+        elif error is not None:
+            raise error
+        client: Any = made.get("client")
     # NOTE: raised here, not in the handler, and collected now: a half-made client that lives
     # until exit stalls it (its __del__ waits 2x the timeout for a loop that is gone)
     if failed:
