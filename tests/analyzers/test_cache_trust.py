@@ -223,8 +223,8 @@ def test_an_answer_written_with_another_users_key_is_ignored(trace, tmp_path, mo
 def test_swapped_table_files_are_not_read_as_the_other_traces(trace, tmp_path):
     """The audit: ``.arrow`` files swapped between entries, their checksums copied into meta.json,
     were read as the other trace's tables."""
-    from srtscope.analyzers.readers import read_one
     from srtscope.analyzers.readers import cache as C
+    from srtscope.analyzers.readers import read_one
 
     other = tmp_path / "other.sqlite"
     shutil.copyfile(SAMPLES / "healthy.sqlite", other)
