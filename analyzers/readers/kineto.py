@@ -55,6 +55,9 @@ _RANGE_CATS = {"user_annotation": "", "gpu_user_annotation": GPU_DOMAIN}
 _OP_CATS = {"cpu_op", "Operator"}
 _LEGACY_CATS = {"Kernel", "Runtime", "Operator", "Memcpy", "Memset"}
 _FLOW_CATS = {"ac2g", "async"}
+#: elements of traceEvents that are no event (not an object, or without ``ph``) tolerated before
+#: the file is refused: a gzip bomb of ``0,`` ran for hours at ~1 µs per element, a real trace has none
+MAX_NON_EVENTS = 1_000_000
 KNOWN_SCHEMAS = {1}
 
 
@@ -102,7 +105,7 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
     rng = _Cols("start", "dur", "pid", "tid", "name", "domain")
     cats: Counter[str] = Counter()
     thread_names: dict[str, str] = {}
-    n_events = 0
+    n_events = non_events = 0
     stage_ops: dict[str, bool] = {}
     flows: dict[tuple[str, Any, Any, int], int] = {}     # (ph, pid, tid, ts_ns) -> flow id
     unlinked: list[tuple[_Cols, int, tuple]] = []        # rows without args.correlation
@@ -110,7 +113,11 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
         try:
             for ev in iter_trace(fh, header.__setitem__):
                 n_events += 1
-                if not isinstance(ev, dict):
+                if not isinstance(ev, dict) or "ph" not in ev:
+                    non_events += 1
+                    if non_events > MAX_NON_EVENTS:
+                        raise TraceError(path, f"not a Kineto trace: traceEvents holds over {MAX_NON_EVENTS:,} "
+                                               "elements that are not trace events (no object with 'ph')")
                     continue
                 ph = ev.get("ph")
                 if ph != "X":
