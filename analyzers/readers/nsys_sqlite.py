@@ -58,6 +58,19 @@ NVTX_PUSH_RANGE, NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE = 35, 59, 60,
 _COPY_KIND = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
               8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
 _MASK24 = 0xFFFFFF
+#: the longest name (kernel, range, thread) read from an export: a longer one is cut in SQL, keeping
+#: its last ``NAME_END_CHARS``, so that a huge string never reaches Python (a 300 MB kernel name
+#: took 1.9 GB); the diagnosis document shows at most 4096 characters of any name anyway
+MAX_NAME_CHARS = 16384
+NAME_END_CHARS = 64
+
+
+def capped(expr: str) -> str:
+    """SQL for ``expr`` (a text) cut to ``MAX_NAME_CHARS``: its start, ``…`` and its last
+    ``NAME_END_CHARS``; NULL stays NULL."""
+    keep = MAX_NAME_CHARS - NAME_END_CHARS - 1
+    return (f"CASE WHEN length({expr}) > {MAX_NAME_CHARS} THEN substr({expr}, 1, {keep}) || '…' || "
+            f"substr({expr}, -{NAME_END_CHARS}) ELSE {expr} END")
 #: Files up to this size get a full ``PRAGMA quick_check`` before the read (it costs ~4 s per GB,
 #: about a fifth of the read: larger files get it only when what was read looks inconsistent).
 QUICK_CHECK_ALWAYS_BYTES = 16 << 20
@@ -127,7 +140,7 @@ class _Reader:
         out: dict[int, str] = {}
         for i in range(0, len(want), 900):
             part = want[i:i + 900]
-            q = f"SELECT id, value FROM StringIds WHERE id IN ({','.join('?' * len(part))})"
+            q = f"SELECT id, {capped('value')} FROM StringIds WHERE id IN ({','.join('?' * len(part))})"
             out.update(self.con.execute(q, part))
         return out
 
@@ -248,8 +261,9 @@ class _Reader:
             t, ["start", "end", "eventType", "COALESCE(globalTid,0)", dom_sql],
             where.replace("WHERE ", "").replace("n.", ""))
         has_tid = "textId" in cols
-        label_sql = ("COALESCE(n.text, s.value, '') FROM NVTX_EVENTS n LEFT JOIN StringIds s "
-                     "ON s.id = n.textId" if has_tid else "COALESCE(n.text, '') FROM NVTX_EVENTS n")
+        label = capped("COALESCE(n.text, s.value, '')" if has_tid else "COALESCE(n.text, '')")
+        label_sql = (f"{label} FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId" if has_tid
+                     else f"{label} FROM NVTX_EVENTS n")
         codes, uniq = self._labels(f"SELECT {label_sql} {where} ORDER BY n.rowid", len(s))
         marks = self.count(t, "WHERE end IS NULL AND eventType = 34")
         pid, tid = (gtid >> 24) & _MASK24, gtid & _MASK24
@@ -285,7 +299,7 @@ class _Reader:
         by_pid: dict[tuple[int, int], str] = {}
         by_id: dict[int, str] = {}
         if "textId" in self.columns("NVTX_EVENTS"):
-            q = ("SELECT COALESCE(n.globalTid,0), n.domainId, COALESCE(n.text, s.value) FROM "
+            q = (f"SELECT COALESCE(n.globalTid,0), n.domainId, {capped('COALESCE(n.text, s.value)')} FROM "
                  "NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType = ?")
         else:
             q = "SELECT COALESCE(globalTid,0), domainId, text FROM NVTX_EVENTS WHERE eventType = ?"
@@ -320,7 +334,7 @@ class _Reader:
     def thread_names(self, pids: set[int]) -> dict[str, str]:
         if not self.has("ThreadNames"):
             return {}
-        rows = self.con.execute("SELECT t.globalTid, s.value FROM ThreadNames t "
+        rows = self.con.execute(f"SELECT t.globalTid, {capped('s.value')} FROM ThreadNames t "
                                 "JOIN StringIds s ON s.id = t.nameId").fetchall()
         return {f"{(int(g) >> 24) & _MASK24}:{int(g) & _MASK24}": str(v)
                 for g, v in rows if g is not None and ((int(g) >> 24) & _MASK24) in pids}

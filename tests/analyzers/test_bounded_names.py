@@ -1,0 +1,79 @@
+"""Huge names (issue 26 item 7): a name longer than ``MAX_NAME_CHARS`` is cut inside SQLite, keeping
+its end, so it never reaches Python whole (a 300 MB kernel name took 1.9 GB and was kept whole in
+the cached answer); every string of the diagnosis document is at most 4096 characters."""
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from srtscope.analyzers.readers import read_one
+from srtscope.analyzers.readers.nsys_sqlite import MAX_NAME_CHARS, NAME_END_CHARS
+from srtscope.analyzers.units import MAX_TEXT_CHARS, bound_strings
+from srtscope.cli.app import app
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+HUGE = "k" * (2 << 20) + "_the_end_that_tells_instances_apart"
+
+
+@pytest.fixture
+def trace(tmp_path) -> Path:
+    """kernel_bound.sqlite with its first kernel's name (and an NVTX range's text) 2 MiB long."""
+    p = tmp_path / "huge_name.sqlite"
+    shutil.copyfile(SAMPLES / "kernel_bound.sqlite", p)
+    con = sqlite3.connect(p)
+    sid = con.execute("SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()[0]
+    con.execute("UPDATE StringIds SET value = ? WHERE id = ?", (HUGE, sid))
+    con.execute("UPDATE NVTX_EVENTS SET text = ? WHERE rowid = (SELECT MIN(rowid) FROM NVTX_EVENTS WHERE eventType = 59)",
+                (HUGE,))
+    con.commit()
+    con.close()
+    return p
+
+
+def test_the_reader_cuts_huge_names_keeping_their_end(trace):
+    tl = read_one(trace)
+    longest = {t: max((len(str(n)) for n in getattr(tl, t)["name"].unique()), default=0) for t in ("device", "ranges")}
+    assert longest == {"device": MAX_NAME_CHARS, "ranges": MAX_NAME_CHARS}
+    cut = next(str(n) for n in tl.device["name"].unique() if len(str(n)) == MAX_NAME_CHARS)
+    assert cut.endswith("…" + HUGE[-NAME_END_CHARS:]) and cut.startswith("kkkk")
+
+
+def test_the_document_holds_no_string_over_the_bound(trace, monkeypatch, tmp_path):
+    monkeypatch.setenv("SRTSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("SRTSCOPE_CACHE_MIN_BYTES", "0")
+    r = CliRunner().invoke(app, ["diagnose", "--json", str(trace)])
+    assert r.exit_code == 0, r.output
+    strings: list[str] = []
+
+    def walk(node) -> None:
+        if isinstance(node, str):
+            strings.append(node)
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                walk(k)
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(json.loads(r.stdout))
+    assert max(map(len, strings)) == MAX_TEXT_CHARS
+    assert any(s.endswith("_the_end_that_tells_instances_apart") and len(s) == MAX_TEXT_CHARS for s in strings)
+    (answer,) = (tmp_path / "cache").glob("diagnosis-*")
+    assert (answer / "meta.json").stat().st_size < 2 << 20          # the cached answer is bounded too
+
+
+@pytest.mark.parametrize("node, want", [
+    ("short", "short"),
+    ("x" * 5000, "x" * (MAX_TEXT_CHARS - 65) + "…" + "x" * 64),
+    ({"y" * 5000: ["z" * 4096, 1, None]}, {"y" * (MAX_TEXT_CHARS - 65) + "…" + "y" * 64: ["z" * 4096, 1, None]}),
+    (1.5, 1.5),
+])
+def test_bound_strings(node, want):
+    assert bound_strings(node) == want
