@@ -28,8 +28,8 @@ def trace(tmp_path) -> Path:
     con = sqlite3.connect(p)
     sid = con.execute("SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()[0]
     con.execute("UPDATE StringIds SET value = ? WHERE id = ?", (HUGE, sid))
-    con.execute("UPDATE NVTX_EVENTS SET text = ? WHERE rowid = (SELECT MIN(rowid) FROM NVTX_EVENTS WHERE eventType = 59)",
-                (HUGE,))
+    con.execute("UPDATE NVTX_EVENTS SET text = ? WHERE rowid = "
+                "(SELECT MIN(rowid) FROM NVTX_EVENTS WHERE eventType = 59)", (HUGE,))
     con.commit()
     con.close()
     return p
