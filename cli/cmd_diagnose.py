@@ -156,9 +156,14 @@ def register(app: typer.Typer) -> None:
 
             _write(markdown, lambda: write_text(markdown, diagnosis_markdown(doc)))
         if perfetto is not None:
-            from srtscope.cli.perfetto import write_perfetto
+            from srtscope.cli.perfetto import device_counts, write_perfetto
 
-            _write(perfetto, lambda: write_perfetto(diag, perfetto, kept[0] if perfetto_kernels else None))
+            shown = kept[0] if perfetto_kernels else None
+            _write(perfetto, lambda: write_perfetto(diag, perfetto, shown))
+            written, total = device_counts(shown)
+            if written < total:
+                print(f"srtscope: note: --perfetto-kernels wrote the first {written:,} of {total:,} device "
+                      "activities (the cap; otherData.device_events says so in the file)", file=sys.stderr)
         if as_json:
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             return
