@@ -44,7 +44,7 @@ def _names(paths: list[Path], most: int = 3) -> str:
     return shown + (f" and {len(paths) - most} more" if len(paths) > most else "")
 
 
-def _left_alone(console: Console, root: Path, scan: object) -> None:
+def _left_alone(console: Console, scan: object) -> None:
     """One line each for what srtscope did not make, and for temp folders being written now."""
     foreign, busy = scan.foreign, scan.busy  # type: ignore[attr-defined]
     if foreign:
@@ -84,7 +84,7 @@ def register(app: typer.Typer) -> None:
             extra = f" and {len(reclaimed)} leftover(s) of killed runs" if reclaimed else ""
             console.print(escape.terminal(f"cache {where}: {_entries(len(removed))}{extra} removed "
                                           f"({_size(freed)})"))
-            _left_alone(console, cache.root, scan)
+            _left_alone(console, scan)
             failed = len(scan.entries) - len(removed) + len(scan.leftovers) - len(reclaimed)
             if failed:
                 fail(f"{where}: {_entries(failed)} could not be removed (permissions?)")
@@ -104,4 +104,4 @@ def register(app: typer.Typer) -> None:
                 table.add_row(time.strftime("%Y-%m-%d %H:%M", time.localtime(used)), kind, _size(size),
                               escape.terminal(traces, 400))
             console.print(table)
-        _left_alone(console, cache.root, scan)
+        _left_alone(console, scan)

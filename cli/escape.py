@@ -22,8 +22,11 @@ from srtscope.analyzers.units import clean_text
 
 #: bidirectional embeddings, overrides and isolates: they reorder what a terminal or browser shows
 _BIDI = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
-#: every character Markdown (CommonMark, GFM) may read as syntax, escaped with a backslash
-_MD_PUNCT = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
+#: the characters that make Markdown syntax anywhere in a line (CommonMark, GFM), escaped with a
+#: backslash: without ``[`` and ``]`` no link or image can form (``!`` and ``(`` are then plain), and
+#: ``<``, ``>``, ``&`` become entities (no HTML, no autolink). Line-start syntax (``#``, ``-``,
+#: ``1.``) cannot arise: names are never put at the start of a line.
+_MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
 
 
 def plain(text: object, limit: int = 4096) -> str:

@@ -21,7 +21,7 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
     v, b, s, c = d.get("verdict", {}), d.get("bubbles", {}), d.get("steps", {}), d.get("comm", {})
     cap = d.get("capture", {})
     out = ["# srtscope diagnosis", "",
-           f"**Bottleneck: {_md(str(v.get('bottleneck', '?')).upper(), 40)} / {_md(v.get('cause', '?'), 40)}** "
+           f"**Bottleneck: {str(v.get('bottleneck', '?')).upper()} / {v.get('cause', '?')}** "
            f"(confidence {float(v.get('confidence', 0)):.0%}) — {_md(v.get('summary', ''), 600)}", ""]
     for ev in v.get("evidence") or []:
         out.append(f"- {_md(ev if isinstance(ev, str) else ev.get('text', ev))}")
@@ -48,8 +48,8 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
         if dv.get("memset_ns"):
             out.append(f"| memset | {fmt_ns(dv['memset_ns'])} | {fmt_pct(int(dv['memset_ns']), busy)} | |")
     out += ["", "## Capture", "",
-            f"- format: {_md(cap.get('format', '?'), 40)}; files: {len(cap.get('sources') or [])}; "
-            f"ranks: {_md(cap.get('ranks', [0]), 200)}"]
+            f"- format: {cap.get('format', '?')}; files: {len(cap.get('sources') or [])}; "
+            f"ranks: {cap.get('ranks', [0])}"]
     codes = set()
     for w in cap.get("warnings") or []:
         codes.add(w.get("code") if isinstance(w, dict) else "")

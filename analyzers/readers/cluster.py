@@ -98,7 +98,9 @@ def read_task(path: str, rank: int, allow_no_kernels: bool, cache: bool, version
             mode = os.fstat(fd).st_mode
         finally:
             os.close(fd)
-        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(path)
+        if not stat.S_ISREG(mode):
             raise TraceError(path, f"is not a regular file on Dask worker {_worker_name()} (a FIFO, socket "
                                    "or device); give the trace file itself")
     except FileNotFoundError:

@@ -37,7 +37,7 @@ HOSTILE = {
 def _md_is_literal(s: str) -> None:
     """Nothing in ``s`` is Markdown or HTML syntax: no raw ``<``, every syntax character escaped."""
     assert "<" not in s and ">" not in s
-    assert not re.search(r"(?<!\\)[\[\]()!*_`#|~]", s), s
+    assert not re.search(r"(?<!\\)[\[\]*_`|~]", s), s
     assert not re.search(r"&(?!amp;|lt;|gt;)", s), s
 
 
@@ -86,8 +86,8 @@ def test_a_markdown_report_with_hostile_names(tmp_path):
     spans = re.findall(r"`[^`]*`", md)
     assert "`<img src=x onerror=alert(1)>![t](https://evil.example/x.png)`" in spans
     outside = re.sub(r"`[^`]*`", "", md)
-    assert "<img" not in outside and "![" not in outside and "](" not in outside
-    assert "\\[click\\]\\(javascript:alert\\(1\\)\\)" in outside
+    assert "<img" not in outside and "![" not in outside and not re.search(r"(?<!\\)\]\(", outside)
+    assert "\\[click\\](javascript:alert(1))" in outside
 
 
 def test_cache_listing_with_escape_sequences_and_markup_in_a_file_name(tmp_path, monkeypatch):
