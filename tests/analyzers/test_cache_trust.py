@@ -313,3 +313,27 @@ def test_a_cache_folder_that_is_a_dangling_link_is_one_warning_line(trace, tmp_p
     r = _cli("diagnose", "--json", trace)
     assert r.exit_code == 0
     assert r.stderr.splitlines() == [f"srtscope: warning: srtscope cache not used: {link} is a symlink to nothing"]
+
+
+def test_a_writer_killed_mid_write_leaves_a_leftover_that_is_listed_and_reclaimed(trace, tmp_path):
+    """The audit: SIGKILL during a cache write left a hidden ``.tmp-*`` folder (up to 84 MB) that no
+    rerun, cap or ``--clear`` removed and ``srtscope cache`` did not show."""
+    import signal
+
+    code = ("import time; from pathlib import Path; from srtscope.analyzers.cache_store import CacheStore\n"
+            "def write(folder):\n"
+            "    (folder / 'device.arrow').write_bytes(b'\\0' * 300_000)\n"
+            "    print('writing', flush=True)\n"
+            "    time.sleep(60)\n"
+            "CacheStore().publish('0123456789abcdef0123456789abcdef', 'tables', write)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    assert p.stdout is not None and p.stdout.readline().strip() == "writing"
+    (tmp,) = [d for d in _root().iterdir() if d.name.startswith(".tmp-")]
+    assert "being written now" in _cli("cache").stdout            # alive: left alone
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    listing = _cli("cache").stdout
+    assert "leftover" in listing and tmp.name in listing and "293 KiB" in listing
+    r = _cli("cache", "--clear")
+    assert r.exit_code == 0 and "1 leftover(s) of killed runs" in r.stdout
+    assert not tmp.exists()

@@ -268,7 +268,7 @@ def test_a_listener_that_never_answers_is_bounded_by_the_timeout(silent_listener
 
 
 @needs_distributed
-@pytest.mark.parametrize("port", ["99999", "0", "65536"])
+@pytest.mark.parametrize("port", ["99999", "0", "65536", "-5"])
 def test_a_port_out_of_range_is_refused_at_once(port):
     t0 = time.monotonic()
     _one_error_line(_cli("diagnose", "--cluster", f"tcp://127.0.0.1:{port}", *PAIR), "outside 1..65535")
