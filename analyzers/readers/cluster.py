@@ -31,6 +31,7 @@ import os
 import socket
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -182,12 +183,21 @@ class ClusterReads:
                 if progress is not None:
                     progress(done / len(files), f"read {files[i].name}")
         except BaseException:
-            try:
-                self.client.cancel(futs, asynchronous=False)
-            except Exception:  # noqa: BLE001 - a scheduler that is gone
-                pass
+            self._cancel(futs)
             raise
         return [t for t in out if t is not None]
+
+    def _cancel(self, futs: list[Any]) -> None:
+        """Cancel the reads left, waiting at most ``timeout_s`` (the scheduler may be the trouble)."""
+        def cancel() -> None:
+            try:
+                self.client.cancel(futs)
+            except Exception:  # noqa: BLE001 - a scheduler that is gone
+                pass
+
+        t = threading.Thread(target=cancel, name="srtscope-cluster-cancel", daemon=True)
+        t.start()
+        t.join(self.timeout_s)
 
     def _finished(self, futs: list[Any]) -> Iterator[Any]:
         """``futs`` as they finish; after each ``timeout_s`` without one, the scheduler must answer
@@ -225,11 +235,19 @@ def _probe(address: str, t: float) -> None:
     if parse_address(address)[0] != "tcp":
         return
     host, port = get_address_host_port(address)
-    try:
-        sock = socket.create_connection((host, port), timeout=t)
-    except OSError as exc:
-        raise ClusterError(f"--cluster {address}: cannot reach a Dask scheduler within {t:g} s "
-                           f"({_brief(exc)})") from None
+    deadline = time.monotonic() + t
+    while True:         # refused: retried until the deadline, as distributed does (a scheduler starting)
+        try:
+            sock = socket.create_connection((host, port), timeout=max(0.01, deadline - time.monotonic()))
+            break
+        except ConnectionRefusedError as exc:
+            if time.monotonic() + 0.1 >= deadline:
+                raise ClusterError(f"--cluster {address}: cannot reach a Dask scheduler within {t:g} s "
+                                   f"({_brief(exc)})") from None
+            time.sleep(0.1)
+        except OSError as exc:
+            raise ClusterError(f"--cluster {address}: cannot reach a Dask scheduler within {t:g} s "
+                               f"({_brief(exc)})") from None
     try:
         with sock:
             sock.settimeout(t)

@@ -310,3 +310,36 @@ def test_reads_that_finish_late_wait_while_the_scheduler_answers_and_stop_when_i
     with pytest.raises(ClusterError, match="the scheduler stopped answering"):
         list(ClusterReads(hung, "tcp://x:1", timeout_s=0.1)._finished([Fut(None)]))
     assert time.monotonic() - t0 < 1
+
+
+@needs_distributed
+def test_a_scheduler_that_stops_answering_mid_read_is_bounded(tmp_path):
+    """Connected, then the scheduler freezes (SIGSTOP): the reads give up within a few T with one
+    ClusterError instead of waiting for ever."""
+    import signal
+    import subprocess
+
+    from srtscope.analyzers.readers.cluster import ClusterError, connect
+
+    port = _closed_port()
+    env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False")
+    dask = Path(sys.executable).with_name("dask")
+    sched = subprocess.Popen([str(dask), "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                              "--dashboard-address", ":0", "--no-show"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen([str(dask), "worker", f"tcp://127.0.0.1:{port}", "--nworkers", "1",
+                               "--nthreads", "1", "--no-dashboard"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with connect(f"tcp://127.0.0.1:{port}", timeout_s=20) as reads:
+            reads.timeout_s = 1.0
+            sched.send_signal(signal.SIGSTOP)
+            t0 = time.monotonic()
+            with pytest.raises(ClusterError, match="the scheduler stopped answering"):
+                reads.read(PAIR, [0, 1], False, False)
+            assert time.monotonic() - t0 < 5          # T to notice, T for the ping, T to cancel
+    finally:
+        sched.send_signal(signal.SIGCONT)
+        for p in (worker, sched):
+            p.kill()
+            p.wait()
