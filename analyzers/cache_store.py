@@ -279,6 +279,10 @@ def _writer_gone(mark: dict, newest: float) -> bool:
     return False
 
 
+def _verifies(key: bytes, mark: dict, kind: str, name: str, meta: bytes) -> bool:
+    return same(mark.get("mac"), mac(key, kind.encode(), name.encode(), meta))
+
+
 class CacheStore:
     """The entries under ``root``; ``cap`` in bytes."""
 
@@ -364,12 +368,27 @@ class CacheStore:
         except (OSError, ValueError):
             self.drop(entry)
             return None
-        if not same(mark.get("mac"), mac(key, kind.encode(), name.encode(), meta)):
+        if not _verifies(key, mark, kind, name, meta):
             note(f"srtscope cache: ignored entry {name} (not written by this user's srtscope, or "
                  "edited since); recomputed")
             self.drop(entry)
             return None
         return meta
+
+    def verified(self, entry: Path) -> bool | None:
+        """Whether ``entry``'s meta.json verifies with this user's key (None: no usable key, or no
+        marker); reads only, drops nothing (for ``srtscope cache``)."""
+        mark = read_marker(entry)
+        if mark is None or not isinstance(mark.get("kind"), str):
+            return None
+        try:
+            key = self.key()
+            meta = read_regular(entry / META, MAX_META_BYTES)
+        except CacheKeyError:
+            return None
+        except (OSError, ValueError):
+            return False
+        return _verifies(key, mark, mark["kind"], entry.name, meta)
 
     def publish(self, name: str, kind: str, write: Callable[[Path], None]) -> None:
         """Add the entry ``name`` atomically: ``write(folder)`` fills a new folder inside the cache
@@ -392,6 +411,7 @@ class CacheStore:
             if _tree_size(tmp)[0] > self.cap:
                 return
             _write_marker(tmp, {"kind": kind, "mac": mac(key, kind.encode(), name.encode(), meta)})
+            # NOTE: the MAC covers meta.json only; the table files are bound by digests inside it
             entry = self.root / name
             if os.path.lexists(entry) and not self.drop(entry):
                 return                      # a folder srtscope did not make: left alone

@@ -93,14 +93,19 @@ def register(app: typer.Typer) -> None:
         console.print(escape.terminal(f"cache {where}: {_entries(len(scan.entries))}, {_size(total)} of "
                                       f"{_size(cache.cap)} (least recently used go first; "
                                       "SRTSCOPE_CACHE_MAX_MB sets the cap)"))
-        rows = [(x.used, *_what(x.path, x.kind), x.size) for x in reversed(scan.entries)]
+        rows = []
+        for x in reversed(scan.entries):                  # most recent first
+            kind, traces = _what(x.path, x.kind)
+            if kind != "damaged" and cache.verified(x.path) is False:
+                kind = "unverified"                       # another user's, or edited: never used
+            rows.append((x.used, kind, traces, x.size))
         rows += [(x.used, "leftover", f"{x.path.name} (a killed run's; the next write or --clear "
                                       "removes it)", x.size) for x in scan.leftovers]
         if rows:
             table = Table(show_edge=False)
             for col in ("last used", "kind", "size", "trace(s)"):
                 table.add_column(col, justify="right" if col == "size" else "left")
-            for used, kind, traces, size in rows:         # most recent first
+            for used, kind, traces, size in rows:
                 table.add_row(time.strftime("%Y-%m-%d %H:%M", time.localtime(used)), kind, _size(size),
                               escape.terminal(traces, 400))
             console.print(table)

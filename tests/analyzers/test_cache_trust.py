@@ -215,6 +215,8 @@ def test_an_answer_written_with_another_users_key_is_ignored(trace, tmp_path, mo
     S._noted.clear()
     _resign(entry, "answer")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))      # back to this user
+    listing = _cli("cache").stdout
+    assert " unverified " in listing and " answer " not in listing    # shown for what it is
     r = _cli("diagnose", "--json", trace)
     assert r.exit_code == 0 and json.loads(r.stdout) == truth
     assert "ignored entry" in r.stderr
