@@ -12,15 +12,14 @@ being written or removed is a ``.tmp-*`` folder whose marker says so and names i
 pid); one whose writer is gone (that pid no longer runs on this host, or older than
 ``STALE_TMP_S``) is a leftover of a killed run, reclaimed by the next write or ``--clear``.
 
-Freshness (``trace_key``): path, size, mtime, ctime, inode, device, and a hash of the *whole*
-file (xxh3-128, else BLAKE2b): a file changed in place is a miss whatever its mtime says.
+Freshness (``cache_key.trace_key``): path, size, mtime, ctime, inode, device, and a hash of the
+*whole* file (xxh3-128): a file changed in place is a miss whatever its mtime says.
 Authenticity: an entry's marker carries a keyed BLAKE2b of its ``meta.json`` with this user's key
 (``cache_auth.py``); an entry that does not verify is ignored with a one-line note.
 Cap: ``$SRTSCOPE_CACHE_MAX_MB`` (default 2048 MiB; a whole number 0..2^32, anything else refused).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -34,9 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from srtscope.analyzers.cache_auth import CacheKeyError, mac, read_regular, same, user_key
+from srtscope.analyzers.cache_key import (  # noqa: F401 - the key's names, for the caches' users
+    HASH_NAME,
+    READER_VERSION,
+    TraceKey,
+    new_hash,
+    trace_key,
+)
 
-#: Bump when any reader's output (tables, dtypes, meta) changes: older entries are then stale.
-READER_VERSION = 1
 #: Marker file inside every entry and temp folder; ``STORE_FORMAT`` its layout's version.
 MARKER = "srtscope-entry.json"
 OWNER = "srtscope cache entry"
@@ -50,8 +54,6 @@ MAX_MARKER_BYTES = 4096
 TMP_PREFIX = ".tmp-"
 #: a temp folder this old (s since its last write) is a killed writer's, whoever wrote it
 STALE_TMP_S = 3600.0
-#: read in chunks that stay in the CPU cache while hashed (measured: 256 KiB 0.44 s/GB, 8 MiB 0.8 s/GB)
-HASH_CHUNK = 256 << 10
 _warned = [False]
 _noted: set[str] = set()
 
@@ -64,50 +66,6 @@ class CacheWarning(UserWarning):
 class CacheSettingError(ValueError):
     """A cache setting (``$SRTSCOPE_CACHE_MAX_MB``, ``$SRTSCOPE_CACHE_MIN_BYTES``) that is not a
     whole number in range; one line naming the variable."""
-
-
-def _content_hasher() -> tuple[str, Callable[[], object]]:
-    try:
-        import xxhash  # type: ignore[import-not-found,unused-ignore]
-        return "xxh3_128", xxhash.xxh3_128
-    except ImportError:                     # pragma: no cover - xxhash is a dependency
-        return "blake2b", lambda: hashlib.blake2b(digest_size=16)
-
-
-HASH_NAME, new_hash = _content_hasher()
-
-
-@dataclass(frozen=True)
-class TraceKey:
-    """What identifies one read of a trace: the file's identity, ``content`` (a hash of all of its
-    bytes, ``hash`` the algorithm), the rank asked for and the reader's version. ``size`` in bytes,
-    ``mtime_ns`` / ``ctime_ns`` in ns (a write moves ctime, which ``touch`` cannot set back)."""
-
-    path: str
-    size: int
-    mtime_ns: int
-    ctime_ns: int
-    inode: int
-    device: int
-    content: str
-    rank: int
-    hash: str = HASH_NAME
-    reader_version: int = READER_VERSION
-
-    @property
-    def entry_name(self) -> str:
-        """Folder name of the entry: one per (path, rank), so a changed trace replaces its entry."""
-        return hashlib.sha1(f"{self.path}\0{self.rank}".encode(), usedforsecurity=False).hexdigest()[:32]
-
-    def unchanged(self) -> bool:
-        """Whether the file at ``path`` still has this key's stat identity (ctime included: any
-        write since moves it). One stat; False when it cannot be read."""
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return False
-        return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev) == \
-            (self.size, self.mtime_ns, self.ctime_ns, self.inode, self.device)
 
 
 def cache_dir() -> Path:
@@ -145,39 +103,6 @@ def cache_enabled_for(path: Path) -> bool:
         return path.stat().st_size >= env_int("SRTSCOPE_CACHE_MIN_BYTES", DEFAULT_MIN_BYTES, 2**62)
     except OSError:
         return False
-
-
-#: content hashes already computed in this process, by the file's full stat identity
-_HASHED: dict[tuple, str] = {}
-
-
-def trace_key(path: Path, rank: int) -> TraceKey:
-    """The key of ``path`` as it is now: one stat and one pass over all of its bytes (the hash is
-    remembered for the rest of the process while the file's stat identity, ctime included, holds).
-    OSError for anything but a regular file (never opened blocking)."""
-    from srtscope.analyzers.cache_auth import open_regular
-
-    real = path.resolve()
-    fd = open_regular(real)
-    try:
-        st = os.fstat(fd)
-        ident = (str(real), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
-        content = _HASHED.get(ident)
-        if content is None:
-            h = new_hash()
-            buf = bytearray(HASH_CHUNK)
-            view = memoryview(buf)
-            with os.fdopen(os.dup(fd), "rb", buffering=0) as fh:
-                while n := fh.readinto(buf):
-                    h.update(view[:n])   # type: ignore[attr-defined]
-            content = h.hexdigest()      # type: ignore[attr-defined]
-            after = os.fstat(fd)
-            if (after.st_size, after.st_mtime_ns, after.st_ctime_ns) == ident[1:4]:
-                _HASHED[ident] = content
-    finally:
-        os.close(fd)
-    return TraceKey(str(real), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev,
-                    content, rank)
 
 
 def warn_once(message: str) -> None:
