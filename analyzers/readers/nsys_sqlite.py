@@ -102,6 +102,7 @@ class _Reader:
         self.named_rows = 0         # rows whose name was looked up in StringIds
         self.suspect: list[str] = []  # what looked inconsistent while reading (quick_check then)
         self._arrow: Any = None        # ADBC connection for the big scans, opened on first use
+        self._long_ids: set[int] | None = None
         # no table of the file can hold more rows than this (a row takes more than 8 bytes)
         self.max_rows = max(1, path.stat().st_size // 8)
 
@@ -134,10 +135,47 @@ class _Reader:
     def count(self, table: str, where: str = "") -> int:
         return int(self.con.execute(f"SELECT COUNT(*) FROM {table} {where}").fetchone()[0])
 
+    def long_string_ids(self) -> set[int]:
+        """StringIds ids whose value is over ``4 * MAX_NAME_CHARS`` bytes, found without loading
+        any value (``octet_length`` in the ADBC driver's SQLite reads the size only); empty where
+        that cannot be asked (then ``capped`` cuts them in SQL, loading each once)."""
+        if self._long_ids is None:
+            self._long_ids = set()
+            try:
+                cur = self.arrow.cursor()
+                try:
+                    cur.execute(f"SELECT id FROM StringIds WHERE octet_length(value) > {4 * MAX_NAME_CHARS}")
+                    self._long_ids = {int(r[0]) for r in cur.fetchall()}
+                finally:
+                    cur.close()
+            except Exception:  # noqa: BLE001 - an old driver, a damaged table: the SQL cut remains
+                pass
+        return self._long_ids
+
+    def long_string(self, sid: int) -> str:
+        """The value of StringIds ``sid`` cut as ``capped`` cuts it, read through SQLite's blob I/O:
+        its first and last bytes only, never the whole value."""
+        row = self.con.execute("SELECT rowid FROM StringIds WHERE id = ?", (sid,)).fetchone()
+        with self.con.blobopen("StringIds", "value", row[0], readonly=True) as blob:  # type: ignore[attr-defined,unused-ignore]
+            size = len(blob)
+            head = blob.read(4 * MAX_NAME_CHARS).decode("utf-8", errors="ignore")
+            blob.seek(max(0, size - 4 * NAME_END_CHARS))
+            tail = blob.read(4 * NAME_END_CHARS).decode("utf-8", errors="ignore")
+        return head[:MAX_NAME_CHARS - NAME_END_CHARS - 1] + "…" + tail[-NAME_END_CHARS:]
+
     def strings(self, ids: np.ndarray) -> dict[int, str]:
-        """StringIds values of ``ids`` (distinct ids only are looked up)."""
+        """StringIds values of ``ids`` (distinct ids only are looked up); values longer than
+        ``MAX_NAME_CHARS`` cut (``capped``), the huge ones without loading them (``long_string``)."""
         want = np.unique(ids).tolist()
         out: dict[int, str] = {}
+        huge = self.long_string_ids()
+        if huge:
+            for sid in [w for w in want if int(w) in huge]:
+                try:
+                    out[int(sid)] = self.long_string(int(sid))
+                except (sqlite3.Error, TypeError, AttributeError):     # no blob I/O before Python 3.11
+                    continue            # looked up below, cut in SQL
+            want = [w for w in want if int(w) not in out]
         for i in range(0, len(want), 900):
             part = want[i:i + 900]
             q = f"SELECT id, {capped('value')} FROM StringIds WHERE id IN ({','.join('?' * len(part))})"
