@@ -19,6 +19,16 @@ def clean_text(text: object, limit: int = 4096) -> str:
 #: the longest string a diagnosis document holds (names from traces are cut to it, keeping their end)
 MAX_TEXT_CHARS = 4096
 KEEP_END_CHARS = 64
+#: the longest name a reader keeps (kernel, range, thread): a longer one is cut, keeping its last
+#: ``NAME_END_CHARS``, so that a huge name costs no more than this (a 300 MB one took 1.9 GB)
+MAX_NAME_CHARS = 16384
+NAME_END_CHARS = 64
+
+
+def name_text(v: object) -> str:
+    """A name from a trace as the readers keep it: ``str(v)``, cut to ``MAX_NAME_CHARS``."""
+    s = v if isinstance(v, str) else str(v)
+    return s if len(s) <= MAX_NAME_CHARS else clip_text(s, MAX_NAME_CHARS, NAME_END_CHARS)
 
 
 def bound_strings(node: object, limit: int = MAX_TEXT_CHARS) -> object:

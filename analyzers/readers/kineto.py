@@ -45,6 +45,7 @@ from srtscope.analyzers.timeline import (
     Traced,
     WarningCode,
 )
+from srtscope.analyzers.units import name_text
 from srtscope.probes.stages import resolve_stage
 
 _DEVICE_CATS = {"kernel": DeviceKind.KERNEL, "Kernel": DeviceKind.KERNEL,
@@ -137,7 +138,7 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
                     if "correlation" not in args:
                         unlinked.append((dev, len(dev), ("f", ev.get("pid"), ev.get("tid"),
                                                          us_to_ns(ev["ts"]))))
-                    dev.add(ev["ts"], ev.get("dur", 0), kind.value, str(ev.get("name", "")),
+                    dev.add(ev["ts"], ev.get("dur", 0), kind.value, name_text(ev.get("name", "")),
                             _int(args.get("device", ev.get("pid"))),
                             _int(args.get("stream", ev.get("tid"))),
                             _int(args.get("correlation")), _int(args.get("bytes")))
@@ -147,12 +148,12 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
                         unlinked.append((api, len(api), ("s", ev.get("pid"), ev.get("tid"),
                                                          us_to_ns(ev["ts"]))))
                     api.add(ev["ts"], ev.get("dur", 0), _int(ev.get("pid")), _int(ev.get("tid")),
-                            str(ev.get("name", "")), _int(args.get("correlation")))
+                            name_text(ev.get("name", "")), _int(args.get("correlation")))
                 elif cat in _RANGE_CATS:
                     rng.add(ev["ts"], ev.get("dur", 0), _int(ev.get("pid")), _int(ev.get("tid")),
-                            str(ev.get("name", "")), _RANGE_CATS[cat])
+                            name_text(ev.get("name", "")), _RANGE_CATS[cat])
                 elif cat in _OP_CATS:
-                    name = str(ev.get("name", ""))
+                    name = name_text(ev.get("name", ""))
                     keep = stage_ops.get(name)
                     if keep is None:
                         keep = stage_ops[name] = resolve_stage(name) is not None
@@ -160,7 +161,7 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
                             _int(ev.get("tid")), name, "" if keep else OP_DOMAIN)
                 elif cat == "python_function":
                     rng.add(ev["ts"], ev.get("dur", 0), _int(ev.get("pid")), _int(ev.get("tid")),
-                            str(ev.get("name", "")), PYTHON_DOMAIN)
+                            name_text(ev.get("name", "")), PYTHON_DOMAIN)
         except JsonStreamError as exc:
             raise TraceError(path, f"not a valid Kineto trace: {exc}") from None
         except KeyError as exc:

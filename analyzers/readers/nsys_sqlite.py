@@ -51,6 +51,7 @@ from srtscope.analyzers.timeline import (
     WarningCode,
     validate_table,
 )
+from srtscope.analyzers.units import MAX_NAME_CHARS, NAME_END_CHARS
 
 KNOWN_SCHEMAS = frozenset({"2.9.1", "3.1.2", "3.1.7", "3.13.2", "3.16.1", "3.17.1", "3.20.2",
                            "3.24.14", "3.25.0"})
@@ -58,16 +59,11 @@ NVTX_PUSH_RANGE, NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE = 35, 59, 60,
 _COPY_KIND = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
               8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
 _MASK24 = 0xFFFFFF
-#: the longest name (kernel, range, thread) read from an export: a longer one is cut in SQL, keeping
-#: its last ``NAME_END_CHARS``, so that a huge string never reaches Python (a 300 MB kernel name
-#: took 1.9 GB); the diagnosis document shows at most 4096 characters of any name anyway
-MAX_NAME_CHARS = 16384
-NAME_END_CHARS = 64
 
 
 def capped(expr: str) -> str:
-    """SQL for ``expr`` (a text) cut to ``MAX_NAME_CHARS``: its start, ``…`` and its last
-    ``NAME_END_CHARS``; NULL stays NULL."""
+    """SQL for ``expr`` (a text) cut to ``MAX_NAME_CHARS`` in SQLite (``units.name_text``'s cut), so
+    that a huge string never reaches Python whole; NULL stays NULL."""
     keep = MAX_NAME_CHARS - NAME_END_CHARS - 1
     return (f"CASE WHEN length({expr}) > {MAX_NAME_CHARS} THEN substr({expr}, 1, {keep}) || '…' || "
             f"substr({expr}, -{NAME_END_CHARS}) ELSE {expr} END")

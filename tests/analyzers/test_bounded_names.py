@@ -12,8 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from srtscope.analyzers.readers import read_one
-from srtscope.analyzers.readers.nsys_sqlite import MAX_NAME_CHARS, NAME_END_CHARS
-from srtscope.analyzers.units import MAX_TEXT_CHARS, bound_strings
+from srtscope.analyzers.units import MAX_NAME_CHARS, MAX_TEXT_CHARS, NAME_END_CHARS, bound_strings
 from srtscope.cli.app import app
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
@@ -105,3 +104,16 @@ def test_blob_io_and_the_sql_cut_agree(trace, monkeypatch):
     monkeypatch.setattr(N._Reader, "long_string_ids", lambda self: set())
     sql = read_one(trace)
     assert list(blob.device["name"].cat.categories) == list(sql.device["name"].cat.categories)
+
+
+def test_kineto_names_are_cut_alike(tmp_path):
+    import gzip
+
+    doc = json.loads(gzip.decompress((SAMPLES / "profiler_steps.json.gz").read_bytes()))
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    kernels[0]["name"] = HUGE
+    p = tmp_path / "huge.json"
+    p.write_text(json.dumps(doc))
+    names = [str(n) for n in read_one(p).device["name"].unique()]
+    assert max(map(len, names)) == MAX_NAME_CHARS
+    assert any(n.endswith("…" + HUGE[-NAME_END_CHARS:]) for n in names)
