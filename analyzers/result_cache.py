@@ -6,13 +6,15 @@ The table cache (``readers/cache.py``) spares a second look the read; this spare
 too when nothing that decides the answer changed, and it imports neither numpy nor pandas
 (``cache_store.py``), so an answer from it costs little more than Python's start.
 
-Key (``diagnosis_key``): every input file's table-cache key (path, size, mtime, inode, device,
-fingerprint of its first and last 64 KiB), in order and as the user spelled it (the document names
-its sources), the diagnosis parameters, a fingerprint of the code that computes the document (SHA-1
+Key (``diagnosis_key``): every input file's table-cache key (path, size, mtime, ctime, inode,
+device, a hash of all of its bytes), in order and as the user spelled it (the document names its
+sources), the diagnosis parameters, a fingerprint of the code that computes the document (SHA-1
 of every analyzer and probe source file) and the numpy and pandas versions: any change of a trace,
 a parameter or the code is a miss. Entries live in the table cache's directory, under the same size
-cap and least-recently-used eviction, written atomically; an entry that does not parse or whose key
-differs is dropped, never trusted.
+cap and least-recently-used eviction, written atomically and authenticated with this user's key
+(``cache_store.py``); an entry that does not verify, does not parse, whose key differs, or whose
+document the caller's ``check`` refuses (the JSON contract: types, required keys, no NaN) is
+dropped and recomputed, never trusted.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import functools
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -70,40 +72,52 @@ def _version(dist: str) -> str:
         return ""
 
 
-def _entry(key: dict) -> Path:
-    name = hashlib.sha1(json.dumps(key, sort_keys=True).encode(), usedforsecurity=False).hexdigest()[:32]
-    return CacheStore().root / f"{_PREFIX}{name}"
+def _name(key: dict) -> str:
+    return _PREFIX + hashlib.sha1(json.dumps(key, sort_keys=True).encode(), usedforsecurity=False).hexdigest()[:32]
 
 
-def get_diagnosis(key: dict | None) -> dict | None:
-    """The cached document of ``key``; None (and a bad entry dropped) when missing, stale or damaged."""
+KIND = "answer"
+
+
+def get_diagnosis(key: dict | None, check: Callable[[dict], object] | None = None) -> dict | None:
+    """The cached document of ``key``; None (and a bad entry dropped) when missing, stale, damaged,
+    not verified with this user's key, or refused by ``check`` (which raises ValueError)."""
     if key is None:
         return None
-    entry = _entry(key)
-    try:
-        stored = json.loads((entry / META).read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, RecursionError):
-        CacheStore().drop(entry)
-        return None
-    if not isinstance(stored, dict) or stored.get("key") != key or not isinstance(stored.get("doc"), dict):
-        CacheStore().drop(entry)
+    store = CacheStore()
+    name = _name(key)
+    meta = store.open_entry(name, KIND)
+    if meta is None:
         return None
     try:
-        os.utime(entry / META)
-    except OSError:
+        stored = json.loads(meta)
+        if not isinstance(stored, dict) or stored.get("key") != key or not isinstance(stored.get("doc"), dict):
+            raise ValueError("another key, or no document")
+        if check is not None:
+            check(stored["doc"])
+    except (ValueError, RecursionError):
+        store.drop(store.root / name)
+        return None
+    try:
+        os.utime(store.root / name / META, follow_symlinks=False)
+    except (OSError, NotImplementedError):
         pass
     return stored["doc"]
 
 
 def put_diagnosis(key: dict | None, doc: dict) -> dict:
     """Keep ``doc`` under ``key`` (atomically; then evict down to the cap) and return it. Never
-    raises for the cache's own trouble: one warning per process."""
+    raises for the cache's own trouble: one warning per process. A document JSON cannot hold
+    exactly (NaN, infinity) is not kept."""
     if key is None:
         return doc
-    def write(folder: Path) -> None:
-        (folder / META).write_text(json.dumps({"key": key, "doc": doc}))
+    try:
+        text = json.dumps({"key": key, "doc": doc}, allow_nan=False)
+    except ValueError:
+        return doc
 
-    CacheStore().publish(_entry(key).name, write)
+    def write(folder: Path) -> None:
+        (folder / META).write_text(text)
+
+    CacheStore().publish(_name(key), KIND, write)
     return doc

@@ -11,6 +11,7 @@ from typing import Any, Literal, cast
 import numpy as np
 import pandas as pd
 
+from srtscope.analyzers.units import bound_strings
 from srtscope.analyzers.vocab import BUBBLE_CLASSES, Cause, StepExec
 from srtscope.analyzers.vocab import Bottleneck as BottleneckClass
 
@@ -406,7 +407,7 @@ class Diagnosis:
         steps["fallback"] = {"steps": e.eager_decode_steps, "batch_sizes": list(e.batch_sizes),
                              "launches_per_step_eager": e.eager_mean_launches,
                              "launches_per_step_graph": e.graph_mean_launches}
-        return {"version": JSON_VERSION, "verdict": self.verdict.to_json(),
+        return bound_strings({"version": JSON_VERSION, "verdict": self.verdict.to_json(),
                 "bubbles": self.bubbles.to_json(), "steps": steps,
                 "eager": self.eager.to_json(), "comm": self.comm.to_json(),
                 "budget": self.budget.to_json(), "top_kernels": _records(self.top_kernels),
@@ -414,7 +415,7 @@ class Diagnosis:
                 "overview": None if self.overview is None else self.overview.to_json(),
                 "capture": self.capture.to_json(), "params": dict(self.params),
                 "what_if": [w.to_json() for w in self.what_if],
-                "top_ranges": [] if self.top_ranges is None else _records(self.top_ranges)}
+                "top_ranges": [] if self.top_ranges is None else _records(self.top_ranges)})  # type: ignore[return-value]
 
 
 def _step_parts(bt: pd.DataFrame) -> list[dict[str, int]]:

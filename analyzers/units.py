@@ -16,6 +16,33 @@ def clean_text(text: object, limit: int = 4096) -> str:
     return clip_text(s, limit)
 
 
+#: the longest string a diagnosis document holds (names from traces are cut to it, keeping their end)
+MAX_TEXT_CHARS = 4096
+KEEP_END_CHARS = 64
+#: the longest name a reader keeps (kernel, range, thread): a longer one is cut, keeping its last
+#: ``NAME_END_CHARS``, so that a huge name costs no more than this (a 300 MB one took 1.9 GB)
+MAX_NAME_CHARS = 16384
+NAME_END_CHARS = 64
+
+
+def name_text(v: object) -> str:
+    """A name from a trace as the readers keep it: ``str(v)``, cut to ``MAX_NAME_CHARS``."""
+    s = v if isinstance(v, str) else str(v)
+    return s if len(s) <= MAX_NAME_CHARS else clip_text(s, MAX_NAME_CHARS, NAME_END_CHARS)
+
+
+def bound_strings(node: object, limit: int = MAX_TEXT_CHARS) -> object:
+    """``node`` (JSON-like: dicts, lists, scalars) with every string, keys included, at most
+    ``limit`` characters (``clip_text``, keeping the last ``KEEP_END_CHARS``); the rest as is."""
+    if isinstance(node, str):
+        return clip_text(node, limit, KEEP_END_CHARS) if len(node) > limit else node
+    if isinstance(node, dict):
+        return {bound_strings(k, limit): bound_strings(v, limit) for k, v in node.items()}
+    if isinstance(node, list):
+        return [bound_strings(v, limit) for v in node]
+    return node
+
+
 def clip_text(text: str, width: int, keep_end: int = 0) -> str:
     """``text`` in at most ``width`` characters, with ``…`` where it was cut; ``keep_end`` keeps
     that many characters of the end (the part of a kernel name that tells instances apart)."""

@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from importlib import metadata
 from typing import Any
 
@@ -32,6 +34,28 @@ except ImportError:                       # pragma: no cover - older typer uses 
     from click import exceptions as click_exc  # type: ignore[no-redef]
 
 
+@contextmanager
+def one_line_cache_warnings() -> Iterator[None]:
+    """Inside the block, a ``CacheWarning`` prints as one line ``srtscope: warning: ...`` on
+    stderr (not Python's two lines with a file name and source line); other warnings as usual."""
+    shown = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        if category.__name__ == "CacheWarning":
+            from srtscope.cli.escape import terminal_line
+
+            print(f"srtscope: warning: {terminal_line(str(message))}", file=file or sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+
+
 class OneLineGroup(TyperGroup):
     """The app's group: a usage error (unknown option or command, missing argument, bad value) is
     one line ``srtscope: error: ...`` on stderr with exit 2, not click's multi-line box."""
@@ -40,8 +64,9 @@ class OneLineGroup(TyperGroup):
              complete_var: str | None = None, standalone_mode: bool = True,
              windows_expand_args: bool = True, **extra: Any) -> Any:
         try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False,
-                              windows_expand_args=windows_expand_args, **extra)
+            with one_line_cache_warnings():
+                rv = super().main(args, prog_name, complete_var, standalone_mode=False,
+                                  windows_expand_args=windows_expand_args, **extra)
         except click_exc.NoArgsIsHelpError as exc:
             typer.echo(exc.ctx.get_help())
             rv = int(Exit.BAD_INPUT)

@@ -58,11 +58,19 @@ def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int]
         params = DiagnoseParams(threshold_us=threshold_us, step_range=steps)
     except ValueError as exc:
         fail(str(exc))
+    if cache:
+        from srtscope.analyzers.cache_store import CacheSettingError, check_settings
+
+        try:
+            check_settings()
+        except CacheSettingError as exc:
+            fail(str(exc))
     key = _diagnosis_key(paths, params) if reuse and cache and keep is None and cluster is None else None
     if key is not None:
         from srtscope.analyzers.result_cache import get_diagnosis
+        from srtscope.cli.contract import check
 
-        doc = get_diagnosis(key)
+        doc = get_diagnosis(key, check)     # an answer the contract refuses is recomputed
         if doc is not None:
             return SavedDiagnosis(doc)      # NOTE: no numpy, pandas or analyses imported on this path
     from srtscope.analyzers.diagnose import DiagnoseInputError, diagnose
@@ -143,6 +151,13 @@ def register(app: typer.Typer) -> None:
         title = "srtscope diagnosis: " + ", ".join(p.name for p in traces[:3]) + (" …" if len(traces) > 3 else "")
         errors = write_outputs(doc, diag, markdown=markdown, html=html, perfetto=perfetto,
                                timeline=kept[0] if kept else None, kernels=perfetto_kernels, title=title)
+        if perfetto is not None and perfetto_kernels and kept:
+            from srtscope.cli.perfetto import device_counts
+
+            written, total = device_counts(kept[0])
+            if written < total:
+                print(f"srtscope: note: --perfetto-kernels wrote the first {written:,} of {total:,} device "
+                      "activities (the cap; otherData.device_events says so in the file)", file=sys.stderr)
         if as_json:
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         else:

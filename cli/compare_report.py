@@ -3,7 +3,6 @@ the one-line summary, the verdicts, the figures that moved by human name (larges
 first), and kernels and ranges per step (range instance numbers written ``N``)."""
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from rich import box
@@ -13,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from srtscope.analyzers.units import clean_text, fmt_ns
+from srtscope.cli import escape
 from srtscope.cli.markdown import md_text as _md
 from srtscope.cli.names import short_names
 
@@ -116,7 +116,7 @@ def diff_markdown(diff: dict[str, Any], regressions: list[str] | None = None) ->
         if rows:
             out += ["", f"## {kind}: time per step", "",
                     "| name | before/step | after/step | change/step | calls/step |", "|---|---:|---:|---:|---:|"]
-            out += [f"| `{clean_text(r['name'], 200).replace('`', chr(39)).replace('|', chr(92) + '|')}` | "
+            out += [f"| {escape.markdown_code(r['name'], 200)} | "
                     f"{fmt_ns(r['before_ns_per_step'])} | {fmt_ns(r['after_ns_per_step'])} | "
                     f"{_signed(int(r['delta_ns_per_step']))} | "
                     f"{r['before_calls_per_step']:g} -> {r['after_calls_per_step']:g} |" for r in rows[:NAME_ROWS * 2]]
@@ -125,7 +125,7 @@ def diff_markdown(diff: dict[str, Any], regressions: list[str] | None = None) ->
 
 def diff_html(diff: dict[str, Any], title: str = "srtscope compare", regressions: list[str] | None = None) -> str:
     """The compare report as one offline HTML page (tables; no script)."""
-    e = lambda x: html.escape(str(x), quote=True)  # noqa: E731
+    e = escape.html
 
     def table(head: list[str], rows: list[list[Any]], cls: list[str]) -> str:
         th = "".join(f"<th>{e(h)}</th>" for h in head)

@@ -2,7 +2,7 @@
 (``docs/json_contract.md``) before ``compare`` trusts its figures.
 
 Checked: ``version`` is 1; the contract's top-level keys are there with their types; the verdict
-names a known bottleneck with a confidence in 0..1; every value under a key ending in ``_ns`` is
+names a known bottleneck, and a cause of it, with a confidence in 0..1; every value under a key ending in ``_ns`` is
 integer nanoseconds or null (lists and maps of them included); no number anywhere is NaN or
 infinite; every figure ``compare`` reads is a non-negative integer (or null). A violation is a
 ``ContractError`` (ValueError) whose message is one line naming the JSON path.
@@ -61,19 +61,36 @@ def _number_ok(v: Any) -> bool:
     return not isinstance(v, float) or math.isfinite(v)
 
 
-def _walk(node: Any, path: str, under_ns: bool) -> None:
-    """Every number finite; under an ``_ns`` key, integers (or null) only."""
+class _Bad(Exception):
+    """A value the contract refuses; ``where`` collects its JSON path while unwinding."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+        self.where: list[str] = []
+
+
+def _walk(node: Any, under_ns: bool) -> None:
+    """Every number finite; under an ``_ns`` key, integers (or null) only. The path of a refused
+    value is only put together once one is found (a cached answer is checked on every look)."""
     if isinstance(node, dict):
         for k, v in node.items():
-            _walk(v, f"{path}.{k}", under_ns or str(k).endswith("_ns"))
+            if isinstance(v, (dict, list, float)) or (under_ns or str(k).endswith("_ns")):
+                try:
+                    _walk(v, under_ns or str(k).endswith("_ns"))
+                except _Bad as bad:
+                    bad.where.append(f".{k}")
+                    raise
     elif isinstance(node, list):
         for i, v in enumerate(node):
-            _walk(v, f"{path}[{i}]", under_ns)
+            try:
+                _walk(v, under_ns)
+            except _Bad as bad:
+                bad.where.append(f"[{i}]")
+                raise
     elif isinstance(node, float) and not math.isfinite(node):
-        literal = getattr(node, "literal", repr(node))
-        raise ContractError(f"{path}: {literal} is not a number the contract allows")
+        raise _Bad(f"{getattr(node, 'literal', repr(node))} is not a number the contract allows")
     elif under_ns and node is not None and (isinstance(node, bool) or not isinstance(node, int)):
-        raise ContractError(f"{path}: must be integer nanoseconds, got {node!r}"[:200])
+        raise _Bad(f"must be integer nanoseconds, got {node!r}"[:200])
 
 
 def check(doc: Any) -> dict[str, Any]:
@@ -92,11 +109,25 @@ def check(doc: Any) -> dict[str, Any]:
             raise ContractError(f"{key}: missing (a saved diagnosis has {', '.join(TOP_LEVEL)})")
         if not isinstance(doc[key], kind):
             raise ContractError(f"{key}: must be a JSON {'object' if kind is dict else kind.__name__}")
-    _walk(doc, "", False)
+    try:
+        _walk(doc, False)
+    except _Bad as bad:
+        raise ContractError(f"{''.join(reversed(bad.where))}: {bad.why}") from None
     verdict = doc["verdict"]
     if verdict.get("bottleneck") not in BOTTLENECKS:
         raise ContractError(f"verdict.bottleneck: must be one of {', '.join(BOTTLENECKS)}, "
                             f"got {verdict.get('bottleneck')!r}"[:200])
+    cause = verdict.get("cause")
+    if "cause" in verdict:          # written by every srtscope since it was added; older saves lack it
+        from srtscope.analyzers.vocab import Cause
+
+        try:
+            of = Cause(cause).bottleneck.value if isinstance(cause, str) else None
+        except ValueError:
+            of = None
+        if of != verdict["bottleneck"]:
+            raise ContractError(f"verdict.cause: {cause!r} is not a cause of bottleneck "
+                                f"{verdict['bottleneck']!r}"[:200])
     conf = verdict.get("confidence")
     if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not 0 <= conf <= 1:
         raise ContractError(f"verdict.confidence: must be a number in 0..1, got {conf!r}"[:200])

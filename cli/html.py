@@ -8,16 +8,16 @@ charts are in ``html_charts``.
 """
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from srtscope.analyzers.units import fmt_bytes, fmt_ns
+from srtscope.cli import escape
 from srtscope.cli.html_charts import COLOURS, ZOOM_JS, W, histogram_svg, skew_svg, steps_svg, timeline_svg
 
 
 def _e(x: Any) -> str:
-    """Escaped text from a trace: never markup."""
-    return html.escape(str(x), quote=True)
+    """Escaped text from a trace: never markup (``cli.escape.html``)."""
+    return escape.html(x)
 
 
 def timeline_svgs(d: dict[str, Any]) -> str:

@@ -3,22 +3,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from srtscope.analyzers.units import clean_text, fmt_ns, fmt_pct
+from srtscope.analyzers.units import fmt_ns, fmt_pct
+from srtscope.cli import escape
 
 
 def md_text(text: object, width: int = 400) -> str:
-    """A string from a trace as Markdown text: clean, no table breaks, no code-span breaks, no raw
-    HTML nor link syntax."""
-    return (clean_text(text, width).replace("\\", "\\\\").replace("|", "\\|").replace("`", "'")
-            .replace("*", "\\*").replace("_", "\\_").replace("<", "&lt;").replace("[", "\\["))
+    """A string from a trace as Markdown text (``cli.escape.markdown``): no table or code-span
+    breaks, no raw HTML nor link syntax."""
+    return escape.markdown(text, width)
 
 
 _md = md_text
 
 
 def _code(text: object, width: int = 80) -> str:
-    """A name from a trace inside a code span (no escapes needed but the backtick)."""
-    return "`" + clean_text(text, width).replace("`", "'").replace("|", "\\|") + "`"
+    """A name from a trace inside a code span (``cli.escape.markdown_code``)."""
+    return escape.markdown_code(text, width)
 
 
 def diagnosis_markdown(d: dict[str, Any]) -> str:

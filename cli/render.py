@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from srtscope.analyzers.units import clean_text, clip_text, fmt_bytes, fmt_ns, fmt_pct
+from srtscope.cli import escape
 
 CLASS_STYLE = {"scheduler": "magenta", "prep": "yellow", "kernel": "cyan", "sync": "blue",
                "launch": "red", "unattributed": "grey50", "comm": "green", "host": "bright_red",
@@ -26,7 +27,7 @@ _STRIP_CHARS = {"scheduler": "S", "prep": "P", "kernel": "K", "sync": "Y", "laun
 
 def _t(text: object, width: int = 4096, style: str = "") -> Text:
     """Text from a trace: never parsed as markup, control characters removed, clipped."""
-    return Text(clean_text(text, width), style=style)
+    return escape.terminal(text, width, style)
 
 
 def _table(title: str, *cols: str, justify_right: tuple[int, ...] = (), wrap: tuple[int, ...] = ()) -> Table:

@@ -11,8 +11,10 @@ REAL_TRACES = REPO.parent / "shared" / "traces" / "real"
 
 @pytest.fixture(autouse=True)
 def _private_trace_cache(tmp_path_factory, monkeypatch):
-    """Every test's table cache (``SRTSCOPE_CACHE_DIR``) in a temporary folder, never the user's."""
+    """Every test's table cache (``SRTSCOPE_CACHE_DIR``) and cache key (``XDG_CONFIG_HOME``) in
+    temporary folders, never the user's."""
     monkeypatch.setenv("SRTSCOPE_CACHE_DIR", str(tmp_path_factory.mktemp("srtscope-cache")))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("srtscope-config")))
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from srtscope.analyzers.results import BUBBLE_CLASSES
+from srtscope.analyzers.vocab import BUBBLE_CLASSES
 
 if TYPE_CHECKING:
     from srtscope.analyzers.results import Diagnosis

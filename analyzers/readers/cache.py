@@ -3,14 +3,16 @@
     tl = cached_read(path, rank, lambda: read_nsys(path, rank))
 
 Where: ``$SRTSCOPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/srtscope``, else ``~/.cache/srtscope``; never
-beside the trace, which is only ever opened for reading (its first and last ``FINGERPRINT_BYTES``).
-One entry per (trace path, rank): a folder holding ``meta.json`` (the key, the ``TimelineMeta``,
-the column layout and a CRC-32 of each table file) and ``device`` / ``api`` / ``ranges`` /
-``counters`` ``.arrow`` (Arrow IPC files, LZ4-compressed, one record batch each).
+beside the trace, which is only ever opened for reading. One entry per (trace path, rank): a folder
+holding srtscope's marker (``cache_store.py``), ``meta.json`` (the key, the ``TimelineMeta``, the
+column layout and an xxh3-128 digest of each table file; authenticated by the marker's MAC) and
+``device`` / ``api`` / ``ranges`` / ``counters`` ``.arrow`` (Arrow IPC files, LZ4-compressed, one
+record batch each).
 
-Key: resolved path, size, ``mtime_ns``, inode, device, a SHA-1 of the file's first and last 64 KiB,
-the rank asked for and ``READER_VERSION`` (bump it whenever a reader's output changes). An entry
-whose key, layout or checksums do not match is dropped and rebuilt, never trusted. Entries are
+Key (``cache_store.trace_key``): resolved path, size, ``mtime_ns``, ``ctime_ns``, inode, device, a
+hash of all of the file's bytes, the rank asked for and ``READER_VERSION`` (bump it whenever a
+reader's output changes). An entry whose key, layout, digests or MAC do not match is dropped and
+rebuilt, never trusted; restored tables are checked against the Timeline's columns. Entries are
 written to a temporary folder in the cache directory and renamed into place (atomic); the cache is
 capped at ``$SRTSCOPE_CACHE_MAX_MB`` (default 2048 MiB), least recently used entries evicted first.
 Traces under ``$SRTSCOPE_CACHE_MIN_BYTES`` (default 1 MiB) are not cached: their read is quicker
@@ -29,7 +31,6 @@ import json
 import os
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -39,10 +40,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from srtscope.analyzers.cache_auth import open_regular
 from srtscope.analyzers.cache_store import (  # noqa: F401 - the store's names, for this module's users
     DEFAULT_MAX_MB,
     DEFAULT_MIN_BYTES,
-    FINGERPRINT_BYTES,
     META,
     READER_VERSION,
     TMP_PREFIX,
@@ -52,10 +53,12 @@ from srtscope.analyzers.cache_store import (  # noqa: F401 - the store's names, 
     cache_dir,
     cache_enabled_for,
     max_bytes,
+    new_hash,
     trace_key,
     warn_once,
 )
 from srtscope.analyzers.timeline import (
+    SCHEMAS,
     CaptureWarning,
     DeviceInfo,
     SourceFormat,
@@ -223,27 +226,55 @@ def _from_arrow(table: Any, layout: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(out, copy=False)
 
 
-def _sum(data: Any) -> int:
-    """CRC-32 of a buffer (damage, not tampering, is what it guards against)."""
-    return zlib.crc32(memoryview(data))
+def _digest(data: Any) -> str:
+    """xxh3-128 of a table file's bytes (the authenticated meta.json lists it: a swapped or damaged
+    file does not match)."""
+    h = new_hash()
+    h.update(memoryview(data))      # type: ignore[attr-defined]
+    return str(h.hexdigest())       # type: ignore[attr-defined]
+
+
+def _map(path: Path) -> Any:
+    """A pyarrow buffer over the regular file ``path`` (mapped; never opened blocking)."""
+    import mmap
+
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    fd = open_regular(path)
+    try:
+        if os.fstat(fd).st_size == 0:
+            return pa.py_buffer(b"")
+        return pa.py_buffer(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
+    finally:
+        os.close(fd)
+
+
+def _check_schema(table: str, df: pd.DataFrame) -> None:
+    """The Timeline's required columns, with its integer columns as int64 (else ValueError)."""
+    for c in SCHEMAS[table]:
+        if c.name not in df.columns:
+            if c.required:
+                raise ValueError(f"{table}: column {c.name} missing")
+            continue
+        if c.dtype == "int64" and df[c.name].dtype != np.int64:
+            raise ValueError(f"{table}: column {c.name} is {df[c.name].dtype}, not int64")
 
 
 # -- the cache ---------------------------------------------------------------------------------------
 class TimelineCache(CacheStore):
     """Timeline entries under ``root`` (see the module's docstring); ``cap`` in bytes."""
 
+    KIND = "tables"
+
     def get(self, key: TraceKey, given: Path | None = None) -> Timeline | None:
-        """The cached Timeline of ``key``; None (and the entry dropped) when missing, stale or damaged.
-        ``given``: the trace's path as the caller spelled it (the Timeline's source)."""
+        """The cached Timeline of ``key``; None (and the entry dropped) when missing, stale, damaged
+        or not verified. ``given``: the trace's path as the caller spelled it (the Timeline's source)."""
         entry = self.root / key.entry_name
-        try:
-            doc = json.loads((entry / META).read_text())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):
-            self.drop(entry)
+        meta = self.open_entry(key.entry_name, self.KIND)
+        if meta is None:
             return None
         try:
+            doc = json.loads(meta)
             if doc.get("entry_format") != ENTRY_FORMAT or doc.get("key") != asdict(key):
                 self.drop(entry)   # stale: the trace, the reader or the format changed
                 return None
@@ -252,34 +283,32 @@ class TimelineCache(CacheStore):
             self.drop(entry)
             return None
         try:
-            os.utime(entry / META)   # least recently used: by the meta file's mtime
-        except OSError:
+            os.utime(entry / META, follow_symlinks=False)   # least recently used: by meta's mtime
+        except (OSError, NotImplementedError):
             pass
         return tl
 
     def _load(self, entry: Path, doc: dict, path: Path) -> Timeline:
-        import pyarrow as pa  # type: ignore[import-untyped]
         import pyarrow.ipc as ipc  # type: ignore[import-untyped]
 
         frames = {}
         for t in TABLES:
             spec = doc["tables"][t]
-            with pa.memory_map(str(entry / f"{t}.arrow")) as mm:
-                data = mm.read_buffer()
-            if data.size != spec["bytes"] or _sum(data) != spec["sum"]:
+            data = _map(entry / f"{t}.arrow")
+            if data.size != spec["bytes"] or _digest(data) != spec["digest"]:
                 raise ValueError(f"{t}.arrow damaged")
             table = ipc.open_file(data).read_all()
             del data
             if table.num_rows != spec["rows"]:
                 raise ValueError(f"{t}.arrow: row count")
             frames[t] = _from_arrow(table, spec["layout"])
+            _check_schema(t, frames[t])
         return Timeline(frames["device"], frames["api"], frames["ranges"], frames["counters"],
                         _meta_from(doc["meta"], path))
 
     def put(self, key: TraceKey, tl: Timeline) -> None:
         """Store ``tl`` under ``key`` (atomically), then evict down to the cap. Never raises for the
         cache's own trouble (one warning per process); a Timeline it cannot restore exactly is skipped."""
-        import pyarrow as pa  # type: ignore[import-untyped]
         import pyarrow.ipc as ipc  # type: ignore[import-untyped]
 
         def write(folder: Path) -> None:
@@ -291,15 +320,14 @@ class TimelineCache(CacheStore):
                 f = folder / f"{t}.arrow"
                 with ipc.new_file(str(f), table.schema, options=opts) as w:
                     w.write_table(table, max_chunksize=max(table.num_rows, 1))
-                with pa.memory_map(str(f)) as mm:
-                    data = mm.read_buffer()
+                data = _map(f)
                 doc["tables"][t] = {"rows": table.num_rows, "layout": layout, "bytes": data.size,
-                                    "sum": _sum(data)}
+                                    "digest": _digest(data)}
                 del table, data
-            (folder / META).write_text(json.dumps(doc))
+            (folder / META).write_text(json.dumps(doc, allow_nan=False))
 
         try:
-            self.publish(key.entry_name, write)
+            self.publish(key.entry_name, self.KIND, write)
         except _Uncacheable:
             return
 
@@ -321,7 +349,7 @@ def cached_read(path: Path, rank: int, read: Callable[[], Timeline]) -> Timeline
         return tl
     tl = read()
     try:
-        if trace_key(path, rank) != key:
+        if not key.unchanged():
             return tl                       # the file changed while it was read: not kept
     except OSError:
         return tl

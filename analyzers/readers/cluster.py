@@ -14,14 +14,24 @@ and the worker. ``cache``: the table cache is the one of the worker that reads t
 ``$SRTSCOPE_CACHE_DIR`` or home), not this machine's.
 
 Every failure is one line: ``TraceError`` for a file (as a local read would say, or that a worker
-cannot open it), ``ClusterError`` for the cluster (extra missing, scheduler unreachable within
-``$SRTSCOPE_CLUSTER_TIMEOUT`` seconds, default 10, no workers, workers dying).
+cannot open it or finds no regular file there), ``ClusterError`` for the cluster (extra missing,
+a port outside 1..65535, scheduler unreachable, no workers, workers dying, the scheduler no longer
+answering).
+
+Deadlines: every wait on the network is bounded by ``$SRTSCOPE_CLUSTER_TIMEOUT`` seconds (default
+10): reaching the scheduler (a TCP connection, then its greeting: a listener that accepts and says
+nothing is refused), the client's start, the first worker, and while the reads run, each spell of
+``T`` without a finished read is followed by a ping the scheduler must answer within ``T``. A read
+itself may take as long as the file needs while the scheduler answers.
 """
 from __future__ import annotations
 
 import logging
 import os
 import socket
+import stat
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -84,8 +94,16 @@ def read_task(path: str, rank: int, allow_no_kernels: bool, cache: bool, version
                            f"{_versions()[1]}), this machine {versions[0]} (reader {versions[1]}): "
                            "install the same srtscope on the workers")
     try:
-        with open(path, "rb"):
-            pass
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)     # a FIFO must not block it
+        try:
+            mode = os.fstat(fd).st_mode
+        finally:
+            os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(path)
+        if not stat.S_ISREG(mode):
+            raise TraceError(path, f"is not a regular file on Dask worker {_worker_name()} (a FIFO, socket "
+                                   "or device); give the trace file itself")
     except FileNotFoundError:
         raise TraceError(path, f"no such file on Dask worker {_worker_name()}; {SHARED_PATHS}") from None
     except IsADirectoryError:
@@ -120,16 +138,16 @@ def _quiet_connect_logs() -> Iterator[None]:
 class ClusterReads:
     """Reads of trace files on the cluster behind one ``distributed.Client`` (see ``connect``)."""
 
-    def __init__(self, client: Any, address: str) -> None:
+    def __init__(self, client: Any, address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.client = client
         self.address = address
+        self.timeout_s = timeout_s
 
     def read(self, files: Sequence[Path], hints: Sequence[int], allow_no_kernels: bool, cache: bool,
              progress: Callable[[float, str], None] | None = None) -> list[Timeline]:
         """``read_one(files[i], hints[i], ...)`` for every file, one task each; in the files' order.
         ``progress(fraction of files read, what)`` after each file. The first failure read raises
         (``TraceError`` / ``ClusterError``) and cancels the rest."""
-        from distributed import as_completed
         from distributed.client import FutureCancelledError
         from distributed.scheduler import KilledWorker
 
@@ -143,7 +161,7 @@ class ClusterReads:
         index = {fut.key: i for i, fut in enumerate(futs)}
         out: list[Timeline | None] = [None] * len(files)
         try:
-            for done, fut in enumerate(as_completed(futs, loop=self.client.loop), 1):
+            for done, fut in enumerate(self._finished(futs), 1):
                 i = index[fut.key]
                 try:
                     out[i] = fut.result()
@@ -165,13 +183,83 @@ class ClusterReads:
                 if progress is not None:
                     progress(done / len(files), f"read {files[i].name}")
         except BaseException:
-            self.client.cancel(futs)
+            self._cancel(futs)
             raise
         return [t for t in out if t is not None]
+
+    def _cancel(self, futs: list[Any]) -> None:
+        """Cancel the reads left, waiting at most ``timeout_s`` (the scheduler may be the trouble)."""
+        def cancel() -> None:
+            try:
+                self.client.cancel(futs)
+            except Exception:  # noqa: BLE001 - a scheduler that is gone
+                pass
+
+        t = threading.Thread(target=cancel, name="srtscope-cluster-cancel", daemon=True)
+        t.start()
+        t.join(self.timeout_s)
+
+    def _finished(self, futs: list[Any]) -> Iterator[Any]:
+        """``futs`` as they finish; after each ``timeout_s`` without one, the scheduler must answer
+        a ping within ``timeout_s`` or ``ClusterError``."""
+        import queue
+
+        finished: queue.Queue[Any] = queue.Queue()
+        for f in futs:
+            f.add_done_callback(finished.put)
+        for _ in futs:
+            while True:
+                try:
+                    yield finished.get(timeout=self.timeout_s)
+                    break
+                except queue.Empty:
+                    self._ping()
+
+    def _ping(self) -> None:
+        try:
+            self.client.sync(self.client.scheduler.identity, callback_timeout=self.timeout_s)
+        except Exception:  # noqa: BLE001 - TimeoutError, a closed comm
+            raise ClusterError(f"--cluster {self.address}: the scheduler stopped answering (nothing within "
+                               f"{self.timeout_s:g} s); the reads were given up") from None
 
 
 def _brief(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:200] or type(exc).__name__
+
+
+def _probe(address: str, t: float) -> None:
+    """For a ``tcp://`` scheduler: a TCP connection within ``t`` s, then its greeting (a Dask
+    scheduler speaks first) within ``t`` s; else ClusterError. Other schemes are left to distributed."""
+    from distributed.comm import get_address_host_port, parse_address
+
+    if parse_address(address)[0] != "tcp":
+        return
+    host, port = get_address_host_port(address)
+    deadline = time.monotonic() + t
+    while True:         # refused: retried until the deadline, as distributed does (a scheduler starting)
+        try:
+            sock = socket.create_connection((host, port), timeout=max(0.01, deadline - time.monotonic()))
+            break
+        except ConnectionRefusedError as exc:
+            if time.monotonic() + 0.1 >= deadline:
+                raise ClusterError(f"--cluster {address}: cannot reach a Dask scheduler within {t:g} s "
+                                   f"({_brief(exc)})") from None
+            time.sleep(0.1)
+        except OSError as exc:
+            raise ClusterError(f"--cluster {address}: cannot reach a Dask scheduler within {t:g} s "
+                               f"({_brief(exc)})") from None
+    try:
+        with sock:
+            sock.settimeout(t)
+            greeting = sock.recv(1)
+    except TimeoutError:
+        raise ClusterError(f"--cluster {address}: the listener there accepted the connection but said "
+                           f"nothing within {t:g} s: not a Dask scheduler, or a hung one") from None
+    except OSError as exc:
+        raise ClusterError(f"--cluster {address}: the connection failed ({_brief(exc)})") from None
+    if not greeting:
+        raise ClusterError(f"--cluster {address}: the listener there closed the connection without "
+                           "a word: not a Dask scheduler")
 
 
 @contextmanager
@@ -189,18 +277,38 @@ def connect(address: str, timeout_s: float | None = None) -> Iterator[ClusterRea
     t = connect_timeout_s() if timeout_s is None else timeout_s
     from distributed.comm import get_address_host_port
     try:
-        get_address_host_port(address)  # NOTE: before Client(): a half-made one stalls the exit 4 s
+        _, port = get_address_host_port(address)  # NOTE: before Client(): a half-made one stalls the exit 4 s
     except ValueError as exc:
         raise ClusterError(f"--cluster {address}: not a Dask scheduler address, e.g. tcp://scheduler:8786 "
                            f"({_brief(exc)})") from None
+    if isinstance(port, int) and not 1 <= port <= 65535:
+        raise ClusterError(f"--cluster {address}: port {port} is outside 1..65535")
+    _probe(address, t)
     failed = ""
     with _quiet_connect_logs():
-        try:
-            client = distributed.Client(address, timeout=t, set_as_default=False)
-        except (ValueError, TypeError) as exc:    # no scheme, an unknown scheme, no port
-            failed = f"cannot connect ({_brief(exc)})"
-        except Exception as exc:  # noqa: BLE001 - OSError, TimeoutError ...
-            failed = f"cannot reach a Dask scheduler within {t:g} s ({_brief(exc)})"
+        made: dict[str, Any] = {}
+
+        def make() -> None:
+            try:
+                made["client"] = distributed.Client(address, timeout=t, set_as_default=False)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                made["error"] = exc
+
+        # NOTE: on a thread of its own, so that a scheduler that stalls the client's start (its
+        # handshake has no deadline in distributed) cannot stall this process past 2 T
+        starter = threading.Thread(target=make, name="srtscope-cluster-connect", daemon=True)
+        starter.start()
+        starter.join(2 * t)
+        error = made.get("error")
+        if starter.is_alive():
+            failed = f"the scheduler did not complete the client's start within {2 * t:g} s"
+        elif isinstance(error, (ValueError, TypeError)):     # no scheme, an unknown scheme, no port
+            failed = f"cannot connect ({_brief(error)})"
+        elif isinstance(error, Exception):                   # OSError, TimeoutError ...
+            failed = f"cannot reach a Dask scheduler within {t:g} s ({_brief(error)})"
+        elif error is not None:
+            raise error
+        client: Any = made.get("client")
     # NOTE: raised here, not in the handler, and collected now: a half-made client that lives
     # until exit stalls it (its __del__ waits 2x the timeout for a loop that is gone)
     if failed:
@@ -213,7 +321,7 @@ def connect(address: str, timeout_s: float | None = None) -> Iterator[ClusterRea
         except Exception:  # noqa: BLE001 - TimeoutError, or the scheduler going away meanwhile
             raise ClusterError(f"--cluster {address}: the scheduler has no workers (none joined within "
                                f"{t:g} s)") from None
-        yield ClusterReads(client, address)
+        yield ClusterReads(client, address, t)
     finally:
         with _quiet_connect_logs():
             try:

@@ -45,6 +45,7 @@ from srtscope.analyzers.timeline import (
     Traced,
     WarningCode,
 )
+from srtscope.analyzers.units import name_text
 from srtscope.probes.stages import resolve_stage
 
 _DEVICE_CATS = {"kernel": DeviceKind.KERNEL, "Kernel": DeviceKind.KERNEL,
@@ -55,6 +56,9 @@ _RANGE_CATS = {"user_annotation": "", "gpu_user_annotation": GPU_DOMAIN}
 _OP_CATS = {"cpu_op", "Operator"}
 _LEGACY_CATS = {"Kernel", "Runtime", "Operator", "Memcpy", "Memset"}
 _FLOW_CATS = {"ac2g", "async"}
+#: elements of traceEvents that are no event (not an object, or without ``ph``) tolerated before
+#: the file is refused: a gzip bomb of ``0,`` ran for hours at ~1 µs per element, a real trace has none
+MAX_NON_EVENTS = 1_000_000
 KNOWN_SCHEMAS = {1}
 
 
@@ -102,7 +106,7 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
     rng = _Cols("start", "dur", "pid", "tid", "name", "domain")
     cats: Counter[str] = Counter()
     thread_names: dict[str, str] = {}
-    n_events = 0
+    n_events = non_events = 0
     stage_ops: dict[str, bool] = {}
     flows: dict[tuple[str, Any, Any, int], int] = {}     # (ph, pid, tid, ts_ns) -> flow id
     unlinked: list[tuple[_Cols, int, tuple]] = []        # rows without args.correlation
@@ -110,7 +114,11 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
         try:
             for ev in iter_trace(fh, header.__setitem__):
                 n_events += 1
-                if not isinstance(ev, dict):
+                if not isinstance(ev, dict) or "ph" not in ev:
+                    non_events += 1
+                    if non_events > MAX_NON_EVENTS:
+                        raise TraceError(path, f"not a Kineto trace: traceEvents holds over {MAX_NON_EVENTS:,} "
+                                               "elements that are not trace events (no object with 'ph')")
                     continue
                 ph = ev.get("ph")
                 if ph != "X":
@@ -130,7 +138,7 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
                     if "correlation" not in args:
                         unlinked.append((dev, len(dev), ("f", ev.get("pid"), ev.get("tid"),
                                                          us_to_ns(ev["ts"]))))
-                    dev.add(ev["ts"], ev.get("dur", 0), kind.value, str(ev.get("name", "")),
+                    dev.add(ev["ts"], ev.get("dur", 0), kind.value, name_text(ev.get("name", "")),
                             _int(args.get("device", ev.get("pid"))),
                             _int(args.get("stream", ev.get("tid"))),
                             _int(args.get("correlation")), _int(args.get("bytes")))
@@ -140,12 +148,12 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
                         unlinked.append((api, len(api), ("s", ev.get("pid"), ev.get("tid"),
                                                          us_to_ns(ev["ts"]))))
                     api.add(ev["ts"], ev.get("dur", 0), _int(ev.get("pid")), _int(ev.get("tid")),
-                            str(ev.get("name", "")), _int(args.get("correlation")))
+                            name_text(ev.get("name", "")), _int(args.get("correlation")))
                 elif cat in _RANGE_CATS:
                     rng.add(ev["ts"], ev.get("dur", 0), _int(ev.get("pid")), _int(ev.get("tid")),
-                            str(ev.get("name", "")), _RANGE_CATS[cat])
+                            name_text(ev.get("name", "")), _RANGE_CATS[cat])
                 elif cat in _OP_CATS:
-                    name = str(ev.get("name", ""))
+                    name = name_text(ev.get("name", ""))
                     keep = stage_ops.get(name)
                     if keep is None:
                         keep = stage_ops[name] = resolve_stage(name) is not None
@@ -153,7 +161,7 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
                             _int(ev.get("tid")), name, "" if keep else OP_DOMAIN)
                 elif cat == "python_function":
                     rng.add(ev["ts"], ev.get("dur", 0), _int(ev.get("pid")), _int(ev.get("tid")),
-                            str(ev.get("name", "")), PYTHON_DOMAIN)
+                            name_text(ev.get("name", "")), PYTHON_DOMAIN)
         except JsonStreamError as exc:
             raise TraceError(path, f"not a valid Kineto trace: {exc}") from None
         except KeyError as exc:

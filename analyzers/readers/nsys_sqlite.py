@@ -51,6 +51,7 @@ from srtscope.analyzers.timeline import (
     WarningCode,
     validate_table,
 )
+from srtscope.analyzers.units import MAX_NAME_CHARS, NAME_END_CHARS
 
 KNOWN_SCHEMAS = frozenset({"2.9.1", "3.1.2", "3.1.7", "3.13.2", "3.16.1", "3.17.1", "3.20.2",
                            "3.24.14", "3.25.0"})
@@ -58,6 +59,14 @@ NVTX_PUSH_RANGE, NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE = 35, 59, 60,
 _COPY_KIND = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
               8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
 _MASK24 = 0xFFFFFF
+
+
+def capped(expr: str) -> str:
+    """SQL for ``expr`` (a text) cut to ``MAX_NAME_CHARS`` in SQLite (``units.name_text``'s cut), so
+    that a huge string never reaches Python whole; NULL stays NULL."""
+    keep = MAX_NAME_CHARS - NAME_END_CHARS - 1
+    return (f"CASE WHEN length({expr}) > {MAX_NAME_CHARS} THEN substr({expr}, 1, {keep}) || '…' || "
+            f"substr({expr}, -{NAME_END_CHARS}) ELSE {expr} END")
 #: Files up to this size get a full ``PRAGMA quick_check`` before the read (it costs ~4 s per GB,
 #: about a fifth of the read: larger files get it only when what was read looks inconsistent).
 QUICK_CHECK_ALWAYS_BYTES = 16 << 20
@@ -89,6 +98,7 @@ class _Reader:
         self.named_rows = 0         # rows whose name was looked up in StringIds
         self.suspect: list[str] = []  # what looked inconsistent while reading (quick_check then)
         self._arrow: Any = None        # ADBC connection for the big scans, opened on first use
+        self._long_ids: set[int] | None = None
         # no table of the file can hold more rows than this (a row takes more than 8 bytes)
         self.max_rows = max(1, path.stat().st_size // 8)
 
@@ -121,13 +131,50 @@ class _Reader:
     def count(self, table: str, where: str = "") -> int:
         return int(self.con.execute(f"SELECT COUNT(*) FROM {table} {where}").fetchone()[0])
 
+    def long_string_ids(self) -> set[int]:
+        """StringIds ids whose value is over ``4 * MAX_NAME_CHARS`` bytes, found without loading
+        any value (``octet_length`` in the ADBC driver's SQLite reads the size only); empty where
+        that cannot be asked (then ``capped`` cuts them in SQL, loading each once)."""
+        if self._long_ids is None:
+            self._long_ids = set()
+            try:
+                cur = self.arrow.cursor()
+                try:
+                    cur.execute(f"SELECT id FROM StringIds WHERE octet_length(value) > {4 * MAX_NAME_CHARS}")
+                    self._long_ids = {int(r[0]) for r in cur.fetchall()}
+                finally:
+                    cur.close()
+            except Exception:  # noqa: BLE001 - an old driver, a damaged table: the SQL cut remains
+                pass
+        return self._long_ids
+
+    def long_string(self, sid: int) -> str:
+        """The value of StringIds ``sid`` cut as ``capped`` cuts it, read through SQLite's blob I/O:
+        its first and last bytes only, never the whole value."""
+        row = self.con.execute("SELECT rowid FROM StringIds WHERE id = ?", (sid,)).fetchone()
+        with self.con.blobopen("StringIds", "value", row[0], readonly=True) as blob:  # type: ignore[attr-defined,unused-ignore]
+            size = len(blob)
+            head = blob.read(4 * MAX_NAME_CHARS).decode("utf-8", errors="ignore")
+            blob.seek(max(0, size - 4 * NAME_END_CHARS))
+            tail = blob.read(4 * NAME_END_CHARS).decode("utf-8", errors="ignore")
+        return head[:MAX_NAME_CHARS - NAME_END_CHARS - 1] + "…" + tail[-NAME_END_CHARS:]
+
     def strings(self, ids: np.ndarray) -> dict[int, str]:
-        """StringIds values of ``ids`` (distinct ids only are looked up)."""
+        """StringIds values of ``ids`` (distinct ids only are looked up); values longer than
+        ``MAX_NAME_CHARS`` cut (``capped``), the huge ones without loading them (``long_string``)."""
         want = np.unique(ids).tolist()
         out: dict[int, str] = {}
+        huge = self.long_string_ids()
+        if huge:
+            for sid in [w for w in want if int(w) in huge]:
+                try:
+                    out[int(sid)] = self.long_string(int(sid))
+                except (sqlite3.Error, TypeError, AttributeError):     # no blob I/O before Python 3.11
+                    continue            # looked up below, cut in SQL
+            want = [w for w in want if int(w) not in out]
         for i in range(0, len(want), 900):
             part = want[i:i + 900]
-            q = f"SELECT id, value FROM StringIds WHERE id IN ({','.join('?' * len(part))})"
+            q = f"SELECT id, {capped('value')} FROM StringIds WHERE id IN ({','.join('?' * len(part))})"
             out.update(self.con.execute(q, part))
         return out
 
@@ -248,8 +295,9 @@ class _Reader:
             t, ["start", "end", "eventType", "COALESCE(globalTid,0)", dom_sql],
             where.replace("WHERE ", "").replace("n.", ""))
         has_tid = "textId" in cols
-        label_sql = ("COALESCE(n.text, s.value, '') FROM NVTX_EVENTS n LEFT JOIN StringIds s "
-                     "ON s.id = n.textId" if has_tid else "COALESCE(n.text, '') FROM NVTX_EVENTS n")
+        label = capped("COALESCE(n.text, s.value, '')" if has_tid else "COALESCE(n.text, '')")
+        label_sql = (f"{label} FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId" if has_tid
+                     else f"{label} FROM NVTX_EVENTS n")
         codes, uniq = self._labels(f"SELECT {label_sql} {where} ORDER BY n.rowid", len(s))
         marks = self.count(t, "WHERE end IS NULL AND eventType = 34")
         pid, tid = (gtid >> 24) & _MASK24, gtid & _MASK24
@@ -285,7 +333,7 @@ class _Reader:
         by_pid: dict[tuple[int, int], str] = {}
         by_id: dict[int, str] = {}
         if "textId" in self.columns("NVTX_EVENTS"):
-            q = ("SELECT COALESCE(n.globalTid,0), n.domainId, COALESCE(n.text, s.value) FROM "
+            q = (f"SELECT COALESCE(n.globalTid,0), n.domainId, {capped('COALESCE(n.text, s.value)')} FROM "
                  "NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType = ?")
         else:
             q = "SELECT COALESCE(globalTid,0), domainId, text FROM NVTX_EVENTS WHERE eventType = ?"
@@ -320,7 +368,7 @@ class _Reader:
     def thread_names(self, pids: set[int]) -> dict[str, str]:
         if not self.has("ThreadNames"):
             return {}
-        rows = self.con.execute("SELECT t.globalTid, s.value FROM ThreadNames t "
+        rows = self.con.execute(f"SELECT t.globalTid, {capped('s.value')} FROM ThreadNames t "
                                 "JOIN StringIds s ON s.id = t.nameId").fetchall()
         return {f"{(int(g) >> 24) & _MASK24}:{int(g) & _MASK24}": str(v)
                 for g, v in rows if g is not None and ((int(g) >> 24) & _MASK24) in pids}

@@ -40,6 +40,9 @@ SHAPES: dict[str, tuple[bytes, bytes, bytes, str]] = {
                       "string unterminated or longer than"),
     "kineto_header_string": (b'{"schemaVersion":"', b"9", b'","traceEvents":[' + KERNEL % (1, 1) + b"]}",
                              "string unterminated or longer than"),
+    # issue 26: ``0,`` repeated to 3 GiB ran past 120 s (each tiny element cost ~1 µs to skip)
+    "kineto_zeros": (b'{"traceEvents":[', b"0,", KERNEL % (1, 1) + b"]}", "that are not trace events"),
+    "kineto_empty_objects": (b'{"traceEvents":[', b"{},", KERNEL % (1, 1) + b"]}", "that are not trace events"),
     "probe_string": (PROBE + b'"strings":["', b"a", b'"],"spans":{},"counters":{}}',
                      "string unterminated or longer than"),
     "probe_spaces": (PROBE + b'"strings":[', b" ", b'"a"],"spans":{},"counters":{}}', "run of over"),

@@ -219,3 +219,127 @@ def test_the_cli_does_not_import_distributed_without_cluster():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+@needs_distributed
+def test_a_fifo_given_to_a_worker_is_refused_and_the_worker_serves_on(cluster, tmp_path):
+    """A FIFO path must not hang the worker that opens it, nor every later request to it."""
+    fifo = tmp_path / "rank1.sqlite"
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    with pytest.raises(TraceError, match="is not a regular file on Dask worker"):
+        load_timeline([PAIR[0], fifo], cluster=cluster)
+    assert time.monotonic() - t0 < 30
+    _same(load_timeline(PAIR), load_timeline(PAIR, cluster=cluster))      # both workers still serve
+
+
+@pytest.fixture
+def silent_listener():
+    """A TCP listener that accepts every connection and never says a word (the audit's case)."""
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(srv.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"tcp://127.0.0.1:{srv.getsockname()[1]}"
+    srv.close()
+    for c in held:
+        c.close()
+
+
+@needs_distributed
+@pytest.mark.parametrize("command", ["diagnose", "compare"])
+def test_a_listener_that_never_answers_is_bounded_by_the_timeout(silent_listener, command):
+    files = [*PAIR] if command == "diagnose" else [PAIR[0], PAIR[1]]
+    t0 = time.monotonic()
+    _one_error_line(_cli(command, "--cluster", silent_listener, *files, env={"SRTSCOPE_CLUSTER_TIMEOUT": "0.5"}),
+                    "accepted the connection but said nothing within 0.5 s")
+    assert time.monotonic() - t0 < 6           # imports ~1 s, then 0.5 s; it ran past 500 s before
+
+
+@needs_distributed
+@pytest.mark.parametrize("port", ["99999", "0", "65536", "-5"])
+def test_a_port_out_of_range_is_refused_at_once(port):
+    t0 = time.monotonic()
+    _one_error_line(_cli("diagnose", "--cluster", f"tcp://127.0.0.1:{port}", *PAIR), "outside 1..65535")
+    assert time.monotonic() - t0 < 4           # no 10 s wait for a connection that cannot be
+
+
+def test_reads_that_finish_late_wait_while_the_scheduler_answers_and_stop_when_it_does_not():
+    """While no read finishes for T, the scheduler is pinged: an answer keeps waiting, silence is one
+    ClusterError within about 2 T."""
+    import threading
+
+    from srtscope.analyzers.readers.cluster import ClusterError, ClusterReads
+
+    class Fut:
+        def __init__(self, after: float | None) -> None:
+            self.after = after
+
+        def add_done_callback(self, fn) -> None:
+            if self.after is not None:
+                threading.Timer(self.after, fn, args=(self,)).start()
+
+    class Client:
+        def __init__(self, answers: bool) -> None:
+            self.answers, self.pings = answers, 0
+            self.scheduler = type("S", (), {"identity": staticmethod(lambda: None)})()
+
+        def sync(self, fn, callback_timeout: float) -> None:
+            self.pings += 1
+            if not self.answers:
+                time.sleep(callback_timeout)
+                raise TimeoutError
+
+    alive = Client(answers=True)
+    late = [Fut(0.35), Fut(0.05)]
+    assert list(ClusterReads(alive, "tcp://x:1", timeout_s=0.1)._finished(late)) == late[::-1]
+    assert alive.pings >= 2
+    hung = Client(answers=False)
+    t0 = time.monotonic()
+    with pytest.raises(ClusterError, match="the scheduler stopped answering"):
+        list(ClusterReads(hung, "tcp://x:1", timeout_s=0.1)._finished([Fut(None)]))
+    assert time.monotonic() - t0 < 1
+
+
+@needs_distributed
+def test_a_scheduler_that_stops_answering_mid_read_is_bounded(tmp_path):
+    """Connected, then the scheduler freezes (SIGSTOP): the reads give up within a few T with one
+    ClusterError instead of waiting for ever."""
+    import signal
+    import subprocess
+
+    from srtscope.analyzers.readers.cluster import ClusterError, connect
+
+    port = _closed_port()
+    env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False")
+    dask = Path(sys.executable).with_name("dask")
+    sched = subprocess.Popen([str(dask), "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                              "--dashboard-address", ":0", "--no-show"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen([str(dask), "worker", f"tcp://127.0.0.1:{port}", "--nworkers", "1",
+                               "--nthreads", "1", "--no-dashboard"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with connect(f"tcp://127.0.0.1:{port}", timeout_s=20) as reads:
+            reads.timeout_s = 1.0
+            sched.send_signal(signal.SIGSTOP)
+            t0 = time.monotonic()
+            with pytest.raises(ClusterError, match="the scheduler stopped answering"):
+                reads.read(PAIR, [0, 1], False, False)
+            assert time.monotonic() - t0 < 5          # T to notice, T for the ping, T to cancel
+    finally:
+        sched.send_signal(signal.SIGCONT)
+        for p in (worker, sched):
+            p.kill()
+            p.wait()

@@ -17,6 +17,7 @@ SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 def _own_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("SRTSCOPE_CACHE_MIN_BYTES", "0")
     monkeypatch.setenv("SRTSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("COLUMNS", "200")
 
 
@@ -42,8 +43,11 @@ def test_lists_tables_and_answers_then_clears(tmp_path):
 
 
 def test_a_damaged_entry_is_listed_as_such_and_cleared(tmp_path):
-    root = tmp_path / "cache"
-    (root / "0123456789abcdef0123456789abcdef").mkdir(parents=True)
-    (root / "0123456789abcdef0123456789abcdef" / "meta.json").write_text("{not json")
-    assert "damaged" in _cli("cache")
-    assert "1 entry removed" in _cli("cache", "--clear")
+    trace = tmp_path / "t.sqlite"
+    shutil.copyfile(SAMPLES / "healthy.sqlite", trace)
+    _cli("diagnose", "--json", "--threshold-us", "6", str(trace))
+    (answer,) = (tmp_path / "cache").glob("diagnosis-*")
+    (answer / "meta.json").write_text("{not json")
+    listing = _cli("cache")
+    assert " damaged " in listing and " tables " in listing
+    assert "2 entries removed" in _cli("cache", "--clear")

@@ -133,3 +133,30 @@ def test_compare_says_worse_and_better_in_words_with_units():
     render_diff(compare(SavedDiagnosis(a), SavedDiagnosis(b)).to_json(), Console(file=buf, width=120,
                                                                                  color_system=None))
     assert "different devices" in buf.getvalue()
+
+
+def test_perfetto_device_activity_is_capped_with_a_note(tmp_path, monkeypatch):
+    """``--perfetto-kernels`` on a 300 MB export took 3.96 GB and wrote 556 MB: the device activity is
+    streamed in batches and capped; the file and the CLI say how many of how many."""
+    from typer.testing import CliRunner
+
+    import srtscope.cli.perfetto as P
+    from srtscope.cli.app import app
+
+    tl = load_timeline([SAMPLES / "healthy.sqlite"])
+    total = len(tl.device)
+    monkeypatch.setattr(P, "MAX_DEVICE_EVENTS", 25)
+    monkeypatch.setattr(P, "BATCH", 7)                        # several batches
+    out = tmp_path / "p.json"
+    r = CliRunner().invoke(app, ["diagnose", "--no-cache", str(SAMPLES / "healthy.sqlite"), "--perfetto", str(out),
+                                 "--perfetto-kernels"])
+    assert r.exit_code == 0, r.output
+    assert f"srtscope: note: --perfetto-kernels wrote the first 25 of {total:,} device activities" in r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["otherData"]["device_events"] == {"written": 25, "total": total, "cap": 25}
+    slices = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("kernel", "memcpy", "memset")]
+    assert len(slices) == 25
+    assert [e["ts"] for e in slices] == sorted(e["ts"] for e in slices)      # the earliest, in order
+    assert all(e["name"] for e in slices)
+    named = {(e["pid"], e["tid"]) for e in doc["traceEvents"] if e.get("name") == "thread_name"}
+    assert {(e["pid"], e["tid"]) for e in slices} <= named
