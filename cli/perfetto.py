@@ -190,7 +190,7 @@ def write_perfetto(diag: Any, path: Path, timeline: Any = None, kernels: bool = 
     if shown is not None:
         other["device_events"] = {"written": written, "total": total, "cap": cap}
     pids = {e["pid"] for e in events} | (set(np.unique(shown.device["rank"].to_numpy()[:cap]).tolist())
-                                         if written else set())
+                                         if shown is not None and written else set())
     procs = [json.dumps({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
                          "args": {"name": f"srtscope rank {pid}"}}) for pid in sorted(pids)]
     base = [json.dumps(e, allow_nan=False) for e in events if not (e.get("ph") == "M" and
