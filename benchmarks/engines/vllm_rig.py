@@ -1,0 +1,172 @@
+"""Ground truth on a real engine: delays injected into vLLM's own functions vs what srtscope says.
+
+    .venv/bin/python -m benchmarks.engines.vllm_rig [--venv /path/to/vllm-venv] [--delay-ms 20]
+                                                    [--tokens 12] [--requests 4] [--traces DIR]
+
+Runs ``vllm_driver.py`` in the vLLM venv (``setup_vllm.sh`` makes it; default ``$VLLM_VENV`` or
+``benchmarks/engines/.venv``): clean runs alternated with one run per fault (``sched`` inside
+``Scheduler.schedule()``, ``prep`` in ``_prepare_inputs``, ``result`` in the output processor), each
+traced by vLLM's own torch profiler with its custom scopes. Every trace is then read and diagnosed
+by srtscope like any user's trace (``--traces DIR``: diagnose the traces already in DIR instead).
+
+Per faulty run, against the clean run before it:
+- ``named``: the verdict's class / cause (the injected one: scheduler / sched_cpu, prep /
+  batch_prep, scheduler / sched_cpu);
+- ``injected``: the injected sleep inside the device's active window, per step — read from the
+  trace itself (each sleep sits in a ``srtscope.rig.inject`` range; the first step's schedule and
+  prep and the last step's output processing fall outside the window);
+- ``recovered``: the injected cause's lost time per step less the clean runs' (target: within 10%);
+- ``what-if``: the faulty run's mean step predicted without the injected cause vs the clean runs'
+  measured mean step (target: within 15%).
+"The clean runs" are the two beside the faulty run (before and after: the machine's load drifts).
+Per clean run: scheduler and prep lost time per step (target: at most 2 ms).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.diagnose import diagnose
+from srtscope.analyzers.readers import load_timeline
+
+HERE = Path(__file__).resolve().parent
+INJECT_RANGE = "srtscope.rig.inject"
+#: the fault -> the cause it must be found as
+EXPECTED = {"sched": "sched_cpu", "prep": "batch_prep", "result": "sched_cpu"}
+CLASS = {"sched_cpu": "scheduler", "batch_prep": "prep"}
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """One run's figures (ns per step unless named otherwise)."""
+
+    run: int
+    fault: str
+    steps: int
+    bottleneck: str
+    cause: str
+    sched_ns: float
+    prep_ns: float
+    cause_ns: dict[str, float]
+    injected_ns: float
+    step_ns: float
+    compute_ns: float
+    what_if_ns: dict[str, float]
+    warnings: tuple[str, ...]
+
+
+def figures(path: Path, run: int, fault: str) -> RunFigures:
+    tl = load_timeline(path)
+    d = diagnose(tl).to_json()
+    steps = max(int(d["steps"]["count"]), 1)
+    causes = {k: v / steps for k, v in d["verdict"]["causes_ns"].items()}
+    scores = d["verdict"]["scores_ns"]
+    rg = tl.host_ranges
+    inj = rg[rg["name"].astype(str).str.startswith(INJECT_RANGE)]
+    dev = tl.device
+    window = (np.array([int(dev["start_ns"].min())]), np.array([int(dev["end_ns"].max())]))
+    inside = iv.overlap(window, inj["start_ns"].to_numpy(), inj["end_ns"].to_numpy()).sum() if len(inj) else 0
+    return RunFigures(run, fault, steps, d["verdict"]["bottleneck"] or "none", d["verdict"]["cause"] or "none",
+                      scores.get("scheduler", 0) / steps, scores.get("prep", 0) / steps, causes,
+                      float(inside) / steps, float(d["budget"]["mean_step"]["wall_ns"]),
+                      float(d["budget"]["mean_step"]["compute_ns"]),
+                      {w["cause"]: float(w["step_ns_after"]) for w in d["what_if"]},
+                      tuple(w["code"] for w in d["capture"]["warnings"]))
+
+
+def run_driver(venv: Path, out: Path, a: argparse.Namespace) -> dict:
+    py = venv / "bin" / "python"
+    model = venv / "tiny-llama"
+    if not py.exists() or not model.exists():
+        sys.exit(f"vllm_rig: no vLLM venv with the tiny model at {venv} "
+                 f"(make it: benchmarks/engines/setup_vllm.sh {venv})")
+    runs = ",".join(x for f in ("sched", "prep", "result") for x in ("clean", f)) + ",clean"
+    cmd = [str(py), str(HERE / "vllm_driver.py"), "--model", str(model), "--out", str(out), "--runs", runs,
+           "--delay-ms", str(a.delay_ms), "--tokens", str(a.tokens), "--requests", str(a.requests)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"vllm_rig: the driver failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads((out / "manifest.json").read_text())
+
+
+def _beside(figs: list[RunFigures], i: int) -> list[RunFigures]:
+    """The clean runs just before and just after run ``i``."""
+    before = [f for f in figs[:i] if f.fault == "clean"][-1:]
+    after = [f for f in figs[i + 1:] if f.fault == "clean"][:1]
+    return before + after
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:6.2f}"
+
+
+def report(manifest: dict, figs: list[RunFigures]) -> bool:
+    print(f"vLLM {manifest['vllm']} (CPU), tiny Llama, {manifest['requests']} requests x "
+          f"{manifest['tokens']} tokens, in-process engine core, vLLM's torch profiler with custom scopes")
+    try:
+        print(f"host load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    except OSError:
+        pass
+    ok = True
+    print(f"\n{'run':>3} {'fault':6} {'steps':>5} {'verdict':24} {'inj/step':>8} {'recov/step':>10} "
+          f"{'err':>6} {'clean step':>10} {'what-if':>8} {'err':>6} {'fwd/step':>8} {'clean fwd':>8}   ms")
+    for i, f in enumerate(figs):
+        if f.fault == "clean":
+            bad = f.sched_ns > 2e6 or f.prep_ns > 2e6
+            ok &= not bad
+            print(f"{f.run:3d} {f.fault:6} {f.steps:5d} {f.bottleneck + ' / ' + f.cause:24} "
+                  f"sched {_ms(f.sched_ns)}  prep {_ms(f.prep_ns)} per step  step {_ms(f.step_ns)}  fwd {_ms(f.compute_ns)}"
+                  f"{'  <- above 2 ms' if bad else ''}")
+            continue
+        want = EXPECTED[f.fault]
+        clean = _beside(figs, i)
+        base = float(np.mean([c.cause_ns.get(want, 0.0) for c in clean])) if clean else 0.0
+        rec = f.cause_ns.get(want, 0.0) - base
+        err = (rec - f.injected_ns) / f.injected_ns if f.injected_ns else float("nan")
+        pred = f.what_if_ns.get(want, float("nan"))
+        ref = float(np.mean([c.step_ns for c in clean])) if clean else float("nan")
+        ref_fwd = float(np.mean([c.compute_ns for c in clean])) if clean else float("nan")
+        werr = (pred - ref) / ref if ref else float("nan")
+        named = f.cause == want and f.bottleneck == CLASS[want]
+        good = named and abs(err) <= 0.10 and abs(werr) <= 0.15
+        ok &= good
+        print(f"{f.run:3d} {f.fault:6} {f.steps:5d} {f.bottleneck + ' / ' + f.cause:24} {_ms(f.injected_ns):>8} "
+              f"{_ms(rec):>10} {err:+6.0%} {_ms(ref):>10} {_ms(pred):>8} {werr:+6.0%} {_ms(f.compute_ns):>8} "
+              f"{_ms(ref_fwd):>8}"
+              f"{'' if good else '   <- off target'}")
+    print("\ntargets: injected cause named; recovered within 10% of the injected time per step; what-if "
+          "within 15% of the clean step; clean runs: scheduler and prep at most 2 ms per step")
+    print("all targets met" if ok else "some targets missed")
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="delays injected into vLLM vs srtscope's diagnosis")
+    p.add_argument("--venv", type=Path, default=Path(os.environ.get("VLLM_VENV", HERE / ".venv")))
+    p.add_argument("--out", type=Path, default=Path("runs/engines/vllm"))
+    p.add_argument("--traces", type=Path, help="diagnose the driver's traces already in this folder")
+    p.add_argument("--delay-ms", type=float, default=20.0)
+    p.add_argument("--tokens", type=int, default=12)
+    p.add_argument("--requests", type=int, default=4)
+    a = p.parse_args(argv)
+    if a.traces:
+        folder = a.traces
+        manifest = json.loads((folder / "manifest.json").read_text())
+    else:
+        folder = a.out
+        manifest = run_driver(a.venv.resolve(), folder.resolve(), a)
+    figs = [figures(folder / r["trace"], r["run"], r["fault"]) for r in manifest["runs"] if r["trace"]]
+    return 0 if report(manifest, figs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
