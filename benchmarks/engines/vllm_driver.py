@@ -14,7 +14,8 @@ Faults, monkeypatched into vLLM's own functions for the runs that name them (onc
 - ``prep``: ``GPUModelRunner._prepare_inputs`` (inside vLLM's ``gpu_model_runner: preprocess``);
 - ``result``: ``OutputProcessor.process_outputs`` (inside ``llm_engine step: process_outputs``).
 Each delay is a ``time.sleep`` (``--delay-kind spin``: a busy-wait; on a loaded machine the forward
-right after a busy-wait runs slower, which the what-if cannot know) inside a ``record_function("srtscope.rig.inject fault=...")`` range:
+right after a busy-wait runs slower, which the what-if cannot know) inside a
+``record_function("srtscope.rig.inject fault=...")`` range:
 the ground truth, read back from the same trace (no stage name: the analyzers ignore it).
 
 Writes ``OUT/runNN_<fault>.pt.trace.json.gz`` per run (vLLM's profiler) and ``OUT/manifest.json``:
@@ -131,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 for i in range(a.requests)]
 
     llm.generate(prompts(999), sp, use_tqdm=False)                  # warm-up, not traced
+    load_before = os.getloadavg()[0]
     runs = []
     for i, fault in enumerate(a.run_list):
         faults.active, faults.fired = fault, 0
@@ -156,8 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(prof_dir, ignore_errors=True)
     import vllm
     manifest = {"vllm": vllm.__version__, "model": a.model, "requests": a.requests, "tokens": a.tokens,
-                "prompt_len": a.prompt_len, "with_stack": a.with_stack, "delay_kind": a.delay_kind, "scopes": not a.no_scopes,
-                "profiler": a.profiler, "load_s": round(load_s, 1),
+                "prompt_len": a.prompt_len, "with_stack": a.with_stack, "delay_kind": a.delay_kind,
+                "scopes": not a.no_scopes,
+                "profiler": a.profiler, "load_s": round(load_s, 1), "cpus": os.cpu_count(),
+                "loadavg": [round(load_before, 1), round(os.getloadavg()[0], 1)],
                 "command": " ".join([Path(sys.executable).name, *sys.argv]), "runs": runs}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return 0

@@ -1,8 +1,17 @@
 """Real engines' names (vLLM, SGLang) mapped onto the stage taxonomy: the one declared table."""
 import pytest
 
-from srtscope.probes.stages import (ENGINE_FRAMES, ENGINE_NAMES, NameRole, Stage, StageClass, engine_function,
-                                    engine_name, name_role, resolve_stage)
+from srtscope.probes.stages import (
+    ENGINE_FRAMES,
+    ENGINE_NAMES,
+    NameRole,
+    Stage,
+    StageClass,
+    engine_function,
+    engine_name,
+    name_role,
+    resolve_stage,
+)
 
 S, R = Stage, NameRole
 
