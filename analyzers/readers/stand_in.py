@@ -16,7 +16,7 @@ import pandas as pd
 
 from srtscope.analyzers.columns import str_codes
 from srtscope.analyzers.timeline import GPU_DOMAIN, DeviceKind, TimelineMeta, Traced, WarningCode
-from srtscope.probes.stages import NameRole, Stage, name_role
+from srtscope.probes.stages import NameRole, Stage, engine_name, name_role
 
 #: Our own engine's forward stages (probe traces).
 FORWARD_STAGES = (Stage.RUN_EAGER.value, Stage.RUN_GRAPH_REPLAY.value, Stage.COMM_ALL_REDUCE.value)
@@ -68,3 +68,19 @@ def note_stand_ins(meta: TimelineMeta, stand_ins: pd.DataFrame | None = None) ->
                   f"whole model-step ranges ({shown}) stand in for the device, so batch preparation "
                   "inside them cannot be separated from the forward (vLLM: set "
                   "VLLM_CUSTOM_SCOPES_FOR_PROFILING=1)")
+
+
+def no_device_message(ranges: pd.DataFrame | None) -> str:
+    """Why a trace without device activity cannot be diagnosed: in general, or — when it holds a real
+    engine's ranges but none that marks the model's work — which ranges that engine needs."""
+    generic = "trace has zero kernels and no other device activity (was CUDA/GPU tracing enabled?)"
+    if ranges is None or len(ranges) == 0:
+        return generic
+    _, names = str_codes(ranges["name"])
+    engines = sorted({e.engine for n in names if (e := engine_name(str(n))) is not None})
+    if not engines:
+        return generic
+    return (f"trace has zero kernels and holds {' and '.join(engines)} ranges, but none that marks the "
+            "model's work to stand in for the device (vLLM: gpu_model_runner: forward or execute_*, "
+            "with VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 and the worker profiled; SGLang: "
+            "scheduler.run_batch or cuda_graph_runner.replay)")
