@@ -38,7 +38,7 @@ lint: $(STAMP)
 # VLLM_VENV: where the rig's vLLM venv lives (made on first use by benchmarks/engines/setup_vllm.sh).
 VLLM_VENV ?= benchmarks/engines/.venv
 engines: $(STAMP)
-	[ -f "$(VLLM_VENV)/tiny-llama/config.json" ] || benchmarks/engines/setup_vllm.sh "$(VLLM_VENV)"
+	[ -f "$(VLLM_VENV)/tiny-llama-decode/config.json" ] || benchmarks/engines/setup_vllm.sh "$(VLLM_VENV)"
 	$(PY) -m benchmarks.engines.vllm_rig --venv "$(VLLM_VENV)"
 
 test: lint

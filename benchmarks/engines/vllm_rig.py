@@ -9,7 +9,7 @@ Runs ``vllm_driver.py`` in the vLLM venv (``setup_vllm.sh`` makes it; default ``
 traced by vLLM's own torch profiler with its custom scopes. Every trace is then read and diagnosed
 by srtscope like any user's trace (``--traces DIR``: diagnose the traces already in DIR instead).
 
-Per faulty run, against the clean run before it:
+Per faulty run, against the clean runs (their median: the machine's load drifts and spikes):
 - ``named``: the verdict's class / cause (the injected one: scheduler / sched_cpu, prep /
   batch_prep, scheduler / sched_cpu);
 - ``injected``: the injected sleep inside the device's active window, per step — read from the
@@ -18,8 +18,7 @@ Per faulty run, against the clean run before it:
 - ``recovered``: the injected cause's lost time per step less the clean runs' (target: within 10%);
 - ``what-if``: the faulty run's mean step predicted without the injected cause vs the clean runs'
   measured mean step (target: within 15%).
-"The clean runs" are the two beside the faulty run (before and after: the machine's load drifts).
-The sequence runs ``--rounds`` times in one vLLM process (default 3) and the targets are checked on
+The sequence runs ``--rounds`` times in one vLLM process (default 5) and the targets are checked on
 the medians over the rounds.
 Per clean run: scheduler and prep lost time per step (target: at most 2 ms).
 ``fwd/step`` vs ``clean fwd``: the forward scopes' time per step (the CPU's stand-in for device work)
@@ -90,7 +89,7 @@ def figures(path: Path, run: int, fault: str) -> RunFigures:
 
 def run_driver(venv: Path, out: Path, a: argparse.Namespace) -> dict:
     py = venv / "bin" / "python"
-    model = venv / "tiny-llama"
+    model = venv / a.model
     if not py.exists() or not model.exists():
         sys.exit(f"vllm_rig: no vLLM venv with the tiny model at {venv} "
                  f"(make it: benchmarks/engines/setup_vllm.sh {venv})")
@@ -104,20 +103,13 @@ def run_driver(venv: Path, out: Path, a: argparse.Namespace) -> dict:
     return json.loads((out / "manifest.json").read_text())
 
 
-def _beside(figs: list[RunFigures], i: int) -> list[RunFigures]:
-    """The clean runs just before and just after run ``i``."""
-    before = [f for f in figs[:i] if f.fault == "clean"][-1:]
-    after = [f for f in figs[i + 1:] if f.fault == "clean"][:1]
-    return before + after
-
-
 def _ms(ns: float) -> str:
     return f"{ns / 1e6:6.2f}"
 
 
 @dataclass(frozen=True)
 class FaultCheck:
-    """One faulty run against the clean runs beside it."""
+    """One faulty run against the clean runs (their median)."""
 
     fig: RunFigures
     named: bool
@@ -134,14 +126,14 @@ class FaultCheck:
 def check(figs: list[RunFigures], i: int) -> FaultCheck:
     f = figs[i]
     want = EXPECTED[f.fault]
-    clean = _beside(figs, i)
+    clean = [c for c in figs if c.fault == "clean"]
     nan = float("nan")
-    base = float(np.mean([c.cause_ns.get(want, 0.0) for c in clean])) if clean else 0.0
+    base = float(np.median([c.cause_ns.get(want, 0.0) for c in clean])) if clean else 0.0
     rec = f.cause_ns.get(want, 0.0) - base
     err = (rec - f.injected_ns) / f.injected_ns if f.injected_ns else nan
     pred = f.what_if_ns.get(want, nan)
-    ref = float(np.mean([c.step_ns for c in clean])) if clean else nan
-    ref_fwd = float(np.mean([c.compute_ns for c in clean])) if clean else nan
+    ref = float(np.median([c.step_ns for c in clean])) if clean else nan
+    ref_fwd = float(np.median([c.compute_ns for c in clean])) if clean else nan
     # the what-if holds device work as measured; on the CPU the forward right after a host delay
     # runs slower than in the clean runs: werr_fwd is the error with that difference taken out
     return FaultCheck(f, f.cause == want and f.bottleneck == CLASS[want], f.injected_ns, rec, err, ref, pred,
@@ -150,7 +142,7 @@ def check(figs: list[RunFigures], i: int) -> FaultCheck:
 
 
 def report(manifest: dict, figs: list[RunFigures]) -> bool:
-    print(f"vLLM {manifest['vllm']} (CPU), tiny Llama, {manifest['requests']} requests x "
+    print(f"vLLM {manifest['vllm']} (CPU), {Path(manifest['model']).name}, {manifest['requests']} requests x "
           f"{manifest['tokens']} tokens, in-process engine core, vLLM's torch profiler with custom scopes, "
           f"{manifest.get('delay_kind', 'sleep')} delays")
     if "loadavg" in manifest:
@@ -203,10 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--venv", type=Path, default=Path(os.environ.get("VLLM_VENV", HERE / ".venv")))
     p.add_argument("--out", type=Path, default=Path("runs/engines/vllm"))
     p.add_argument("--traces", type=Path, help="diagnose the driver's traces already in this folder")
+    p.add_argument("--model", default="tiny-llama-decode", help="a model folder inside the venv (setup_vllm.sh "
+                   "makes tiny-llama: 4 layers, hidden 256; tiny-llama-decode: 12 layers, hidden 384)")
     p.add_argument("--delay-ms", type=float, default=20.0)
     p.add_argument("--tokens", type=int, default=12)
-    p.add_argument("--requests", type=int, default=4)
-    p.add_argument("--rounds", type=int, default=3, help="clean/sched/clean/prep/clean/result rounds")
+    p.add_argument("--requests", type=int, default=8)
+    p.add_argument("--rounds", type=int, default=5, help="clean/sched/clean/prep/clean/result rounds")
     a = p.parse_args(argv)
     if a.rounds < 1:
         p.error("--rounds >= 1")
