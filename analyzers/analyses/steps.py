@@ -177,8 +177,10 @@ def _opened_steps(tl: Timeline, stages: np.ndarray) -> tuple[str, pd.DataFrame] 
     return source.value, _blank_attrs(df)
 
 
-#: vLLM's per-step annotation: context (prefill) and generation (decode) requests and tokens
-_VLLM_ITERATION = re.compile(r"^execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
+#: vLLM's per-step annotation: context (prefill) and generation (decode) requests and tokens, plain
+#: (``execute_context_1(96)_generation_3(3)``) or detailed (``execute_8192_context_9(sq8155sk...)_
+#: generation_37(sq37sk...)``, ``detailed_trace_annotation``)
+_VLLM_ITERATION = re.compile(r"^execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)")
 
 
 def _engine_step_attrs(tl: Timeline, w: pd.DataFrame) -> None:

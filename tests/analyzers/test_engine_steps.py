@@ -65,8 +65,10 @@ def test_vllm_repeated_ranges_inside_a_step_never_mark_steps():
 def test_vllm_execute_markers_alone_cover_the_time_between_them():
     # scenario: a GPU trace with only the worker's execute_* annotation: each step runs on to the
     # next one's start, so the scheduler's time between model steps belongs to a step
-    ranges = [rng(100 * k + 15, 100 * k + 70, f"execute_context_{c}(24)_generation_{g}({g})")
-              for k, (c, g) in enumerate([(1, 0), (0, 1), (0, 1)])]
+    # (the first in vLLM's detailed form: detailed_trace_annotation)
+    ranges = [rng(15, 70, "execute_24_context_1(sq24sk24sqsq576sqsk576)_generation_0(sq0sk0sqsq0sqsk0)")]
+    ranges += [rng(100 * k + 15, 100 * k + 70, f"execute_context_{c}({24 * c})_generation_{g}({g})")
+               for k, (c, g) in enumerate([(1, 0), (0, 1), (0, 1)]) if k]
     tl = timeline([kernel(100 * k + 20, 100 * k + 60, corr=k) for k in range(3)],
                   [api(100 * k + 16, 100 * k + 18, "cudaLaunchKernel" if k == 0 else "cudaGraphLaunch", corr=k)
                    for k in range(3)], ranges)
@@ -76,7 +78,8 @@ def test_vllm_execute_markers_alone_cover_the_time_between_them():
     assert t["end_ns"].tolist() == [115 * US, 215 * US, 270 * US]
     assert t["exec"].tolist() == ["eager", "graph", "graph"]
     # the prefill ran eagerly by design: not an eager fallback
-    assert t["mode"].tolist()[0] == "extend"
+    assert t["mode"].tolist() == ["extend", "decode", "decode"]
+    assert t["tokens"].tolist() == [24, 1, 1]
     assert eager_fallback(t).eager_decode_steps == 0
 
 
