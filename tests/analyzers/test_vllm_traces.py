@@ -98,3 +98,15 @@ def test_python_frames_find_the_scheduler_in_vllms_own_modules():
     assert (d["verdict"]["bottleneck"], d["verdict"]["cause"]) == ("scheduler", "sched_cpu")
     assert d["verdict"]["causes_ns"]["sched_cpu"] >= 0.98 * injected
     assert "python_tracing" in [w["code"] for w in d["capture"]["warnings"]]
+
+
+def test_a_step_range_of_a_vllm_trace_selects_those_steps():
+    # vLLM's steps carry no numbers of their own: after the crop to the range they keep theirs
+    from srtscope.analyzers.params import DiagnoseParams
+
+    tl = load_timeline(VLLM / "vllm_cpu_sched.pt.trace.json.gz")
+    d = diagnose(tl, DiagnoseParams(step_range=(2, 5))).to_json()
+    assert [s["step"] for s in d["steps"]["per_step"]] == [2, 3, 4, 5]
+    # four 20 ms sleeps, the first before the range's first forward (outside the device's active
+    # window, as the first step's in any trace); the engine's own scheduler time under 2 ms a step
+    assert 3 * 19 * MS <= d["verdict"]["causes_ns"]["sched_cpu"] <= 3 * 21 * MS + 4 * 2 * MS
