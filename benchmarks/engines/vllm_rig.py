@@ -40,10 +40,13 @@ import numpy as np
 
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.diagnose import diagnose
+from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.readers import load_timeline
+from srtscope.analyzers.timeline import Timeline
 
 HERE = Path(__file__).resolve().parent
 INJECT_RANGE = "srtscope.rig.inject"
+CAPTURE_TRACE = "capture.pt.trace.json.gz"
 #: the fault -> the cause it must be found as
 EXPECTED = {"sched": "sched_cpu", "prep": "batch_prep", "result": "sched_cpu"}
 CLASS = {"sched_cpu": "scheduler", "batch_prep": "prep"}
@@ -68,16 +71,19 @@ class RunFigures:
     warnings: tuple[str, ...]
 
 
-def figures(path: Path, run: int, fault: str) -> RunFigures:
-    tl = load_timeline(path)
-    d = diagnose(tl).to_json()
+def figures(tl: Timeline, run: int, fault: str, steps_of: tuple[int, int] | None = None) -> RunFigures:
+    """One run's figures from its trace (``steps_of``: the run's steps, first..last, in a trace that
+    holds several runs — a capture of the whole driver)."""
+    d = diagnose(tl, DiagnoseParams(step_range=steps_of)).to_json()
     steps = max(int(d["steps"]["count"]), 1)
     causes = {k: v / steps for k, v in d["verdict"]["causes_ns"].items()}
     scores = d["verdict"]["scores_ns"]
+    per = d["steps"]["per_step"]
+    lo, hi = min(x["start_ns"] for x in per), max(x["start_ns"] + x["wall_ns"] for x in per)
+    dev = tl.device[(tl.device["end_ns"] > lo) & (tl.device["start_ns"] < hi)]
     rg = tl.host_ranges
     inj = rg[rg["name"].astype(str).str.startswith(INJECT_RANGE)]
-    dev = tl.device
-    window = (np.array([int(dev["start_ns"].min())]), np.array([int(dev["end_ns"].max())]))
+    window = (np.array([max(int(dev["start_ns"].min()), lo)]), np.array([min(int(dev["end_ns"].max()), hi)]))
     inside = iv.overlap(window, inj["start_ns"].to_numpy(), inj["end_ns"].to_numpy()).sum() if len(inj) else 0
     return RunFigures(run, fault, steps, d["verdict"]["bottleneck"] or "none", d["verdict"]["cause"] or "none",
                       scores.get("scheduler", 0) / steps, scores.get("prep", 0) / steps, causes,
@@ -88,15 +94,27 @@ def figures(path: Path, run: int, fault: str) -> RunFigures:
 
 
 def run_driver(venv: Path, out: Path, a: argparse.Namespace) -> dict:
+    """Run the driver in the vLLM venv; with ``a.capture``, under ``srtscope capture --backend torch``
+    (one Kineto trace of the whole process, ``OUT/capture.pt.trace.json.gz``) instead of vLLM's
+    profiler. NOTE: capture runs the script under srtscope's own interpreter, so vLLM's packages come
+    from the venv's site-packages on PYTHONPATH (same Python and torch on both sides)."""
     py = venv / "bin" / "python"
     model = venv / a.model
     if not py.exists() or not model.exists():
         sys.exit(f"vllm_rig: no vLLM venv with the tiny model at {venv} "
                  f"(make it: benchmarks/engines/setup_vllm.sh {venv})")
     runs = ",".join(x for _ in range(a.rounds) for f in ("sched", "prep", "result") for x in ("clean", f)) + ",clean"
-    cmd = [str(py), str(HERE / "vllm_driver.py"), "--model", str(model), "--out", str(out), "--runs", runs,
-           "--delay-ms", str(a.delay_ms), "--tokens", str(a.tokens), "--requests", str(a.requests)]
+    driver = [str(HERE / "vllm_driver.py"), "--model", str(model), "--out", str(out), "--runs", runs,
+              "--delay-ms", str(a.delay_ms), "--tokens", str(a.tokens), "--requests", str(a.requests)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    if a.capture:
+        site = sorted((venv / "lib").glob("python3*/site-packages"))
+        env["PYTHONPATH"] = os.pathsep.join([str(p) for p in site[:1]] + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        out.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "srtscope", "capture", "--backend", "torch", "--out",
+               str(out / CAPTURE_TRACE), "--", "python", *driver, "--profiler", "none"]
+    else:
+        cmd = [str(py), *driver]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode:
         sys.exit(f"vllm_rig: the driver failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
@@ -143,8 +161,8 @@ def check(figs: list[RunFigures], i: int) -> FaultCheck:
 
 def report(manifest: dict, figs: list[RunFigures]) -> bool:
     print(f"vLLM {manifest['vllm']} (CPU), {Path(manifest['model']).name}, {manifest['requests']} requests x "
-          f"{manifest['tokens']} tokens, in-process engine core, vLLM's torch profiler with custom scopes, "
-          f"{manifest.get('delay_kind', 'sleep')} delays")
+          f"{manifest['tokens']} tokens, in-process engine core, custom scopes, traced by "
+          f"{manifest.get('source', 'vLLM torch profiler')}, {manifest.get('delay_kind', 'sleep')} delays")
     if "loadavg" in manifest:
         before, after = manifest["loadavg"]
         print(f"host load average (1 min) {before} before the runs, {after} after, on {manifest['cpus']} cores "
@@ -201,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=12)
     p.add_argument("--requests", type=int, default=8)
     p.add_argument("--rounds", type=int, default=5, help="clean/sched/clean/prep/clean/result rounds")
+    p.add_argument("--capture", action="store_true",
+                   help="trace with `srtscope capture --backend torch` instead of vLLM's own profiler")
     a = p.parse_args(argv)
     if a.rounds < 1:
         p.error("--rounds >= 1")
@@ -210,7 +230,16 @@ def main(argv: list[str] | None = None) -> int:
     else:
         folder = a.out
         manifest = run_driver(a.venv.resolve(), folder.resolve(), a)
-    figs = [figures(folder / r["trace"], r["run"], r["fault"]) for r in manifest["runs"] if r["trace"]]
+    if (folder / CAPTURE_TRACE).exists() and not any(r["trace"] for r in manifest["runs"]):
+        # one trace of the whole driver: the warm-up's steps, then each run's, ``tokens`` steps each
+        tl = load_timeline(folder / CAPTURE_TRACE)
+        n = manifest["tokens"]
+        figs = [figures(tl, r["run"], r["fault"], (n * (i + 1), n * (i + 2) - 1))
+                for i, r in enumerate(manifest["runs"])]
+        manifest["source"] = "srtscope capture --backend torch"
+    else:
+        figs = [figures(load_timeline(folder / r["trace"]), r["run"], r["fault"])
+                for r in manifest["runs"] if r["trace"]]
     return 0 if report(manifest, figs) else 1
 
 
