@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.srtscope-installed
 # PyPI's default torch wheel is a CUDA build). Empty: pip's own configuration decides.
 TORCH_INDEX ?=
 
-.PHONY: demo lint test install clean
+.PHONY: demo lint test install clean engines
 
 # torch first, pinned to a version (TORCH_VERSION, default 2.13.0), so that the unpinned
 # dependency is already satisfied. The pin names no build: which wheel comes is up to pip's
@@ -39,6 +39,14 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) scripts/typecheck.py
+
+# Real engines (not part of `make test`: a 3.5 GB venv, minutes): vLLM's CPU build with delays
+# injected into its own functions, diagnosed from vLLM's own profiler traces.
+# VLLM_VENV: where the rig's vLLM venv lives (made on first use by benchmarks/engines/setup_vllm.sh).
+VLLM_VENV ?= benchmarks/engines/.venv
+engines: $(STAMP)
+	[ -f "$(VLLM_VENV)/tiny-llama-decode/config.json" ] || benchmarks/engines/setup_vllm.sh "$(VLLM_VENV)"
+	$(PY) -m benchmarks.engines.vllm_rig --venv "$(VLLM_VENV)"
 
 test: lint
 	$(PY) -m pytest -q

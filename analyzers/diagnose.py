@@ -68,6 +68,14 @@ def _select_steps(tl: Timeline, params: DiagnoseParams) -> tuple[Timeline, str, 
     tl = crop(tl, int(sel["start_ns"].min()), int(sel["end_ns"].max()))
     sets = DeviceSets(tl)
     source, steps = find_steps(tl, params.step_rule, sets)
+    # NOTE: steps without numbers of their own (vLLM's, SGLang's, the fallbacks) are numbered by
+    # their order, which restarts in the cropped trace: they are the selected steps by start time
+    number = dict(zip(zip(sel["rank"].tolist(), sel["start_ns"].tolist()), sel["step"].tolist()))
+    keys = list(zip(steps["rank"].tolist(), steps["start_ns"].tolist()))
+    if any(k in number for k in keys):
+        steps = steps[[k in number for k in keys]].copy()
+        steps["step"] = [number[k] for k in zip(steps["rank"].tolist(), steps["start_ns"].tolist())]
+        return tl, source, steps.reset_index(drop=True), sets
     return tl, source, steps[(steps["step"] >= a) & (steps["step"] <= b)].reset_index(drop=True), sets
 
 

@@ -79,9 +79,9 @@ class StepSource(str, Enum):
     """Where the steps came from, most trusted first."""
 
     LOOP_STEP = "loop.step"              # our engine's loop.step ranges
-    SGLANG = "sglang"                    # SGLang's scheduler ranges
+    SGLANG = "sglang"                    # SGLang's scheduler ranges (recv_requests / get_next_batch_to_run)
     PROFILER_STEP = "profiler_step"      # torch.profiler ProfilerStep#N
-    VLLM = "vllm"                        # vLLM's execute_context_* / execute_model ranges
+    VLLM = "vllm"                        # vLLM's llm_engine step / schedule: / execute_context_* ranges
     SYNC = "sync"                        # the launching thread's synchronisation points
     BURSTS = "bursts"                    # launch bursts separated by idle gaps
     NONE = "none"

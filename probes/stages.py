@@ -13,6 +13,7 @@ and that time is prep, not scheduler. The ``mode`` attribute takes the ``StepMod
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
 DOMAIN = "srtscope"
@@ -102,74 +103,185 @@ _DESCRIPTION: dict[Stage, str] = {
     Stage.SYNC_WAIT: "host blocked on device results",
 }
 
-#: Names real engines use for the same stages (exact match on the range name).
-ALIASES: dict[str, Stage] = {
-    # SGLang (SGLANG_ENABLE_NVTX_SCHEDULER=1)
-    "scheduler.recv_requests": Stage.SCHED_RECV,
-    "scheduler.process_input_requests": Stage.SCHED_RECV,
-    "scheduler.get_next_batch_to_run": Stage.SCHED_SCHEDULE,
-    "scheduler.get_new_batch_prefill": Stage.SCHED_SCHEDULE,
-    "scheduler.update_running_batch": Stage.SCHED_SCHEDULE,
-    "scheduler.run_batch": Stage.RUN_EAGER,
-    "scheduler.process_batch_result": Stage.SCHED_RESULT,
-    "scheduler.process_batch_result_decode": Stage.SCHED_RESULT,
-    "scheduler.process_batch_result_prefill": Stage.SCHED_RESULT,
-    "prepare_for_extend": Stage.PREP_BATCH,
-    "prepare_for_decode": Stage.PREP_BATCH,
-    "forward_batch_generation": Stage.RUN_EAGER,
-    # vLLM V1
-    "schedule": Stage.SCHED_SCHEDULE,
-    "update_from_output": Stage.SCHED_RESULT,
-    "_prepare_inputs": Stage.PREP_BATCH,
-    "prepare_inputs": Stage.PREP_BATCH,
-    "execute_model": Stage.RUN_EAGER,
-    "sample_tokens": Stage.RUN_SAMPLE,
-}
+class NameRole(str, Enum):
+    """What an engine's range says beyond its stage (``EngineName.role``)."""
 
-#: Engine functions that carry a stage when a trace has Python frames but no stage ranges (Kineto
-#: ``python_function`` events, ``with_stack=True``): the frame's function name -> the stage it is.
-ENGINE_FUNCTIONS: dict[str, Stage] = {
-    # SGLang
-    "recv_requests": Stage.SCHED_RECV,
-    "process_input_requests": Stage.SCHED_RECV,
-    "get_next_batch_to_run": Stage.SCHED_SCHEDULE,
-    "get_new_batch_prefill": Stage.SCHED_SCHEDULE,
-    "update_running_batch": Stage.SCHED_SCHEDULE,
-    "process_batch_result": Stage.SCHED_RESULT,
-    "process_batch_result_decode": Stage.SCHED_RESULT,
-    "process_batch_result_prefill": Stage.SCHED_RESULT,
-    "prepare_for_extend": Stage.PREP_BATCH,
-    "prepare_for_decode": Stage.PREP_BATCH,
-    "init_new": Stage.PREP_BATCH,                  # ForwardBatch.init_new
-    "init_forward_metadata": Stage.PREP_BATCH,
-    # vLLM V1
-    "schedule": Stage.SCHED_SCHEDULE,
-    "update_from_output": Stage.SCHED_RESULT,
-    "_update_states": Stage.PREP_BATCH,
-    "_prepare_inputs": Stage.PREP_BATCH,
-    "_prepare_input_ids": Stage.PREP_BATCH,
-    "_calc_spec_decode_metadata": Stage.PREP_BATCH,
-    "sample_tokens": Stage.RUN_SAMPLE,
-}
+    STAGE = "stage"        # one stage's work
+    STEP = "step"          # opens an engine step: steps run from one of these to the next
+    FORWARD = "forward"    # the model's forward alone: stands in for the device on a CPU run
+    EXECUTE = "execute"    # the whole model step (prep + forward + ...): a device stand-in only
+                           # where no FORWARD range exists, and then prep inside it is not apart
+
+
+@dataclass(frozen=True)
+class EngineName:
+    """One range name a real engine emits and the stage it is. ``name`` ending in ``*`` is a prefix
+    (``"schedule: *"`` matches ``"schedule: allocate_slots"``); otherwise the whole name."""
+
+    engine: str
+    name: str
+    stage: Stage
+    role: NameRole = NameRole.STAGE
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class EngineFrame:
+    """A Python function of a real engine that carries a stage when a trace has Python frames
+    (Kineto ``python_function``) but no range for it. ``module`` is a path fragment the frame's file
+    must contain: only the engine's own modules count (``schedule`` is a common name elsewhere, e.g.
+    FlashAttention's ``flash_attn.py: schedule``)."""
+
+    engine: str
+    module: str
+    function: str
+    stage: Stage
+
+
+_S = Stage
+_R = NameRole
+
+#: Every range name of a real engine srtscope understands, and the stage it maps onto. The one
+#: declared table (the analyzers derive ``ALIASES``, step openers and device stand-ins from it).
+ENGINE_NAMES: tuple[EngineName, ...] = (
+    # SGLang: scheduler ranges (SGLANG_SCHEDULER_ENABLE_NVTX=1: NVTX and record_function, so in nsys
+    # and torch-profiler traces alike) — python/sglang/srt/utils/nvtx ranges of the scheduler loop
+    EngineName("sglang", "scheduler.recv_requests", _S.SCHED_RECV, _R.STEP, "first range of each loop turn"),
+    EngineName("sglang", "scheduler.process_input_requests", _S.SCHED_RECV),
+    EngineName("sglang", "scheduler.get_next_batch_to_run", _S.SCHED_SCHEDULE),
+    EngineName("sglang", "scheduler.get_new_batch_prefill", _S.SCHED_SCHEDULE),
+    EngineName("sglang", "scheduler.update_running_batch", _S.SCHED_SCHEDULE),
+    EngineName("sglang", "scheduler.prepare_mlp_sync_batch", _S.SCHED_SCHEDULE, note="DP ranks agree on batch sizes"),
+    EngineName("sglang", "scheduler.run_batch", _S.RUN_EAGER, _R.EXECUTE, "ForwardBatch build + forward"),
+    EngineName("sglang", "scheduler.launch_batch_sample_if_needed", _S.RUN_SAMPLE),
+    EngineName("sglang", "scheduler.process_batch_result", _S.SCHED_RESULT),
+    EngineName("sglang", "scheduler.process_batch_result_decode", _S.SCHED_RESULT),
+    EngineName("sglang", "scheduler.process_batch_result_prefill", _S.SCHED_RESULT),
+    EngineName("sglang", "scheduler.disagg_decode.prepare_idle_batch", _S.SCHED_SCHEDULE),
+    EngineName("sglang", "scheduler.disagg_decode.get_next_batch", _S.SCHED_SCHEDULE),
+    EngineName("sglang", "scheduler.disagg_decode.get_new_prebuilt_batch", _S.SCHED_SCHEDULE),
+    EngineName("sglang", "scheduler.disagg_decode.process_decode_queue", _S.SCHED_RECV),
+    EngineName("sglang", "tp_worker.batch_init_new", _S.PREP_BATCH, note="ForwardBatch.init_new"),
+    EngineName("sglang", "cuda_graph_runner.replay_prepare", _S.PREP_BATCH),
+    EngineName("sglang", "cuda_graph_runner.replay", _S.RUN_GRAPH_REPLAY, _R.FORWARD),
+    EngineName("sglang", "prepare_for_extend", _S.PREP_BATCH),
+    EngineName("sglang", "prepare_for_decode", _S.PREP_BATCH),
+    EngineName("sglang", "forward_batch_generation", _S.RUN_EAGER, _R.EXECUTE),
+    # vLLM V1: record_function scopes (VLLM_CUSTOM_SCOPES_FOR_PROFILING=1) and the worker's per-step
+    # annotation (always on under vLLM's torch profiler)
+    EngineName("vllm", "llm_engine step: get_output", _S.SCHED_SCHEDULE, _R.STEP,
+               "in-process engine core step: schedule(), the model step, update_from_output(); its "
+               "time outside the worker's scopes is the engine core's scheduler"),
+    EngineName("vllm", "llm_engine step: process_outputs", _S.SCHED_RESULT, note="output processor, detokenize"),
+    EngineName("vllm", "llm_engine step: *", _S.SCHED_RESULT, note="abort_requests, record_stats"),
+    EngineName("vllm", "schedule: allocate_slots", _S.PREP_BATCH, note="KV block allocation (part=alloc)"),
+    EngineName("vllm", "schedule: *", _S.SCHED_SCHEDULE),
+    EngineName("vllm", "gpu_model_runner: preprocess", _S.PREP_BATCH),
+    EngineName("vllm", "gpu_model_runner: forward", _S.RUN_EAGER, _R.FORWARD),
+    EngineName("vllm", "gpu_model_runner: postprocess", _S.RUN_EAGER, _R.FORWARD, "logits from hidden states"),
+    EngineName("vllm", "gpu_model_runner: sample", _S.RUN_SAMPLE, _R.FORWARD, "sampling: device work"),
+    EngineName("vllm", "gpu_model_runner: draft", _S.RUN_EAGER, _R.FORWARD, "speculative draft model"),
+    EngineName("vllm", "gpu_model_runner: *", _S.SCHED_RESULT,
+               note="bookkeep, ModelRunnerOutput, async output: the step's result"),
+    EngineName("vllm", "execute_*", _S.RUN_EAGER, _R.EXECUTE,
+               "execute_context_N(T)_generation_M(U): the worker's whole model step"),
+    EngineName("vllm", "schedule", _S.SCHED_SCHEDULE),
+    EngineName("vllm", "update_from_output", _S.SCHED_RESULT),
+    EngineName("vllm", "_prepare_inputs", _S.PREP_BATCH),
+    EngineName("vllm", "prepare_inputs", _S.PREP_BATCH),
+    EngineName("vllm", "sample_tokens", _S.RUN_SAMPLE),
+)
+
+#: Engine functions that carry a stage in Python frames (innermost engine frame wins).
+ENGINE_FRAMES: tuple[EngineFrame, ...] = (
+    *(EngineFrame("sglang", "sglang/srt/managers/", f, st) for f, st in (
+        ("recv_requests", _S.SCHED_RECV), ("process_input_requests", _S.SCHED_RECV),
+        ("get_next_batch_to_run", _S.SCHED_SCHEDULE), ("get_new_batch_prefill", _S.SCHED_SCHEDULE),
+        ("update_running_batch", _S.SCHED_SCHEDULE), ("process_batch_result", _S.SCHED_RESULT),
+        ("process_batch_result_decode", _S.SCHED_RESULT), ("process_batch_result_prefill", _S.SCHED_RESULT),
+        ("prepare_for_extend", _S.PREP_BATCH), ("prepare_for_decode", _S.PREP_BATCH))),
+    EngineFrame("sglang", "sglang/srt/model_executor/forward_batch_info", "init_new", _S.PREP_BATCH),
+    EngineFrame("sglang", "sglang/srt/layers/attention/", "init_forward_metadata", _S.PREP_BATCH),
+    # srtscope's reference engine (SGLang-shaped names)
+    *(EngineFrame("srtscope", m, f, st) for m in ("engine/scheduler/", "engine/schedule_batch")
+      for f, st in (("recv_requests", _S.SCHED_RECV), ("get_next_batch_to_run", _S.SCHED_SCHEDULE),
+                    ("get_new_batch_prefill", _S.SCHED_SCHEDULE), ("update_running_batch", _S.SCHED_SCHEDULE),
+                    ("process_batch_result", _S.SCHED_RESULT), ("prepare_for_extend", _S.PREP_BATCH),
+                    ("prepare_for_decode", _S.PREP_BATCH))),
+    EngineFrame("srtscope", "engine/forward_batch", "init_new", _S.PREP_BATCH),
+    EngineFrame("srtscope", "engine/attention/", "init_forward_metadata", _S.PREP_BATCH),
+    # vLLM V1: the scheduler is vllm/v1/core/sched/, the model runner vllm/v1/worker/
+    EngineFrame("vllm", "vllm/v1/core/sched/", "schedule", _S.SCHED_SCHEDULE),
+    EngineFrame("vllm", "vllm/v1/core/sched/", "update_from_output", _S.SCHED_RESULT),
+    EngineFrame("vllm", "vllm/v1/engine/output_processor", "process_outputs", _S.SCHED_RESULT),
+    *(EngineFrame("vllm", "vllm/v1/worker/", f, _S.PREP_BATCH) for f in (
+        "_update_states", "_prepare_inputs", "_prepare_input_ids", "_calc_spec_decode_metadata",
+        "_build_attention_metadata")),
+    EngineFrame("vllm", "vllm/v1/worker/", "sample_tokens", _S.RUN_SAMPLE),
+    EngineFrame("vllm", "vllm/v1/worker/", "_bookkeeping_sync", _S.SCHED_RESULT),
+)
+
+_EXACT: dict[str, EngineName] = {e.name: e for e in ENGINE_NAMES if not e.name.endswith("*")}
+#: prefixes, longest first: the most specific one decides
+_PREFIXES: tuple[EngineName, ...] = tuple(sorted((e for e in ENGINE_NAMES if e.name.endswith("*")),
+                                                 key=lambda e: -len(e.name)))
+
+#: Names real engines use for the same stages (exact names; prefixes are in ``ENGINE_NAMES``).
+ALIASES: dict[str, Stage] = {n: e.stage for n, e in _EXACT.items()}
+
+#: Bare function name -> stage, for frames that carry no file path.
+ENGINE_FUNCTIONS: dict[str, Stage] = {f.function: f.stage for f in ENGINE_FRAMES}
+
+
+def engine_name(name: str) -> EngineName | None:
+    """The ``ENGINE_NAMES`` row a range name matches (exact first, then the longest prefix), or None."""
+    if not name:
+        return None
+    got = _EXACT.get(name)
+    if got is not None:
+        return got
+    for e in _PREFIXES:
+        if name.startswith(e.name[:-1]):
+            return e
+    return None
+
+
+def name_role(name: str) -> NameRole | None:
+    """The role of a range name: our own forward stages are FORWARD, our ``loop.step`` is STEP,
+    real engines' names take their table row's role; None for unknown names."""
+    own = _BY_NAME.get(name) if name else None
+    if own is not None:
+        return _OWN_ROLES.get(own, NameRole.STAGE)
+    e = engine_name(name)
+    return e.role if e is not None else None
 
 
 def engine_function(frame: str) -> Stage | None:
     """The stage of a Python frame name (``"path/file.py(123): func"`` or a bare ``func``), or None.
 
-    NOTE: with a path, only an engine's own files count (``schedule`` is a common name elsewhere).
+    With a path, only the engine's own modules count (``ENGINE_FRAMES``).
     """
     if not frame:
         return None
     path, sep, func = frame.rpartition("): ")
-    if sep and not any(e in path for e in _ENGINE_PATHS):
-        return None
-    return ENGINE_FUNCTIONS.get((func if sep else frame).strip())
+    if not sep:
+        return ENGINE_FUNCTIONS.get(frame.strip())
+    func = func.strip()
+    for f in _FRAMES_BY_FUNC.get(func, ()):
+        if f.module in path:
+            return f.stage
+    return None
 
 
-_ENGINE_PATHS = ("sglang", "vllm", "srtscope", "engine/scheduler", "engine/runner")
+_FRAMES_BY_FUNC: dict[str, tuple[EngineFrame, ...]] = {}
+for _f in ENGINE_FRAMES:
+    _FRAMES_BY_FUNC[_f.function] = _FRAMES_BY_FUNC.get(_f.function, ()) + (_f,)
 
 
 _BY_NAME: dict[str, Stage] = {s.value: s for s in Stage}
+_OWN_ROLES: dict[Stage, NameRole] = {Stage.LOOP_STEP: NameRole.STEP, Stage.RUN_EAGER: NameRole.FORWARD,
+                                     Stage.RUN_GRAPH_REPLAY: NameRole.FORWARD,
+                                     Stage.COMM_ALL_REDUCE: NameRole.FORWARD}
 
 
 def parse_message(message: str) -> tuple[str, dict[str, str]]:
@@ -212,9 +324,9 @@ def resolve_stage(name: str) -> Stage | None:
     stage = _BY_NAME.get(name)
     if stage is not None:
         return stage
-    stage = ALIASES.get(name)
-    if stage is not None:
-        return stage
+    e = engine_name(name)
+    if e is not None:
+        return e.stage
     if " " in name:
         return resolve_stage(name.split(" ", 1)[0])
     return None

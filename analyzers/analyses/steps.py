@@ -25,7 +25,7 @@ from srtscope.analyzers.host_activity import blocking_mask as _blocking_mask
 from srtscope.analyzers.host_activity import default_threads as _default_threads
 from srtscope.analyzers.timeline import OP_DOMAIN, ApiKind, DeviceKind, Timeline
 from srtscope.analyzers.vocab import StepExec, StepSource
-from srtscope.probes.stages import Stage, resolve_stage
+from srtscope.probes.stages import NameRole, Stage, StepMode, engine_name, name_role, resolve_stage
 
 STEP_COLUMNS = ("step", "rank", "pid", "tid", "start_ns", "end_ns", "wall_ns", "mode", "bs", "padded_bs",
                 "tokens", "exec", "reason", "busy_ns", "launches", "graph_launches", "graph_kernels")
@@ -82,28 +82,11 @@ def _windows(tl: Timeline, stages: np.ndarray, rule: StepRule) -> tuple[str, pd.
                            "step": _attr_int(attrs, "step"), "mode": _attr_str(attrs, "mode"),
                            "bs": _attr_int(attrs, "bs"), "tokens": _attr_int(attrs, "tokens")})
         return "loop.step", df
-    sched = stages == Stage.SCHED_SCHEDULE.value
-    if len(stages) and sched.any():
-        sched &= rg["end_ns"].to_numpy() > rg["start_ns"].to_numpy()  # a zero-length range marks no step
-    if len(stages) and sched.any():
-        parts = []
-        known = stages != ""
-        for (rank, pid, tid), idx in rg[sched].groupby(["rank", "pid", "tid"]).indices.items():
-            rows = np.flatnonzero(sched)[idx]
-            u = iv.union(rg["start_ns"].to_numpy()[rows], rg["end_ns"].to_numpy()[rows])
-            same = known & (rg["rank"].to_numpy() == rank) & (rg["tid"].to_numpy() == tid)
-            last_end = int(rg["end_ns"].to_numpy()[same].max())
-            starts = u[0]
-            ends = np.r_[starts[1:], max(last_end, int(u[1][-1]))]
-            parts.append(pd.DataFrame({"rank": rank, "pid": pid, "tid": tid, "start_ns": starts, "end_ns": ends}))
-        df = pd.concat(parts, ignore_index=True)
-        # keep, per rank, the thread with the most steps
-        best = df.groupby(["rank", "pid", "tid"]).size().reset_index(name="n").sort_values("n").drop_duplicates(
-            "rank", keep="last")
-        df = df.merge(best[["rank", "pid", "tid"]], on=["rank", "pid", "tid"])
-        return "sglang", _blank_attrs(df)
+    opened = _opened_steps(tl, stages)
+    if opened is not None:
+        return opened
     for marker, rx in ((StepSource.PROFILER_STEP, _PROFILER_STEP), (StepSource.VLLM, _VLLM_STEP)):
-        marked = _marker_steps(tl, rx)
+        marked = _marker_steps(tl, rx, to_next=marker is StepSource.VLLM)
         if len(marked):
             return marker.value, marked
     api = tl.api
@@ -143,13 +126,108 @@ def _windows(tl: Timeline, stages: np.ndarray, rule: StepRule) -> tuple[str, pd.
     return source, _blank_attrs(pd.concat(parts, ignore_index=True))
 
 
+def _opened_steps(tl: Timeline, stages: np.ndarray) -> tuple[str, pd.DataFrame] | None:
+    """Steps from an engine's own ranges: a step runs from one opener to the next, so the scheduler's
+    time lies inside a step. Openers are the ranges whose role is STEP (vLLM's in-process
+    ``llm_engine step: get_output``, SGLang's ``scheduler.recv_requests``), else the scheduler's
+    ``sched.schedule`` ranges (SGLang's ``get_next_batch_to_run``, vLLM's ``schedule: *``). Top-level
+    occurrences only (nested ones merge), and an opener with no forward since the last one is not a
+    new step: ranges repeated within a step (``schedule: allocate_slots`` once per request) never
+    become step markers. None when the trace has no opener."""
+    rg = tl.host_ranges
+    if len(stages) == 0:
+        return None
+    codes, names = str_codes(rg["name"])
+    roles = [name_role(str(n)) for n in names]
+    engines = [(e.engine if (e := engine_name(str(n))) is not None else "") for n in names]
+    nonzero = rg["end_ns"].to_numpy() > rg["start_ns"].to_numpy()   # a zero-length range marks no step
+    step_lut = np.array([r is NameRole.STEP and s is not Stage.LOOP_STEP for r, s in
+                         zip(roles, (resolve_stage(str(n)) for n in names))] + [False], dtype=bool)
+    opener = step_lut[codes] & nonzero
+    if not opener.any():
+        opener = (stages == Stage.SCHED_SCHEDULE.value) & nonzero
+    if not opener.any():
+        return None
+    fwd_lut = np.array([r in (NameRole.FORWARD, NameRole.EXECUTE) for r in roles] + [False], dtype=bool)
+    forward = fwd_lut[codes]
+    known = stages != ""
+    r_s, r_e = rg["start_ns"].to_numpy(), rg["end_ns"].to_numpy()
+    r_rank, r_tid = rg["rank"].to_numpy(), rg["tid"].to_numpy()
+    parts = []
+    for (rank, pid, tid), idx in rg[opener].groupby(["rank", "pid", "tid"]).indices.items():
+        rows = np.flatnonzero(opener)[idx]
+        starts, u_end = iv.union(r_s[rows], r_e[rows])
+        fwd = np.sort(r_s[forward & (r_rank == rank)])
+        if len(fwd) == 0 and len(tl.device):
+            fwd = np.sort(tl.device.loc[tl.device["rank"] == rank, "start_ns"].to_numpy())
+        if len(fwd):
+            seen = np.searchsorted(fwd, starts, side="left")
+            starts = starts[np.r_[True, seen[1:] != seen[:-1]]]
+        same = known & (r_rank == rank) & (r_tid == tid)
+        last_end = max(int(r_e[same].max()), int(u_end[-1]))
+        ends = np.r_[starts[1:], last_end]
+        parts.append(pd.DataFrame({"rank": rank, "pid": pid, "tid": tid, "start_ns": starts, "end_ns": ends}))
+    df = pd.concat(parts, ignore_index=True)
+    # keep, per rank, the thread with the most steps
+    best = df.groupby(["rank", "pid", "tid"]).size().reset_index(name="n").sort_values("n").drop_duplicates(
+        "rank", keep="last")
+    df = df.merge(best[["rank", "pid", "tid"]], on=["rank", "pid", "tid"])
+    used = {engines[c] for c in np.unique(codes[opener]) if c >= 0}
+    source = StepSource.VLLM if used == {"vllm"} else StepSource.SGLANG
+    return source.value, _blank_attrs(df)
+
+
+#: vLLM's per-step annotation: context (prefill) and generation (decode) requests and tokens, plain
+#: (``execute_context_1(96)_generation_3(3)``) or detailed (``execute_8192_context_9(sq8155sk...)_
+#: generation_37(sq37sk...)``, ``detailed_trace_annotation``)
+_VLLM_ITERATION = re.compile(r"^execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)")
+
+
+def _engine_step_attrs(tl: Timeline, w: pd.DataFrame) -> None:
+    """Fill blank ``mode`` / ``bs`` / ``tokens`` of steps from vLLM's ``execute_context_N(T)_
+    generation_M(U)`` ranges inside them: N prefill and M decode requests -> extend (M = 0), decode
+    (N = 0) or mixed — so a prefill, eager by design, is never taken for an eager decode."""
+    rg = tl.host_ranges
+    if len(rg) == 0 or len(w) == 0:
+        return
+    codes, names = str_codes(rg["name"])
+    parsed = [_VLLM_ITERATION.match(str(n)) for n in names]
+    if not any(parsed):
+        return
+    hit = np.array([m is not None for m in parsed] + [False], dtype=bool)[codes]
+    rows = np.flatnonzero(hit)
+    mode, bs, tokens = w["mode"].to_numpy().copy(), w["bs"].to_numpy().copy(), w["tokens"].to_numpy().copy()
+    for rank, idx in w.groupby("rank").indices.items():
+        s, e = w["start_ns"].to_numpy()[idx], w["end_ns"].to_numpy()[idx]
+        rr = rows[rg["rank"].to_numpy()[rows] == rank]
+        rs = rg["start_ns"].to_numpy()[rr]
+        pos = np.searchsorted(s, rs, side="right") - 1
+        for k, (j, p) in enumerate(zip(rr, pos)):          # one per step
+            if p < 0 or rs[k] >= e[p]:
+                continue
+            t = idx[p]
+            m = parsed[codes[j]]
+            assert m is not None
+            ctx, ctx_tok, gen, gen_tok = (int(x) for x in m.groups())
+            if not mode[t]:
+                mode[t] = (StepMode.MIXED if ctx and gen else StepMode.EXTEND if ctx else
+                           StepMode.DECODE if gen else StepMode.IDLE).value
+            if bs[t] < 0:
+                bs[t] = ctx + gen
+            if tokens[t] < 0:
+                tokens[t] = ctx_tok + gen_tok
+    w["mode"], w["bs"], w["tokens"] = mode, bs, tokens
+
+
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _VLLM_STEP = re.compile(r"^execute_.*(_context_|_generation_)")
 
 
-def _marker_steps(tl: Timeline, rx: re.Pattern) -> pd.DataFrame:
+def _marker_steps(tl: Timeline, rx: re.Pattern, to_next: bool = False) -> pd.DataFrame:
     """Steps from marker ranges (annotations or operators) whose name matches ``rx``: per rank, the
-    thread with the most of them; one step per range, numbered by the name's number when it has one."""
+    thread with the most of them; one step per range, numbered by the name's number when it has one.
+    ``to_next``: a step runs on to the next marker's start (vLLM's ``execute_*`` ranges cover the
+    model's part of a step only: the scheduler's time between them belongs to a step too)."""
     parts = []
     for rg in (tl.host_ranges, tl.domain_ranges(OP_DOMAIN)):
         if len(rg) == 0:
@@ -168,6 +246,11 @@ def _marker_steps(tl: Timeline, rx: re.Pattern) -> pd.DataFrame:
         "rank", keep="last")
     r = r.merge(best[["rank", "pid", "tid"]], on=["rank", "pid", "tid"])
     df = _blank_attrs(r[["rank", "pid", "tid", "start_ns", "end_ns"]].reset_index(drop=True))
+    if to_next:
+        df = df.sort_values(["rank", "start_ns"], ignore_index=True)
+        nxt = df.groupby("rank")["start_ns"].shift(-1)
+        df["end_ns"] = np.where(nxt.notna(), nxt.fillna(0).astype(np.int64), df["end_ns"].to_numpy())
+        r = r.sort_values(["rank", "start_ns"], ignore_index=True)
     num = [rx.match(str(n)) for n in r["name"].to_numpy()]
     df["step"] = [int(m.group(1)) if m and m.groups() and m.group(1).isdigit() else -1 for m in num]
     return df
@@ -194,6 +277,7 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule(), sets: DeviceSets | Non
     for c in ("rank", "pid", "tid", "start_ns", "end_ns", "step", "bs", "tokens"):
         w[c] = w[c].astype(np.int64)
     w = w.sort_values(["rank", "start_ns"], ignore_index=True)
+    _engine_step_attrs(tl, w)
     ordinal = w.groupby("rank").cumcount().to_numpy()
     w["step"] = np.where(w["step"].to_numpy() >= 0, w["step"].to_numpy(), ordinal)
     n = len(w)

@@ -77,8 +77,8 @@ def read_one(path: str | Path, rank: int = 0, allow_no_kernels: bool = False, ca
     except Exception as exc:  # noqa: BLE001 - corrupt data surfaces as many exception types
         raise TraceError(path, f"cannot read trace ({type(exc).__name__}: {exc})") from None
     if not allow_no_kernels and not len(tl.device):
-        raise TraceError(path, "trace has zero kernels and no other device activity "
-                               "(was CUDA/GPU tracing enabled?)")
+        from srtscope.analyzers.readers.stand_in import no_device_message
+        raise TraceError(path, no_device_message(tl.ranges))
     check_times(path, tl)
     return tl
 

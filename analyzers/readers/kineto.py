@@ -265,7 +265,7 @@ def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Col
         "kineto.rocm": "roctracer_version" in header or "hip_runtime_version" in header,
     })
     if stand_in:
-        note_stand_ins(meta)
+        note_stand_ins(meta, device)
     if n_kern:
         meta.traced.add(Traced.KERNELS)
     if not stand_in and device is not None and (device["kind"] != DeviceKind.KERNEL.value).any():

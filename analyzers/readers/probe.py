@@ -109,7 +109,7 @@ def read_probe(path: str | Path, rank: int | None = None) -> Timeline:
     if n:
         meta.traced.add(Traced.NVTX)
     if len(device):
-        note_stand_ins(meta)
+        note_stand_ins(meta, device)
     else:
         meta.warn(WarningCode.NO_KERNELS, "no forward spans (run.eager / run.graph_replay)")
     if m:

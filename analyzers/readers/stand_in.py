@@ -1,30 +1,46 @@
 """CPU stand-ins for device activity.
 
-On a CPU run of an engine of ours there is no device: the worker's forward spans (``run.eager``,
-``run.graph_replay``, ``comm.all_reduce``) are the closest thing to device activity, so readers add
-them as device rows of kind ``cpu_forward`` (warning ``cpu_stand_in``). Probe traces always do;
-Kineto traces do when they hold no device activity but carry these stage annotations.
+On a CPU run of an engine there is no device: the engine's forward ranges are the closest thing to
+device activity, so readers add them as device rows of kind ``cpu_forward`` (warning
+``cpu_stand_in``). Which ranges are forwards is ``probes.stages.name_role``: ours (``run.eager``,
+``run.graph_replay``, ``comm.all_reduce``) and real engines' forward scopes (vLLM's
+``gpu_model_runner: forward``, SGLang's ``cuda_graph_runner.replay``) are FORWARD; where a trace has
+none, the engine's whole model-step ranges (vLLM's ``execute_*``, SGLang's ``scheduler.run_batch``:
+EXECUTE) stand in, and the batch preparation inside them cannot be told apart from the forward.
+Probe traces always get stand-ins; Kineto traces do when they hold no device activity.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from srtscope.analyzers.columns import str_codes
 from srtscope.analyzers.timeline import GPU_DOMAIN, DeviceKind, TimelineMeta, Traced, WarningCode
-from srtscope.probes.stages import Stage
+from srtscope.probes.stages import NameRole, Stage, engine_name, name_role
 
+#: Our own engine's forward stages (probe traces).
 FORWARD_STAGES = (Stage.RUN_EAGER.value, Stage.RUN_GRAPH_REPLAY.value, Stage.COMM_ALL_REDUCE.value)
 
 
+def _stand_in_rows(ranges: pd.DataFrame) -> tuple[np.ndarray, NameRole | None]:
+    """(mask of the ranges that stand in, the role used: FORWARD, else EXECUTE, else None)."""
+    codes, names = str_codes(ranges["name"])
+    roles = [name_role(str(n)) for n in names]
+    host = ranges["domain"].to_numpy() != GPU_DOMAIN if "domain" in ranges else np.ones(len(ranges), bool)
+    for role in (NameRole.FORWARD, NameRole.EXECUTE):
+        lut = np.array([r is role for r in roles] + [False], dtype=bool)
+        m = lut[codes] & host
+        if m.any():
+            return m, role
+    return np.zeros(len(ranges), bool), None
+
+
 def forward_stand_ins(ranges: pd.DataFrame | None, device: int) -> pd.DataFrame:
-    """Device rows (kind ``cpu_forward``, on ``device``, stream 0) for the host ranges named after
-    a forward stage; empty when there are none."""
+    """Device rows (kind ``cpu_forward``, on ``device``, stream 0) for the host ranges that are an
+    engine's forward (else its whole model step); empty when there are none."""
     if ranges is None or len(ranges) == 0:
         return pd.DataFrame()
-    names = ranges["name"].to_numpy()
-    fwd = np.isin(np.asarray(names, dtype=object), FORWARD_STAGES)
-    if "domain" in ranges:
-        fwd &= ranges["domain"].to_numpy() != GPU_DOMAIN
+    fwd, _ = _stand_in_rows(ranges)
     r = ranges[fwd]
     return pd.DataFrame({"start_ns": r["start_ns"].to_numpy(), "end_ns": r["end_ns"].to_numpy(),
                          "kind": DeviceKind.CPU_FORWARD.value,
@@ -33,8 +49,38 @@ def forward_stand_ins(ranges: pd.DataFrame | None, device: int) -> pd.DataFrame:
                          "rank": r["rank"].to_numpy()})
 
 
-def note_stand_ins(meta: TimelineMeta) -> None:
-    """Record in ``meta`` that its device rows are stand-ins."""
+def note_stand_ins(meta: TimelineMeta, stand_ins: pd.DataFrame | None = None) -> None:
+    """Record in ``meta`` that its device rows are stand-ins, naming the ranges that stood in."""
     meta.traced.add(Traced.KERNELS)
-    meta.warn(WarningCode.CPU_STAND_IN, "device rows are the worker's forward spans on the CPU "
-              "(run.eager / run.graph_replay / comm.all_reduce), not GPU kernels")
+    names = sorted({str(n) for n in stand_ins["name"].unique()}) if stand_ins is not None and len(stand_ins) \
+        else list(FORWARD_STAGES)
+    if all(n in FORWARD_STAGES for n in names):
+        meta.warn(WarningCode.CPU_STAND_IN, "device rows are the worker's forward spans on the CPU "
+                  "(run.eager / run.graph_replay / comm.all_reduce), not GPU kernels")
+        return
+    roles = {name_role(n) for n in names}
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    if NameRole.FORWARD in roles:
+        meta.warn(WarningCode.CPU_STAND_IN, f"no device activity: the engine's forward scopes ({shown}) "
+                  "stand in for the device on the CPU")
+    else:
+        meta.warn(WarningCode.CPU_STAND_IN, f"no device activity and no forward scope: the engine's "
+                  f"whole model-step ranges ({shown}) stand in for the device, so batch preparation "
+                  "inside them cannot be separated from the forward (vLLM: set "
+                  "VLLM_CUSTOM_SCOPES_FOR_PROFILING=1)")
+
+
+def no_device_message(ranges: pd.DataFrame | None) -> str:
+    """Why a trace without device activity cannot be diagnosed: in general, or — when it holds a real
+    engine's ranges but none that marks the model's work — which ranges that engine needs."""
+    generic = "trace has zero kernels and no other device activity (was CUDA/GPU tracing enabled?)"
+    if ranges is None or len(ranges) == 0:
+        return generic
+    _, names = str_codes(ranges["name"])
+    engines = sorted({e.engine for n in names if (e := engine_name(str(n))) is not None})
+    if not engines:
+        return generic
+    return (f"trace has zero kernels and holds {' and '.join(engines)} ranges, but none that marks the "
+            "model's work to stand in for the device (vLLM: gpu_model_runner: forward or execute_*, "
+            "with VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 and the worker profiled; SGLang: "
+            "scheduler.run_batch or cuda_graph_runner.replay)")
