@@ -4,8 +4,9 @@
 ``hip`` prefix tolerated), allocation and start-up calls too; ``os_kind`` for OS runtime calls.
 ``COMM_FAMILIES`` is the declared table of collective kernels (NCCL, RCCL, DeepEP,
 NVSHMEM, vLLM/SGLang custom all-reduce, ...): ``is_comm_kernel``, ``comm_family``, ``comm_op`` and the
-device table's ``comm_mask`` read it; ``copy_kind`` tells copies apart by what they move. ``host_work`` tells, from a range
-or frame name, the host work it stands for (framework operator, I/O or data loading, compilation).
+device table's ``comm_mask`` read it; ``copy_kind`` tells copies apart by what they move.
+``host_work`` tells, from a range or frame name, the host work it stands for (framework operator,
+I/O or data loading, compilation).
 """
 from __future__ import annotations
 
@@ -230,8 +231,8 @@ _OP_NAME = re.compile(r"^[A-Za-z_][\w.]*::\w|^nn\.Module:|^autograd::|^Optimizer
 _IO_NAME = re.compile(r"(?i)(\bi/?o\b|dataloader|data_loader|__next__|\bdataset\b|"
                       r"\b(read|write|save|load|dump|fetch|prefetch|checkpoint|serializ\w*|pickle|"
                       r"recv|send|socket|file|disk|print)\b)")
-_COMPILE_NAME = re.compile(r"(?i)(compil(?!ed ?function|ed region|edfxgraph)|nvrtc|\bjit\b|autotun|warm_?up|cudnn_?find|"
-                           r"benchmark_?algo|lowering|codegen|inductor)")
+_COMPILE_NAME = re.compile(r"(?i)(compil(?!ed ?function|ed region|edfxgraph)|nvrtc|\bjit\b|autotun|"
+                           r"warm_?up|cudnn_?find|benchmark_?algo|lowering|codegen|inductor)")
 
 
 def host_work(name: str) -> HostWork:

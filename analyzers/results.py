@@ -444,8 +444,8 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
 class WhatIf:
     """One cause removed (or shrunk): the predicted mean step wall time, ns, and what that assumes.
 
-    ``saved_ns`` is per mean step (summed saving over the steps / the number of steps);
-    ``step_ns_after = step_ns_before - saved_ns``; ``steps``: how many steps gain anything.
+    ``saved_ns`` is per mean step (summed saving over the steps / the number of steps, warm-up steps
+    left out); ``step_ns_after = step_ns_before - saved_ns``; ``steps``: how many steps gain anything.
     """
 
     cause: str                            # a vocab.Cause value
@@ -457,6 +457,10 @@ class WhatIf:
     assumptions: tuple[str, ...] = ()
     #: per step (rows of the step table, in order): ns saved — for scripts; not in the JSON
     per_step_ns: Any = field(default=None, compare=False, repr=False)
+    lost_ns: int = 0                      # what the cause lost per mean step (the same steps): saved_ns <= it
+    bound: str = "none"                   # a vocab.WhatIfBound value: what limited saved_ns
+    predicted: bool = True                # False: too little device work to predict (saved_ns 0)
+    warmup_steps: int = 0                 # leading warm-up steps left out of the means
 
     @property
     def speedup(self) -> float:
@@ -467,4 +471,5 @@ class WhatIf:
         return {"cause": self.cause, "class": self.cls, "saved_ns": _ns(self.saved_ns),
                 "step_ns_before": _ns(self.step_ns_before), "step_ns_after": _ns(self.step_ns_after),
                 "speedup": round(self.speedup, 4), "steps": int(self.steps),
-                "assumptions": list(self.assumptions)}
+                "lost_ns": _ns(self.lost_ns), "bound": self.bound, "predicted": bool(self.predicted),
+                "warmup_steps": int(self.warmup_steps), "assumptions": list(self.assumptions)}

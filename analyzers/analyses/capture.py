@@ -2,9 +2,9 @@
 
 Warnings (``WarningCode``), so scripts can rely on the codes:
 - ``partial_ranks``: the trace names a world size larger than the ranks given (skew, straggler: null);
-- ``low_device_coverage``: the device was busy in under ``LOW_DEVICE_SHARE`` of the capture and
-  active in under ``ACTIVE_SHARE`` of it, with where the rest went (before the first device
-  activity, after the last, start-up calls);
+- ``low_device_coverage``: the device's active window is under ``LOW_ACTIVE_SHARE`` of the capture,
+  or it was busy in under ``LOW_DEVICE_SHARE`` of the capture and active in under ``ACTIVE_SHARE`` of
+  it, with where the rest went (before the first device activity, after the last, start-up calls);
 - ``cold_start``: allocation, set-up and first-use calls take ``COLD_SHARE`` of the device's active
   window, or a quarter of the bubble time;
 - ``single_iteration``: one marked step per rank, or most kernel names ran once (one pass);
@@ -25,6 +25,7 @@ from srtscope.analyzers.vocab import Cause, StepSource
 
 LOW_DEVICE_SHARE = 0.2       # device busy under this share of the capture ...
 ACTIVE_SHARE = 0.6           # ... and its active window under this share of it: low coverage
+LOW_ACTIVE_SHARE = 0.3       # an active window under this share of the capture: low coverage however busy
 COLD_SHARE = 0.1             # start-up calls over this share of the capture (or of bubble time)
 MARKER_SOURCES = (StepSource.LOOP_STEP.value, StepSource.SGLANG.value, StepSource.PROFILER_STEP.value,
                   StepSource.VLLM.value)
@@ -69,10 +70,11 @@ def capture_adequacy(tl: Timeline, model: HostActivity, device: DeviceResult, st
                                   f"({sorted(set(meta.ranks))}): cross-rank skew and the straggler cannot be told"))
     # NOTE: a device idle in its own active window is the verdict's subject, not a capture problem:
     # coverage is low when the active window itself is a small part of the capture
-    if capture and len(dev) and share < LOW_DEVICE_SHARE and active < ACTIVE_SHARE * capture * n_dev \
-            and _cpu_free(dev):
+    if capture and len(dev) and _cpu_free(dev) and (active < LOW_ACTIVE_SHARE * capture or (
+            share < LOW_DEVICE_SHARE and active < ACTIVE_SHARE * capture * n_dev)):
         out.append(CaptureWarning(WarningCode.LOW_DEVICE_COVERAGE,
-                                  f"the device was busy {100 * share:.1f}% of the {fmt_ns(capture)} capture; "
+                                  f"the device was busy {100 * share:.1f}% of the {fmt_ns(capture)} capture and "
+                                  f"active (first to last activity) {100 * active / capture:.0f}% of it; "
                                   f"{fmt_ns(cov.before_first_ns)} before its first activity, "
                                   f"{fmt_ns(cov.after_last_ns)} after its last; start-up calls "
                                   f"{fmt_ns(startup)}"))

@@ -100,6 +100,11 @@ class DeviceSets:
             self._masks[cls] = got
         return got
 
+    def rows(self, key: Key) -> np.ndarray:
+        """Positions of one device's rows in the device table (ascending)."""
+        g = self._groups[key]
+        return np.arange(len(self.s)) if g is None else g
+
     def in_group(self, key: Key, mask: np.ndarray) -> np.ndarray:
         """A mask over every device row, restricted to one device's rows (in their order)."""
         g = self._groups[key]

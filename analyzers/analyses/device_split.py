@@ -16,6 +16,7 @@ from srtscope.analyzers.names import copy_direction
 from srtscope.analyzers.results import CopyStat, DeviceResult
 from srtscope.analyzers.timeline import Timeline
 
+
 def device_split(tl: Timeline, comm: np.ndarray, sets: DeviceSets | None = None) -> DeviceResult:
     """``comm``: mask of device rows that are collective kernels (``names.comm_mask``); ``sets``: the
     trace's device sets for that mask (built when None)."""
