@@ -26,7 +26,8 @@ Device work stays as measured; a cause gives back only the time the device waite
 - ``memcpy``: copy time with no kernel running, plus memcpy bubbles (copies moved off the critical
   stream, overlapped with compute).
 
-Ranks joined by collectives run in lockstep: a step (by number) gains its largest rank's saving.
+Ranks joined by collectives run in lockstep: a step (by number) gains its largest rank's saving, a
+rank no more than its own saving plus the time it waited on its peers (its exposed collectives).
 ``compute`` has no what-if (faster kernels are not modelled).
 """
 from __future__ import annotations
@@ -161,6 +162,7 @@ def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.
     notes[Cause.MEMCPY] = ["copies moved to a side stream, overlapped with compute (copy time itself "
                            "unchanged: each step keeps its busiest copy direction)"]
     lockstep = steps["rank"].nunique() > 1 and comm.participants > 1
+    waited = L.exposed + b[Cause.EXPOSED_COMM]      # a rank's time waiting on its peers, per step
     keep = ~L.warmup
     n_avg = int(keep.sum())
     busy, spent = int(L.busy[keep].sum()), int(wall[keep].sum())
@@ -184,14 +186,16 @@ def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.
         if bound is WhatIfBound.NONE and c is Cause.EXPOSED_COMM and int(inline[keep].sum()) > int(side[keep].sum()):
             bound = WhatIfBound.TRANSPORT
         if lockstep:
-            g = steps["step"].to_numpy()
-            per_step = np.minimum(pd.Series(per_step).groupby(g).transform("max").to_numpy(np.int64), wall)
-            lost = np.minimum(pd.Series(lost).groupby(g).transform("max").to_numpy(np.int64), wall)
+            per_step = np.minimum(_lockstep(per_step, steps, waited), wall)
+            if c is Cause.MEMCPY:                 # each rank's copies still fit in its own step
+                per_step = np.minimum(per_step, np.maximum(wall - L.copy_floor, 0))
+            lost = np.minimum(_lockstep(lost, steps, waited), wall)
         lost_mean = int(round(int(lost[keep].sum()) / n_avg))
         total = int(per_step[keep].sum())
         if (total <= 0 if predicted else lost_mean <= 0):
             continue
-        extra = ["ranks joined by collectives run in lockstep: each step gains its largest rank's saving"] \
+        extra = ["ranks joined by collectives run in lockstep: each step gains its largest rank's saving, a "
+                 "rank at most its own saving plus the time it waited on its peers"] \
             if lockstep else []
         if not predicted:
             why = (f"too little to predict: {fmt_ns(busy)} of device work in {n_avg} steps of {fmt_ns(spent)} "
@@ -206,6 +210,13 @@ def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.
                           lost_mean, bound.value, True, warm))
     out.sort(key=lambda w: (-w.saved_ns, -w.lost_ns, w.cause))
     return tuple(out)
+
+
+def _lockstep(per_step: np.ndarray, steps: pd.DataFrame, waited: np.ndarray) -> np.ndarray:
+    """Ranks in lockstep: a step (by number) gains its largest rank's saving, but a rank no more than
+    its own saving plus the time it waited on its peers in that step (its exposed collectives)."""
+    top = pd.Series(per_step).groupby(steps["step"].to_numpy()).transform("max").to_numpy(np.int64)
+    return np.minimum(top, per_step + waited)
 
 
 def _overlap_rows(steps: pd.DataFrame, pieces: pd.DataFrame, primary: Mapping[int, int]) -> np.ndarray:
