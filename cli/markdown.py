@@ -28,12 +28,19 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
         out += ["", "## What to do next", ""]
         for a in v["advice"]:
             out.append(f"- **{_md(a.get('cause'), 40)}**: {_md(a.get('text'), 600)}")
-    wif = [w for w in d.get("what_if") or [] if int(w.get("saved_ns") or 0) > 0][:6]
+    wif = [w for w in d.get("what_if") or []
+           if int(w.get("saved_ns") or 0) > 0 or w.get("predicted") is False][:6]
     if wif:
         out += ["", "## What if (predicted mean step without each cause; device work as measured)", "",
-                "| cause | saved per step | step before | step after | speedup |", "|---|---:|---:|---:|---:|"]
-        out += [f"| {_md(w.get('cause'), 40)} | {fmt_ns(w.get('saved_ns'))} | {fmt_ns(w.get('step_ns_before'))} | "
-                f"{fmt_ns(w.get('step_ns_after'))} | {float(w.get('speedup') or 1):.2f}x |" for w in wif]
+                "| cause | saved per step | lost per step | step before | step after | speedup | bound |",
+                "|---|---:|---:|---:|---:|---:|---|"]
+        out += [f"| {_md(w.get('cause'), 40)} | "
+                + ("too little to predict" if w.get("predicted") is False else fmt_ns(w.get("saved_ns")))
+                + f" | {fmt_ns(w.get('lost_ns'))} | {fmt_ns(w.get('step_ns_before'))} | "
+                + ("" if w.get("predicted") is False else
+                   f"{fmt_ns(w.get('step_ns_after'))} | {float(w.get('speedup') or 1):.2f}x")
+                + (" | " if w.get("predicted") is False else "")
+                + f" | {_md(w.get('bound') or '', 20)} |" for w in wif]
     dv = d.get("device") or {}
     if dv.get("busy_ns"):
         busy = int(dv["busy_ns"])

@@ -266,17 +266,21 @@ def step_strip(d: dict[str, Any], width: int = 60) -> Text | None:
 
 def what_if_table(d: dict[str, Any], limit: int = 6) -> Table | None:
     """The predicted mean step time with each cause removed, largest saving first (``what_if``)."""
-    rows = [w for w in d.get("what_if") or [] if int(w.get("saved_ns") or 0) > 0][:limit]
+    rows = [w for w in d.get("what_if") or []
+            if int(w.get("saved_ns") or 0) > 0 or w.get("predicted") is False][:limit]
     if not rows:
         return None
     t = _table("what if: the mean step without each cause (predicted; device work as measured)", "cause",
-               "class", "saved per step", "step before", "step after", "speedup", "assumes",
-               justify_right=(2, 3, 4, 5))
+               "class", "saved per step", "lost per step", "step before", "step after", "speedup", "bound",
+               "assumes", justify_right=(2, 3, 4, 5, 6))
     for w in rows:
         a = w.get("assumptions") or []
+        none = w.get("predicted") is False
         t.add_row(_t(w.get("cause"), 40, CLASS_STYLE.get(str(w.get("class")), "")), _t(w.get("class"), 20),
-                  fmt_ns(w.get("saved_ns")), fmt_ns(w.get("step_ns_before")), fmt_ns(w.get("step_ns_after")),
-                  f"{float(w.get('speedup') or 1):.2f}x", _t(a[0] if a else "", 120))
+                  "too little to predict" if none else fmt_ns(w.get("saved_ns")), fmt_ns(w.get("lost_ns")),
+                  fmt_ns(w.get("step_ns_before")), "" if none else fmt_ns(w.get("step_ns_after")),
+                  "" if none else f"{float(w.get('speedup') or 1):.2f}x", _t(w.get("bound") or "", 20),
+                  _t(a[0] if a else "", 120))
     return t
 
 
