@@ -125,20 +125,27 @@ def lost_by_cause(bubbles: BubbleResult, comm: CommResult, device: DeviceResult 
 #: the what-if ranks the causes (what fixing each gives) when its steps hold at least this share of
 #: the lost time; else the lost time itself does
 WHATIF_RANK_SHARE = 0.5
+#: the headline names the class's share too when it exceeds the cause's by this many points
+CLASS_NOTE_POINTS = 5.0
 
 
 def _worth_fixing(causes: dict[str, int], what_if: tuple[WhatIf, ...], losses: StepLosses | None,
                   lost: int) -> tuple[str | None, str]:
-    """(the cause whose fix gives most by the what-if, or None; why it differs from the largest loss)."""
+    """(the cause whose fix gives most by the what-if, or None when the what-if cannot rank: nothing
+    predicted, or its steps hold under ``WHATIF_RANK_SHARE`` of the lost time; the text saying why
+    the cause named is not the largest loss, or not the what-if's first)."""
     rows = [w for w in what_if if w.predicted and w.saved_ns > 0]
     if not rows or losses is None or not lost:
         return None, ""
     keep = ~losses.warmup
     in_steps = sum(int(v[keep].sum()) for v in losses.lost.values())
-    if in_steps < WHATIF_RANK_SHARE * lost:
-        return None, ""
     best = rows[0]
     top = max(causes, key=lambda k: causes[k])
+    if in_steps < WHATIF_RANK_SHARE * lost:
+        note = (
+            f"; ranked by lost time: the {losses.n} steps the what-if re-times hold {_pct(in_steps, lost):.0f}% "
+            f"of it (there, without {best.cause} a step would take {fmt_ns(best.saved_ns)} less)")
+        return None, note
     if best.cause == top:
         return best.cause, ""
     raw = next((w for w in what_if if w.cause == top), None)
@@ -211,6 +218,8 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
         top = max(scores, key=lambda k: scores[k])
         in_class = {c: ns for c, ns in causes.items() if Cause(c).bottleneck.value == top}
         cause = Cause(max(in_class, key=lambda k: in_class[k]))
+        if what_if and what_if[0].cause == cause.value:
+            why = ""                          # the what-if agrees: nothing to explain
     share = _pct(causes.get(cause.value, 0), lost)          # the headline quotes the cause's own share
     una = causes.get(Cause.HOST_UNATTRIBUTED.value, 0)
     evidenced = lost - una
@@ -221,7 +230,7 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
         conf = min(conf, 0.5)
     summary = _summary(cause, share, bubbles, comm, eager, device, causes, lost, bubble_pct, engine_evidence)
     cls_share = _pct(scores[top], lost)
-    if round(cls_share) > round(share):
+    if cls_share >= share + CLASS_NOTE_POINTS:
         summary += f"; the {top} class {cls_share:.0f}% of lost time in all"
     summary += why
     if len(budget_table) and top in ("scheduler", "prep", "kernel"):
