@@ -20,6 +20,7 @@ from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.analyses.device_split import device_split
 from srtscope.analyzers.analyses.diff import DiagnosisDiff, FigureDelta, compare
 from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons, fallback_mask
+from srtscope.analyzers.analyses.io_frames import io_work
 from srtscope.analyzers.analyses.losses import step_losses
 from srtscope.analyzers.analyses.overview import overview
 from srtscope.analyzers.analyses.steps import find_steps
@@ -194,9 +195,10 @@ def diagnose(tl: Timeline, params: DiagnoseParams = _DEFAULT_PARAMS, *,
                          params.burst_rule, ranks_with_comm, sets)
     wif = what_if(tl, steps, pieces, budget.table, cres, primary, params.threshold_ns,
                   model, shrink_ns, params.burst_rule, ranks_with_comm, sets, losses)
+    io = io_work(tl, model, pieces) if bres.by_cause.get(Cause.HOST_IO.value) else []
     verdict = decide(m, bres, cres, eres, tk, budget.table, source, params.healthy_pct, device=dres,
                      coverage=coverage, steps=sres, engine_evidence=model.has_engine_evidence,
-                     losses=losses, what_if=wif)
+                     losses=losses, what_if=wif, io=io)
     names = {d.id: d.name for d in m.devices}
     devices = tuple({"id": d, "name": names.get(d, ""), "rank": r} for r, d in sets.keys)   # sorted
     lo, hi = tl.span_ns

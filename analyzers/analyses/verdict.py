@@ -35,6 +35,7 @@ import pandas as pd
 
 from srtscope.analyzers.analyses.advice import advice_for
 from srtscope.analyzers.analyses.comm import lateness
+from srtscope.analyzers.analyses.io_frames import IoWork
 from srtscope.analyzers.analyses.losses import WARMUP_FACTOR, StepLosses
 from srtscope.analyzers.results import Bottleneck as BottleneckName
 from srtscope.analyzers.results import (
@@ -159,9 +160,11 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
            top_kernels: pd.DataFrame, budget_table: pd.DataFrame, steps_source: str,
            healthy_pct: float = 10.0, *, device: DeviceResult | None = None, coverage: Coverage | None = None,
            steps: StepsResult | None = None, engine_evidence: bool = True,
-           losses: StepLosses | None = None, what_if: tuple[WhatIf, ...] = ()) -> Verdict:
+           losses: StepLosses | None = None, what_if: tuple[WhatIf, ...] = (),
+           io: list[IoWork] | None = None) -> Verdict:
     """``losses``: the steps' per-cause accounting (edges and short gaps of fallback steps from it);
-    ``what_if``: its what-if rows, which rank the causes by what fixing each would give."""
+    ``what_if``: its what-if rows, which rank the causes by what fixing each would give; ``io``: what
+    the host did inside its data loading (``io_frames.io_work``), named in a ``host_io`` summary."""
     window = bubbles.window_ns
     partial = meta.has_warning(WarningCode.PARTIAL_RANKS)
     fb_small = int(losses.small[losses.fallback].sum()) if losses is not None else 0
@@ -229,6 +232,8 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
     if cause is Cause.HOST_UNATTRIBUTED:
         conf = min(conf, 0.5)
     summary = _summary(cause, share, bubbles, comm, eager, device, causes, lost, bubble_pct, engine_evidence)
+    if cause is Cause.HOST_IO and io:
+        summary += _io_text(io[0], causes.get(Cause.HOST_IO.value, 0))
     cls_share = _pct(scores[top], lost)
     if cls_share >= share + CLASS_NOTE_POINTS:
         summary += f"; the {top} class {cls_share:.0f}% of lost time in all"
@@ -243,6 +248,16 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
                                   ", ".join(f"{int(s)} (rank {int(r)})" for s, r in zip(ex["step"], ex["rank"])),
                                   int(ex[col].sum()), "ns"))
     return verdict(top, cause, conf, summary)
+
+
+def _io_text(w: IoWork, io_ns: int) -> str:
+    """Where the data-loading time went: preprocessing on the host, or loading itself."""
+    where = f"; {_pct(w.ns, io_ns):.0f}% of it in {clip_text(w.outer, 60)!r}"
+    if w.preprocessing:
+        ops = ", ".join(clip_text(n, 30) for n, _ in w.inner[:3])
+        return where + (f", {_pct(w.inner_ns, w.ns):.0f}% of that in operators inside it ({ops}): preprocessing "
+                        "on the host (more loader workers, or preprocessing on the device)")
+    return where
 
 
 def _summary(cause: Cause, share: float, bubbles: BubbleResult, comm: CommResult, eager: EagerResult,

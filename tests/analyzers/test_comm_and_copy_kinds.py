@@ -163,3 +163,31 @@ def test_low_device_coverage_when_the_active_window_is_a_small_part_of_the_captu
     d = diagnose(timeline(dev, apis))
     codes = {w["code"] for w in d.capture.warnings}
     assert "low_device_coverage" in codes
+
+
+def loader_steps(ops):
+    """Four 1000 µs steps: the host waits 700 µs in the data loader's ``__next__`` (``ops`` inside it,
+    µs from its start), then a 300 µs kernel."""
+    nxt = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    dev, apis, rgs = [], [], []
+    for i in range(4):
+        t = 1000 * i
+        rgs += [rng(t, t + 1000, f"ProfilerStep#{i}", domain="kineto.user_annotation"),
+                rng(t, t + 700, nxt, domain="kineto.cpu_op")]
+        rgs += [rng(t + a, t + b, name, domain="kineto.cpu_op") for name, a, b in ops]
+        dev.append(kernel(t + 700, t + 1000, corr=i + 1))
+        apis.append(api(t + 690, t + 695, corr=i + 1))
+    return timeline(dev, apis, rgs)
+
+
+def test_preprocessing_inside_the_data_loader_is_named_so():
+    d = diagnose(loader_steps([("aten::div", 100, 400), ("aten::cat", 400, 500)]))
+    assert d.verdict.cause == "host_io", d.verdict.summary
+    assert "__next__" in d.verdict.summary and "57% of that in operators inside it (aten::div, aten::cat)" \
+        in d.verdict.summary and "preprocessing on the host" in d.verdict.summary
+
+
+def test_data_loading_without_work_inside_is_not_called_preprocessing():
+    d = diagnose(loader_steps([("aten::div", 100, 150)]))
+    assert d.verdict.cause == "host_io" and "__next__" in d.verdict.summary
+    assert "preprocessing" not in d.verdict.summary
