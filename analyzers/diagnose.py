@@ -193,6 +193,7 @@ def diagnose(tl: Timeline, params: DiagnoseParams = _DEFAULT_PARAMS, *,
     primary = primary_devices(by_device)
     losses = step_losses(tl, steps, pieces, budget.table, cres, primary, params.threshold_ns, model,
                          params.burst_rule, ranks_with_comm, sets)
+    budget = replace(budget, warmup=losses.warmup, lost_ns=losses.mean_lost())
     wif = what_if(tl, steps, pieces, budget.table, cres, primary, params.threshold_ns,
                   model, shrink_ns, params.burst_rule, ranks_with_comm, sets, losses)
     io = io_work(tl, model, pieces) if bres.by_cause.get(Cause.HOST_IO.value) else []

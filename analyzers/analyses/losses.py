@@ -80,6 +80,19 @@ class StepLosses:
     def n(self) -> int:
         return len(self.wall)
 
+    def device_lost(self, c: Cause) -> np.ndarray:
+        """``lost[c]``, less its edges when the steps are too thin to be device steps (``predictable``)."""
+        if self.predictable or c not in self.edges:
+            return self.lost[c]
+        return self.lost[c] - self.edges[c]
+
+    def mean_lost(self) -> dict[str, int]:
+        """Per cause with any: ``device_lost`` per mean step, warm-up steps left out, ns."""
+        keep = ~self.warmup
+        n = int(keep.sum())
+        out = {c.value: int(self.device_lost(c)[keep].sum()) // n for c in Cause} if n else {}
+        return {k: v for k, v in out.items() if v > 0}
+
     @property
     def predictable(self) -> bool:
         """Enough device work in the steps (warm-up left out) to predict from (module doc)."""

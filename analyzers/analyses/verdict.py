@@ -87,8 +87,8 @@ def caveats(meta: TimelineMeta, bubbles: BubbleResult, steps_source: str,
     if steps_source == "none":
         out.append("no_steps: no engine steps found (no step markers, no API calls)")
     if losses is not None and losses.warmup.any():
-        out.append(f"warmup_steps: {int(losses.warmup.sum())} leading step(s) over {WARMUP_FACTOR:g}x the later "
-                   "steps' median left out of the what-if's mean step")
+        out.append(f"warmup_steps: {int(losses.warmup.sum())} early step(s) slower than {WARMUP_FACTOR:g}x the median "
+                   "step left out of the mean step and the what-if")
     return out, problems
 
 

@@ -174,8 +174,7 @@ def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.
     for c, per_step in saved.items():
         per_step = np.clip(per_step.astype(np.int64), 0, wall)
         # steps too thin to predict from are no device steps: their edges are no lost device time
-        lost = L.lost[c] if predicted or c not in L.edges else L.lost[c] - L.edges[c]
-        lost = np.clip(lost.astype(np.int64), 0, wall)
+        lost = np.clip(L.device_lost(c).astype(np.int64), 0, wall)
         bound, gone = WhatIfBound.NONE, 0
         for name, cap in [*caps[c], (WhatIfBound.LOST, lost)]:      # the bound that cuts most is named
             cut = np.minimum(per_step, np.clip(cap, 0, None))

@@ -140,6 +140,9 @@ def test_warm_up_steps_are_left_out_of_the_means():
     assert (w.warmup_steps, w.step_ns_before, w.saved_ns) == (1, 1000 * US, 300 * US)
     assert any("1 warm-up steps left out" in a for a in w.assumptions)
     assert any(c.startswith("warmup_steps: 1 ") for c in d.verdict.caveats)
+    b = d.budget.to_json()
+    assert (b["warmup_steps"], b["mean_step"]["wall_ns"], b["mean_step"]["lost_ns"]["sched_cpu"]) == \
+        (1, 1000 * US, 300 * US)
 
 
 def test_nothing_is_predicted_from_too_little_device_work():

@@ -3,7 +3,7 @@ every labelled scenario of ``sample_traces/``:
 
 - the headline's percentage is the named cause's own share of ``causes_ns`` (±1 point);
 - no what-if gives back more than its cause lost in the steps averaged (``saved_ns <= lost_ns``), nor
-  more in all than ``causes_ns`` holds;
+  more in all than ``causes_ns`` holds; its mean step and lost time are the step budget's;
 - no what-if step is shorter than its compute kernels, and the memcpy what-if keeps, per step, the
   busiest copy direction (recounted here from the device rows, not from the analyses' sets);
 - nothing is predicted from steps holding too little device work (recounted from the step table);
@@ -143,6 +143,12 @@ def _invariants(key: str) -> None:
     thin = busy < MIN_DEVICE_NS or busy < MIN_BUSY_SHARE * int(st["wall_ns"].to_numpy()[keep].sum())
     assert all(not w.predicted for w in d.what_if) == thin, (busy, [w.predicted for w in d.what_if])
     single = st["rank"].nunique() == 1
+    bj = d.budget.to_json()
+    assert bj["warmup_steps"] == n_warm
+    for w in d.what_if:      # the budget's mean step and lost time are the what-if's
+        assert w.step_ns_before == bj["mean_step"]["wall_ns"]
+        if single:
+            assert abs(w.lost_ns - bj["mean_step"]["lost_ns"].get(w.cause, 0)) <= 1, w.cause
     kernels = _per_step(tl, d, lambda dev: np.isin(dev["kind"].astype(str).to_numpy(), ["kernel", "graph"])
                         & ~_comm(dev))
     for w in d.what_if:
