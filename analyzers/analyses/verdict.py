@@ -12,7 +12,7 @@ Lost time, per cause (``vocab.Cause``), adds up from:
   edges the what-if gives back: ``losses.StepLosses.edges``; only when those steps hold the
   device's work, ``StepLosses.predictable``).
 The cause named is the one whose fix gives most by the what-if (``_worth_fixing``: when its steps
-hold at least ``WHATIF_RANK_SHARE`` of the lost time), else the largest cause of the largest class;
+cover at least ``WHATIF_RANK_SHARE`` of the device's active window), else the largest cause of the largest class;
 the headline quotes that cause's own share of lost time (the class's total after it when larger),
 and says why when the largest loss is not the cause named.
 A class's score is the sum of its causes; scheduler or prep can only score with their own evidence
@@ -123,29 +123,29 @@ def lost_by_cause(bubbles: BubbleResult, comm: CommResult, device: DeviceResult 
     return {k: v for k, v in out.items() if v > 0}
 
 
-#: the what-if ranks the causes (what fixing each gives) when its steps hold at least this share of
-#: the lost time; else the lost time itself does
+#: the what-if ranks the causes (what fixing each gives) when its steps cover at least this share of
+#: the device's active window; else the lost time itself does
 WHATIF_RANK_SHARE = 0.5
 #: the headline names the class's share too when it exceeds the cause's by this many points
 CLASS_NOTE_POINTS = 5.0
 
 
 def _worth_fixing(causes: dict[str, int], what_if: tuple[WhatIf, ...], losses: StepLosses | None,
-                  lost: int) -> tuple[str | None, str]:
+                  lost: int, window_ns: int) -> tuple[str | None, str]:
     """(the cause whose fix gives most by the what-if, or None when the what-if cannot rank: nothing
-    predicted, or its steps hold under ``WHATIF_RANK_SHARE`` of the lost time; the text saying why
-    the cause named is not the largest loss, or not the what-if's first)."""
+    predicted, or its steps cover under ``WHATIF_RANK_SHARE`` of the device's active window — one-off
+    work in the rest, an upload at start, changes no step; the text saying why the cause named is
+    not the largest loss, or not the what-if's first)."""
     rows = [w for w in what_if if w.predicted and w.saved_ns > 0]
     if not rows or losses is None or not lost:
         return None, ""
-    keep = ~losses.warmup
-    in_steps = sum(int(v[keep].sum()) for v in losses.lost.values())
+    covered = int(losses.wall.sum())
     best = rows[0]
     top = max(causes, key=lambda k: causes[k])
-    if in_steps < WHATIF_RANK_SHARE * lost:
-        note = (
-            f"; ranked by lost time: the {losses.n} steps the what-if re-times hold {_pct(in_steps, lost):.0f}% "
-            f"of it (there, without {best.cause} a step would take {fmt_ns(best.saved_ns)} less)")
+    if covered < WHATIF_RANK_SHARE * window_ns:
+        note = (f"; ranked by lost time: the {losses.n} steps the what-if re-times cover "
+                f"{_pct(covered, window_ns):.0f}% of the device's active window (there, without {best.cause} a "
+                f"step would take {fmt_ns(best.saved_ns)} less)")
         return None, note
     if best.cause == top:
         return best.cause, ""
@@ -213,7 +213,7 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
         if len(top_kernels):
             summary += f"; time goes to kernels (top: {clip_text(str(top_kernels.iloc[0]['name']), 60)})"
         return verdict("kernel", Cause.COMPUTE, conf, summary, True)
-    worth, why = _worth_fixing(causes, what_if, losses, lost)
+    worth, why = _worth_fixing(causes, what_if, losses, lost, window)
     if worth is not None:
         cause = Cause(worth)
         top = cause.bottleneck.value
