@@ -126,6 +126,8 @@ def lost_by_cause(bubbles: BubbleResult, comm: CommResult, device: DeviceResult 
 #: the what-if ranks the causes (what fixing each gives) when its steps cover at least this share of
 #: the device's active window; else the lost time itself does
 WHATIF_RANK_SHARE = 0.5
+#: ... and its best fix saves at least this share of the mean step (else no fix matters in the steps)
+WORTH_STEP_SHARE = 0.02
 #: the headline names the class's share too when it exceeds the cause's by this many points
 CLASS_NOTE_POINTS = 5.0
 
@@ -133,10 +135,11 @@ CLASS_NOTE_POINTS = 5.0
 def _worth_fixing(causes: dict[str, int], what_if: tuple[WhatIf, ...], losses: StepLosses | None,
                   lost: int, window_ns: int) -> tuple[str | None, str]:
     """(the cause whose fix gives most by the what-if, or None when the what-if cannot rank: nothing
-    predicted, or its steps cover under ``WHATIF_RANK_SHARE`` of the device's active window — one-off
-    work in the rest, an upload at start, changes no step; the text saying why the cause named is
+    predicted, no fix worth ``WORTH_STEP_SHARE`` of a step, or its steps cover under
+    ``WHATIF_RANK_SHARE`` of the device's active window — one-off work in the rest, an upload at
+    start, changes no step; the text saying why the cause named is
     not the largest loss, or not the what-if's first)."""
-    rows = [w for w in what_if if w.predicted and w.saved_ns > 0]
+    rows = [w for w in what_if if w.predicted and w.saved_ns >= WORTH_STEP_SHARE * w.step_ns_before > 0]
     if not rows or losses is None or not lost:
         return None, ""
     covered = int(losses.wall.sum())
