@@ -17,14 +17,22 @@ Device work stays as measured; a cause gives back only the time the device waite
 - ``eager_fallback``: each fallback step replays a graph of the nearest captured size: its
   launch-bound bubbles and short gaps, less a replay's own launch cost — the same quantity measured
   on this trace's graph steps of the nearest batch size.
-- ``exposed_comm``: the step's exposed collective time (arrival waits left to ``straggler``) plus the
-  bubbles where queued work waited on a peer.
+- ``exposed_comm``: the bubbles where queued work waited on a peer, plus the step's exposed
+  collective time (arrival waits left to ``straggler``): on a side stream hidden behind compute, at
+  most the step's compute-kernel time (bound ``overlap``); on the model's own stream (a TP
+  activation all-reduce the next kernel waits for) no overlap is possible: ``TRANSPORT_SPEEDUP``
+  times faster instead (``transport``).
 - ``straggler``: the named straggler's lead over the latest other participant in the step's collectives
   it arrived last in (the slowest participant gates the others), less its natural jitter — the mirror
   of its early side, which stays (on a busy host every collective is a little skewed, straggler or
   not).
 - ``memcpy``: copy time with no kernel running, plus memcpy bubbles (copies moved off the critical
-  stream, overlapped with compute).
+  stream, overlapped with compute): at most the step's compute-kernel time (``overlap``), and the
+  step never shorter than its busiest copy direction (``copy_engine``).
+
+Every saving is capped step by step at what the cause lost in that step (``losses.StepLosses``,
+bound ``lost``); each row names the bound that cut most. Warm-up steps are left out of the means;
+steps with too little device work predict nothing (``too_little``).
 
 Ranks joined by collectives run in lockstep: a step (by number) gains its largest rank's saving, a
 rank no more than its own saving plus the time it waited on its peers (its exposed collectives).
