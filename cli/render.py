@@ -271,14 +271,16 @@ def what_if_table(d: dict[str, Any], limit: int = 6) -> Table | None:
     if not rows:
         return None
     t = _table("what if: the mean step without each cause (predicted; device work as measured)", "cause",
-               "class", "saved per step", "lost per step", "step before", "step after", "speedup", "bound",
-               "assumes", justify_right=(2, 3, 4, 5, 6))
+               "class", "saved / lost per step", "step before", "step after", "speedup", "bound", "assumes",
+               justify_right=(2, 3, 4, 5))
+    t.columns[6].min_width = 11                        # a bound's name unbroken ("copy_engine")
     for w in rows:
         a = w.get("assumptions") or []
         none = w.get("predicted") is False
+        saved = "too little to predict" if none else fmt_ns(w.get("saved_ns"))
         t.add_row(_t(w.get("cause"), 40, CLASS_STYLE.get(str(w.get("class")), "")), _t(w.get("class"), 20),
-                  "too little to predict" if none else fmt_ns(w.get("saved_ns")), fmt_ns(w.get("lost_ns")),
-                  fmt_ns(w.get("step_ns_before")), "" if none else fmt_ns(w.get("step_ns_after")),
+                  f"{saved} / {fmt_ns(w.get('lost_ns'))}", fmt_ns(w.get("step_ns_before")),
+                  "" if none else fmt_ns(w.get("step_ns_after")),
                   "" if none else f"{float(w.get('speedup') or 1):.2f}x", _t(w.get("bound") or "", 20),
                   _t(a[0] if a else "", 120))
     return t
