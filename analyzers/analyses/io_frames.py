@@ -93,11 +93,11 @@ def io_work(tl: Timeline, model: HostActivity, pieces: pd.DataFrame, top: int = 
             u = iv.intersect(iv.union(os_[ol == x], oe[ol == x]), q)
             if not len(u[0]):
                 continue
-            for y in np.unique(il):
-                ns = iv.total(iv.intersect(u, iv.union(is_[il == y], ie[il == y])))
-                if ns > 0:
-                    pair = (str(labels[x]), str(labels[y]))
-                    acc[pair] = acc.get(pair, 0) + ns
+            # inner segments are disjoint: their overlap with u, summed per label, in one pass
+            per = np.bincount(il, weights=iv.overlap(u, is_, ie), minlength=len(labels))
+            for y in np.flatnonzero(per > 0):
+                pair = (str(labels[x]), str(labels[y]))
+                acc[pair] = acc.get(pair, 0) + int(per[y])
     outer: dict[str, int] = {}
     for (a, _), ns in acc.items():
         outer[a] = outer.get(a, 0) + ns
