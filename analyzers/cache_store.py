@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 #: Bump when any reader's output (tables, dtypes, meta) changes: older entries are then stale.
-READER_VERSION = 1
+READER_VERSION = 2
 FINGERPRINT_BYTES = 64 << 10
 DEFAULT_MAX_MB = 2048
 DEFAULT_MIN_BYTES = 1 << 20

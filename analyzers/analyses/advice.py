@@ -95,4 +95,6 @@ def advice_for(cause: Cause, causes: dict[str, int], eager: EagerResult, comm: C
     who = f" (rank {comm.straggler_rank})" if comm.straggler_rank is not None else ""
     kind = copy_kind_of(device)
     fix = _COPY_FIX.get(kind or "", _COPY_FIX[CopyKind.HTOD.value])
+    if kind == "round_trip" and device is not None and any(st.pageable_ns for st in device.memcpy.values()):
+        fix = fix[:-1] + "; until then, pin the host buffers (these copies use pageable memory)."
     return tuple(Advice(c.value, _TEXT[c].format(sizes=sizes, copy=copy, who=who, copy_fix=fix)) for c in order)
