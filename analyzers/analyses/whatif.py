@@ -34,8 +34,9 @@ Every saving is capped step by step at what the cause lost in that step (``losse
 bound ``lost``); each row names the bound that cut most. Warm-up steps are left out of the means;
 steps with too little device work predict nothing (``too_little``).
 
-Ranks joined by collectives run in lockstep: a step (by number) gains its largest rank's saving, a
-rank no more than its own saving plus the time it waited on its peers (its exposed collectives).
+Ranks joined by collectives run in lockstep: a step (by number) gains the least, over its ranks, of
+a rank's own saving plus the time it waited on its peers (its exposed collectives), at most the
+largest rank's own saving; the lost time is taken the same way.
 ``compute`` has no what-if (faster kernels are not modelled).
 """
 from __future__ import annotations
@@ -201,8 +202,8 @@ def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.
         total = int(per_step[keep].sum())
         if (total <= 0 if predicted else lost_mean <= 0):
             continue
-        extra = ["ranks joined by collectives run in lockstep: each step gains its largest rank's saving, a "
-                 "rank at most its own saving plus the time it waited on its peers"] \
+        extra = ["ranks joined by collectives run in lockstep: a step gains what every rank can give, each its "
+                 "own saving plus the time it waited on its peers (at most the largest rank's own saving)"] \
             if lockstep else []
         if not predicted:
             why = (f"too little to predict: {fmt_ns(busy)} of device work in {n_avg} steps of {fmt_ns(spent)} "
@@ -220,10 +221,14 @@ def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.
 
 
 def _lockstep(per_step: np.ndarray, steps: pd.DataFrame, waited: np.ndarray) -> np.ndarray:
-    """Ranks in lockstep: a step (by number) gains its largest rank's saving, but a rank no more than
-    its own saving plus the time it waited on its peers in that step (its exposed collectives)."""
-    top = pd.Series(per_step).groupby(steps["step"].to_numpy()).transform("max").to_numpy(np.int64)
-    return np.minimum(top, per_step + waited)
+    """Ranks in lockstep (a collective joins them every step): a step (by number) ends when its last
+    rank does, so it gains what every rank can give — each its own saving plus the time it waited on
+    its peers: ``min over ranks of (saved + waited)``, and no more than the largest rank's own saving
+    (the slowest rank waits for no one). Every rank's row of the step gains that."""
+    g = steps["step"].to_numpy()
+    reach = pd.Series(per_step + waited).groupby(g).transform("min").to_numpy(np.int64)
+    top = pd.Series(per_step).groupby(g).transform("max").to_numpy(np.int64)
+    return np.minimum(reach, top)
 
 
 def _overlap_rows(steps: pd.DataFrame, pieces: pd.DataFrame, primary: Mapping[int, int]) -> np.ndarray:
