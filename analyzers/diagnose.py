@@ -20,6 +20,8 @@ from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.analyses.device_split import device_split
 from srtscope.analyzers.analyses.diff import DiagnosisDiff, FigureDelta, compare
 from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons, fallback_mask
+from srtscope.analyzers.analyses.io_frames import io_work
+from srtscope.analyzers.analyses.losses import step_losses
 from srtscope.analyzers.analyses.overview import overview
 from srtscope.analyzers.analyses.range_totals import top_ranges
 from srtscope.analyzers.analyses.steps import find_steps
@@ -28,9 +30,8 @@ from srtscope.analyzers.analyses.whatif import what_if
 from srtscope.analyzers.columns import isin, str_codes, sum_by
 from srtscope.analyzers.host_activity import HostActivity
 from srtscope.analyzers.params import DiagnoseParams
-from srtscope.analyzers.results import BUBBLE_CLASSES, BubbleResult, CaptureInfo, Diagnosis, Finding, StepsResult
+from srtscope.analyzers.results import BUBBLE_CLASSES, BubbleResult, CaptureInfo, Diagnosis, StepsResult
 from srtscope.analyzers.timeline import DeviceKind, Timeline, WarningCode
-from srtscope.analyzers.units import fmt_ns
 from srtscope.analyzers.vocab import Cause
 
 __all__ = ["DiagnoseParams", "diagnose", "compare", "crop", "top_kernels", "DiagnosisDiff", "FigureDelta"]
@@ -107,11 +108,14 @@ def _pieces(bubbles: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def top_kernels(tl: Timeline, n: int) -> pd.DataFrame:
-    """The n device activities (kernels, or CPU stand-in forwards) with the most summed time."""
+def top_kernels(tl: Timeline, n: int, comm: np.ndarray | None = None) -> pd.DataFrame:
+    """The n device activities (kernels, or CPU stand-in forwards) with the most summed time;
+    ``comm``: the collective rows (``names.comm_mask``), left out: they are communication."""
     dev = tl.device
     cols = ["name", "count", "total_ns", "mean_ns", "share"]
     m = isin(dev["kind"], [DeviceKind.KERNEL, DeviceKind.CPU_FORWARD, DeviceKind.GRAPH])
+    if comm is not None and len(comm) == len(m):
+        m = m & ~comm
     if not m.any() or n == 0:
         return pd.DataFrame(columns=cols)
     codes, names = str_codes(dev["name"])
@@ -187,7 +191,7 @@ def diagnose(tl: Timeline, params: DiagnoseParams = _DEFAULT_PARAMS, *,
     cres = communication(tl, mask, int(params.min_skew_us * 1000), sets)
     eres = eager_fallback(steps)
     budget = step_budget(tl, steps, pieces, mask, primary_devices(by_device), sets)
-    tk = top_kernels(tl, params.top_kernels)
+    tk = top_kernels(tl, params.top_kernels, mask)
     dres = device_split(tl, mask, sets)
     coverage, warnings = capture_adequacy(tl, model, dres, sres, bres, sets)
     m = replace(tl.meta, warnings=list(tl.meta.warnings))   # the trace's metadata stays as read
@@ -195,10 +199,16 @@ def diagnose(tl: Timeline, params: DiagnoseParams = _DEFAULT_PARAMS, *,
         m.warn(w.code, w.message)
     if m.has_warning(WarningCode.PARTIAL_RANKS):
         cres = replace(cres, partial=True)
-    fb_share = (float(eres.eager_decode_steps) / max(len(steps), 1)) if len(steps) else 0.0
+    primary = primary_devices(by_device)
+    losses = step_losses(tl, steps, pieces, budget.table, cres, primary, params.threshold_ns, model,
+                         params.burst_rule, ranks_with_comm, sets)
+    budget = replace(budget, warmup=losses.warmup, lost_ns=losses.mean_lost())
+    wif = what_if(tl, steps, pieces, budget.table, cres, primary, params.threshold_ns,
+                  model, shrink_ns, params.burst_rule, ranks_with_comm, sets, losses)
+    io = io_work(tl, model, pieces) if bres.by_cause.get(Cause.HOST_IO.value) else []
     verdict = decide(m, bres, cres, eres, tk, budget.table, source, params.healthy_pct, device=dres,
                      coverage=coverage, steps=sres, engine_evidence=model.has_engine_evidence,
-                     fallback_share=fb_share)
+                     losses=losses, what_if=wif, io=io)
     names = {d.id: d.name for d in m.devices}
     devices = tuple({"id": d, "name": names.get(d, ""), "rank": r} for r, d in sets.keys)   # sorted
     lo, hi = tl.span_ns
@@ -211,12 +221,4 @@ def diagnose(tl: Timeline, params: DiagnoseParams = _DEFAULT_PARAMS, *,
     p = asdict(params)
     p["step_range"] = list(params.step_range) if params.step_range else None
     ov = overview(tl, table, steps, mask, sets=sets)
-    wif = what_if(tl, steps, pieces, budget.table, cres, primary_devices(by_device), params.threshold_ns,
-                  model, shrink_ns, params.burst_rule, ranks_with_comm, sets)
-    if wif and wif[0].step_ns_before > 0 and wif[0].saved_ns >= max(0.01 * wif[0].step_ns_before, 1):
-        best = wif[0]
-        verdict = replace(verdict, evidence=verdict.evidence + (Finding(
-            "what_if", f"what if: without {best.cause} the mean step would take {fmt_ns(best.step_ns_after)} "
-            f"instead of {fmt_ns(best.step_ns_before)} ({100 * best.saved_ns / best.step_ns_before:.0f}% less)",
-            best.saved_ns, "ns"),))
     return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, p, dres, ov, wif, top_ranges(tl))

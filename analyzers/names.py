@@ -2,14 +2,21 @@
 
 ``api_kind``: launch / sync / memcpy / graph launch / other, from an API name (version suffix and
 ``hip`` prefix tolerated), allocation and start-up calls too; ``os_kind`` for OS runtime calls.
-``is_comm_kernel``: NCCL/RCCL and known custom all-reduce kernels. ``host_work`` tells, from a range
-or frame name, the host work it stands for (framework operator, I/O or data loading, compilation).
+``COMM_FAMILIES`` is the declared table of collective kernels (NCCL, RCCL, DeepEP,
+NVSHMEM, vLLM/SGLang custom all-reduce, ...): ``is_comm_kernel``, ``comm_family``, ``comm_op`` and the
+device table's ``comm_mask`` read it; ``copy_kind`` tells copies apart by what they move.
+``host_work`` tells, from a range or frame name, the host work it stands for (framework operator,
+I/O or data loading, compilation).
 """
 from __future__ import annotations
 
 import re
 from enum import Enum
 
+import numpy as np
+import pandas as pd
+
+from srtscope.analyzers.columns import str_map
 from srtscope.analyzers.timeline import ApiKind
 
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
@@ -98,16 +105,104 @@ def os_kind(name: str) -> ApiKind:
 SLOW_CALL_NS = 1_000_000
 
 
-_COMM_PATTERNS = re.compile(
-    r"^(nccl|rccl)|ncclDevKernel|ncclKernel|cross_device_reduce|custom_all_reduce|"
-    r"all_reduce|allreduce|AllReduce|all_gather|allgather|reduce_scatter|one_shot_all_reduce|"
-    r"two_shot_all_reduce|multimem_all_reduce|quickreduce|mscclpp",
+class CommOp(str, Enum):
+    """What a collective kernel does (``comm_kind``)."""
+
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"        # expert dispatch / combine included
+    SEND_RECV = "send_recv"
+    BROADCAST = "broadcast"
+    OTHER = "other"
+
+
+#: The declared table of collective-communication kernel families: (family, name pattern). The
+#: first family whose pattern is found in a kernel name claims it; a name no family claims is no
+#: collective. Order matters: library namespaces first, the generic collective words last.
+COMM_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("deepep", re.compile(r"deep_?ep::|dpsk::ep::|\bdeepep", re.IGNORECASE)),     # MoE expert dispatch/combine
+    ("pplx", re.compile(r"pplx::|pplx_kernels")),                                  # pplx-kernels all-to-all
+    ("nvshmem", re.compile(r"nvshmem", re.IGNORECASE)),                            # NVSHMEM device-initiated
+    ("rccl", re.compile(r"^rccl|\brccl", re.IGNORECASE)),
+    ("nccl", re.compile(r"^nccl|ncclDevKernel|ncclKernel")),
+    ("custom_all_reduce", re.compile(                                              # vLLM / SGLang / TRT-LLM
+        r"cross_device_reduce|custom_all_reduce|one_shot_all_reduce|two_shot_all_reduce|"
+        r"multimem_all_reduce|quickreduce|allreduce_fusion|lamport_?all_?reduce", re.IGNORECASE)),
+    ("mscclpp", re.compile(r"mscclpp", re.IGNORECASE)),
+    ("collective", re.compile(r"all_?reduce|AllReduce|all_?gather|AllGather|reduce_?scatter|ReduceScatter|"
+                              r"all_?to_?all|AllToAll")),
+)
+
+_COMM_OPS: tuple[tuple[CommOp, re.Pattern[str]], ...] = (
+    (CommOp.ALL_TO_ALL, re.compile(r"(?i)all_?to_?all|dispatch|combine|a2a")),
+    (CommOp.REDUCE_SCATTER, re.compile(r"(?i)reduce_?scatter")),
+    (CommOp.ALL_GATHER, re.compile(r"(?i)all_?gather")),
+    (CommOp.ALL_REDUCE, re.compile(r"(?i)all_?reduce|cross_device_reduce|quickreduce")),
+    (CommOp.SEND_RECV, re.compile(r"(?i)send_?recv|\bsend|\brecv|_send|_recv|p2p")),
+    (CommOp.BROADCAST, re.compile(r"(?i)broadcast|bcast")),
 )
 
 
+def comm_family(name: str) -> str | None:
+    """The ``COMM_FAMILIES`` family of a kernel name, None for no collective."""
+    n = name or ""
+    for fam, pat in COMM_FAMILIES:
+        if pat.search(n):
+            return fam
+    return None
+
+
+def comm_op(name: str) -> CommOp:
+    """What a collective kernel does, from its name (``OTHER`` when the name does not say)."""
+    for op, pat in _COMM_OPS:
+        if pat.search(name or ""):
+            return op
+    return CommOp.OTHER
+
+
 def is_comm_kernel(name: str) -> bool:
-    """True for collective-communication kernels (NCCL/RCCL and known custom all-reduce)."""
-    return bool(_COMM_PATTERNS.search(name or ""))
+    """True for collective-communication kernels: any family of ``COMM_FAMILIES``."""
+    return comm_family(name) is not None
+
+
+def comm_mask(device: pd.DataFrame) -> np.ndarray:
+    """True for the collective-communication rows of a device table (classified once per distinct
+    name). The one collective mask: device sets, comm, device split and attribution take it."""
+    if len(device) == 0:
+        return np.zeros(0, bool)
+    return str_map(device["name"], is_comm_kernel, bool)
+
+
+class CopyKind(str, Enum):
+    """A copy by what it moves, each with its own remedy (``copy_kind``; advice per kind)."""
+
+    HTOD_PAGEABLE = "htod_pageable"    # host -> device from pageable memory: pin it
+    HTOD = "htod"                      # host -> device (pinned or unknown): prefetch / overlap
+    DTOH = "dtoh"                      # device -> host: read back less, later, asynchronously
+    DTOD = "dtod"                      # within a device: fuse or avoid (pinning cannot help)
+    PEER = "peer"                      # between devices (PtoP): NVLink / P2P transport
+    HTOH = "htoh"
+    OTHER = "other"
+
+
+_DIRECTION = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP|Peer)", re.IGNORECASE)
+_CANON = {"htod": "HtoD", "dtoh": "DtoH", "dtod": "DtoD", "htoh": "HtoH", "ptop": "PtoP", "peer": "PtoP"}
+
+
+def copy_direction(name: str) -> str:
+    """``Memcpy HtoD (Pinned -> Device)`` -> ``HtoD``; unknown -> ``other``."""
+    m = _DIRECTION.search(name or "")
+    return _CANON[m.group(1).lower()] if m else "other"
+
+
+def copy_kind(name: str) -> CopyKind:
+    """The ``CopyKind`` of a copy row's name (direction, and pageable memory where the name says)."""
+    d = copy_direction(name)
+    if d == "HtoD":
+        return CopyKind.HTOD_PAGEABLE if "pageable" in (name or "").lower() else CopyKind.HTOD
+    return {"DtoH": CopyKind.DTOH, "DtoD": CopyKind.DTOD, "PtoP": CopyKind.PEER,
+            "HtoH": CopyKind.HTOH}.get(d, CopyKind.OTHER)
 
 
 _TORCH_OP_IDS = re.compile(r",\s*(seq|op_id)\s*=\s*\d+")
@@ -129,12 +224,15 @@ class HostWork(str, Enum):
     NONE = ""
 
 
-_OP_NAME = re.compile(r"^[A-Za-z_][\w.]*::\w|^nn\.Module:|^autograd::|^Optimizer\.")
+#: a torch.compile graph's steady-state execution (``CompiledFunction``, ``CompiledFunctionBackward``,
+#: ``Torch-Compiled Region``, inductor's ``## Call CompiledFxGraph ... ##``) runs the model; it is no compilation
+_OP_NAME = re.compile(r"^[A-Za-z_][\w.]*::\w|^nn\.Module:|^autograd::|^Optimizer\.|"
+                      r"^CompiledFunction(Backward)?\b|^Torch-Compiled Region|Call CompiledFxGraph")
 _IO_NAME = re.compile(r"(?i)(\bi/?o\b|dataloader|data_loader|__next__|\bdataset\b|"
                       r"\b(read|write|save|load|dump|fetch|prefetch|checkpoint|serializ\w*|pickle|"
                       r"recv|send|socket|file|disk|print)\b)")
-_COMPILE_NAME = re.compile(r"(?i)(compil|nvrtc|\bjit\b|autotun|warm_?up|cudnn_?find|"
-                           r"benchmark_?algo|lowering|codegen|inductor)")
+_COMPILE_NAME = re.compile(r"(?i)(compil(?!ed ?function|ed region|edfxgraph)|nvrtc|\bjit\b|autotun|"
+                           r"warm_?up|cudnn_?find|benchmark_?algo|lowering|codegen|inductor)")
 
 
 def host_work(name: str) -> HostWork:

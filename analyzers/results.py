@@ -263,20 +263,38 @@ class BudgetResult:
     bubbles_ns: dict[str, int]
     other_ns: int
     table: pd.DataFrame
+    #: per row of ``table``: a warm-up step, left out of ``mean_step`` (``analyses.losses.warmup_mask``)
+    warmup: Any = field(default=None, compare=False, repr=False)
+    #: per cause: lost time per mean step, warm-up left out (``analyses.losses``: the what-if's accounting)
+    lost_ns: dict[str, int] = field(default_factory=dict)
 
     def to_json(self, cap: int = 200) -> dict[str, Any]:
-        mean = (lambda v: int(v // self.steps)) if self.steps else (lambda v: 0)
-        return {"steps": self.steps, "wall_ns": _ns(self.wall_ns), "compute_ns": _ns(self.compute_ns),
+        bt = self.table
+        warm = np.zeros(len(bt), bool) if self.warmup is None or len(self.warmup) != len(bt) \
+            else np.asarray(self.warmup, bool)
+        n = int((~warm).sum()) if len(bt) else self.steps
+        if warm.any():
+            steady = bt[~warm]
+            tot = {"wall": int(steady["wall_ns"].sum()), "compute": int(steady["compute_ns"].sum()),
+                   "comm": int(steady["exposed_comm_ns"].sum()),
+                   "bubbles": int(sum(steady[f"{c}_ns"].sum() for c in BUBBLE_CLASSES)),
+                   "other": int(steady["other_ns"].sum())}
+        else:
+            tot = {"wall": self.wall_ns, "compute": self.compute_ns, "comm": self.exposed_comm_ns,
+                   "bubbles": sum(self.bubbles_ns.values()), "other": self.other_ns}
+        mean = (lambda v: int(v // n)) if n else (lambda v: 0)
+        return {"steps": self.steps, "warmup_steps": int(warm.sum()),
+                "wall_ns": _ns(self.wall_ns), "compute_ns": _ns(self.compute_ns),
                 "exposed_comm_ns": _ns(self.exposed_comm_ns),
                 "bubbles_ns": {c: _ns(self.bubbles_ns.get(c, 0)) for c in BUBBLE_CLASSES},
                 "other_ns": _ns(self.other_ns),
                 "parts_ns": {"compute": _ns(self.compute_ns), "comm": _ns(self.exposed_comm_ns),
                              **{f"bubble.{c}": _ns(self.bubbles_ns.get(c, 0)) for c in BUBBLE_CLASSES},
                              "other": _ns(self.other_ns)},
-                "mean_step": {"wall_ns": mean(self.wall_ns), "compute_ns": mean(self.compute_ns),
-                              "exposed_comm_ns": mean(self.exposed_comm_ns),
-                              "bubbles_ns": mean(sum(self.bubbles_ns.values())),
-                              "other_ns": mean(self.other_ns)},
+                "mean_step": {"wall_ns": mean(tot["wall"]), "compute_ns": mean(tot["compute"]),
+                              "exposed_comm_ns": mean(tot["comm"]), "bubbles_ns": mean(tot["bubbles"]),
+                              "other_ns": mean(tot["other"]),
+                              "lost_ns": {k: _ns(v) for k, v in self.lost_ns.items()}},
                 "per_step_cap": cap, "per_step": _records(self.table.head(cap))}
 
 
@@ -447,8 +465,8 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
 class WhatIf:
     """One cause removed (or shrunk): the predicted mean step wall time, ns, and what that assumes.
 
-    ``saved_ns`` is per mean step (summed saving over the steps / the number of steps);
-    ``step_ns_after = step_ns_before - saved_ns``; ``steps``: how many steps gain anything.
+    ``saved_ns`` is per mean step (summed saving over the steps / the number of steps, warm-up steps
+    left out); ``step_ns_after = step_ns_before - saved_ns``; ``steps``: how many steps gain anything.
     """
 
     cause: str                            # a vocab.Cause value
@@ -460,6 +478,10 @@ class WhatIf:
     assumptions: tuple[str, ...] = ()
     #: per step (rows of the step table, in order): ns saved — for scripts; not in the JSON
     per_step_ns: Any = field(default=None, compare=False, repr=False)
+    lost_ns: int = 0                      # what the cause lost per mean step (the same steps): saved_ns <= it
+    bound: str = "none"                   # a vocab.WhatIfBound value: what limited saved_ns
+    predicted: bool = True                # False: too little device work to predict (saved_ns 0)
+    warmup_steps: int = 0                 # leading warm-up steps left out of the means
 
     @property
     def speedup(self) -> float:
@@ -470,4 +492,5 @@ class WhatIf:
         return {"cause": self.cause, "class": self.cls, "saved_ns": _ns(self.saved_ns),
                 "step_ns_before": _ns(self.step_ns_before), "step_ns_after": _ns(self.step_ns_after),
                 "speedup": round(self.speedup, 4), "steps": int(self.steps),
-                "assumptions": list(self.assumptions)}
+                "lost_ns": _ns(self.lost_ns), "bound": self.bound, "predicted": bool(self.predicted),
+                "warmup_steps": int(self.warmup_steps), "assumptions": list(self.assumptions)}

@@ -85,3 +85,14 @@ class StepSource(str, Enum):
     SYNC = "sync"                        # the launching thread's synchronisation points
     BURSTS = "bursts"                    # launch bursts separated by idle gaps
     NONE = "none"
+
+
+class WhatIfBound(str, Enum):
+    """What limited a what-if's saving (``WhatIf.bound``)."""
+
+    NONE = "none"                # the model's own estimate, under every bound
+    LOST = "lost"                # no step gives back more than the cause lost in it
+    OVERLAP = "overlap"          # overlap hides at most the step's compute time
+    COPY_ENGINE = "copy_engine"  # the busiest copy direction still fits in the step
+    TRANSPORT = "transport"      # collectives the next kernel waits for: a faster transport, not overlap
+    TOO_LITTLE = "too_little"    # too little device work in the steps to predict anything

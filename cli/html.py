@@ -137,10 +137,13 @@ def diagnosis_html(d: dict[str, Any], title: str = "srtscope diagnosis") -> str:
     steps_line = (f"{max(per_rank.values()) if per_rank else s.get('count', 0)} steps per rank over "
                   f"{max(len(per_rank), 1)} rank(s), from {s.get('source', '?')}: {s.get('graph', 0)} graph replay, "
                   f"{s.get('eager', 0)} eager")
-    wrows = [(w.get("cause"), fmt_ns(w.get("saved_ns")), fmt_ns(w.get("step_ns_before")),
-              fmt_ns(w.get("step_ns_after")), f"{float(w.get('speedup') or 1):.2f}x",
+    wrows = [(w.get("cause"), "too little to predict" if w.get("predicted") is False else fmt_ns(w.get("saved_ns")),
+              fmt_ns(w.get("lost_ns")), fmt_ns(w.get("step_ns_before")),
+              "" if w.get("predicted") is False else fmt_ns(w.get("step_ns_after")),
+              "" if w.get("predicted") is False else f"{float(w.get('speedup') or 1):.2f}x", w.get("bound") or "",
               "; ".join(str(x) for x in (w.get("assumptions") or [])[:2]))
-             for w in (d.get("what_if") or []) if int(w.get("saved_ns") or 0) > 0][:6]
+             for w in (d.get("what_if") or [])
+             if int(w.get("saved_ns") or 0) > 0 or w.get("predicted") is False][:6]
     conf = float(v.get("confidence") or 0)
     colour = COLOURS.get(bott, "#444")
     thr = fmt_ns(b.get("threshold_ns") or 0)
@@ -160,9 +163,10 @@ def diagnosis_html(d: dict[str, Any], title: str = "srtscope diagnosis") -> str:
 collectives), by cause. Bubble time: idle gaps over {thr}, by class (what the host was doing).</p>
 {f"<h3>What to do next</h3><ul>{adv}</ul>" if adv else ""}</div>
 {f'<div class="warn"><b>Caveats</b><ul>{warns}</ul></div>' if warns else ""}
-{('<h2 id="what-if">What if: the mean step without each cause</h2>' + _table(["cause", "saved per step", "step before",
-    "step after", "speedup", "assumes"], wrows) + '<p class="note">Predicted from this trace: device work as '
-    'measured, only the time the device waited for is given back.</p>') if wrows else ""}
+{('<h2 id="what-if">What if: the mean step without each cause</h2>' + _table(["cause", "saved per step",
+    "lost per step", "step before", "step after", "speedup", "bound", "assumes"], wrows)
+    + '<p class="note">Predicted from this trace: device work as measured, only the time the device waited '
+    'for is given back, never more than the cause lost (bound: what limited it).</p>') if wrows else ""}
 <h2 id="timeline">Timeline</h2>{timeline_svgs(d)}
 <h2 id="device">Device busy time: {fmt_ns(busy)}</h2>{_table(["part", "time", "share of busy", "bytes", "GB/s"], drows)
     if busy else '<p class="note">No device activity.</p>'}

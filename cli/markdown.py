@@ -36,13 +36,20 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
         out += ["", "## What to do next", ""]
         for a in v["advice"]:
             out.append(f"- **{_md(a.get('cause'), 40)}**: {_md(a.get('text'), 600)}")
-    wif = [w for w in d.get("what_if") or [] if int(w.get("saved_ns") or 0) > 0][:6]
+    wif = [w for w in d.get("what_if") or []
+           if int(w.get("saved_ns") or 0) > 0 or w.get("predicted") is False][:6]
     if wif:
         out += ["", "## What if (predicted mean step without each cause; device work as measured)", "",
-                "| cause | saved per step | step before | step after | speedup |", "|---|---:|---:|---:|---:|"]
-        out += [f"| {_md(w.get('cause'), 40)} [{i}] | {fmt_ns(w.get('saved_ns'))} | "
-                f"{fmt_ns(w.get('step_ns_before'))} | {fmt_ns(w.get('step_ns_after'))} | "
-                f"{float(w.get('speedup') or 1):.2f}x |" for i, w in enumerate(wif, 1)]
+                "| cause | saved per step | lost per step | step before | step after | speedup | bound |",
+                "|---|---:|---:|---:|---:|---:|---|"]
+        for i, w in enumerate(wif, 1):
+            none = w.get("predicted") is False
+            out.append(f"| {_md(w.get('cause'), 40)} [{i}] | "
+                       f"{'too little to predict' if none else fmt_ns(w.get('saved_ns'))} | "
+                       f"{fmt_ns(w.get('lost_ns'))} | {fmt_ns(w.get('step_ns_before'))} | "
+                       f"{'' if none else fmt_ns(w.get('step_ns_after'))} | "
+                       f"{'' if none else format(float(w.get('speedup') or 1), '.2f') + 'x'} | "
+                       f"{_md(w.get('bound') or '', 20)} |")
         out += [""] + [f"{i}. {_md((w.get('assumptions') or ['-'])[0], 600)}" for i, w in enumerate(wif, 1)]
     dv = d.get("device") or {}
     if dv.get("busy_ns"):

@@ -333,31 +333,48 @@ def step_strip(d: dict[str, Any], width: int = 60) -> Text | None:
     return out
 
 
-#: the what-if table's columns: (header, JSON key, formatter); a new column is one more entry
-WHAT_IF_COLUMNS: tuple[tuple[str, str, Any], ...] = (
-    ("saved/step", "saved_ns", fmt_ns), ("step before", "step_ns_before", fmt_ns),
-    ("after", "step_ns_after", fmt_ns), ("speedup", "speedup", lambda x: f"{float(x or 1):.2f}x"))
+def _predicted(w: dict[str, Any]) -> bool:
+    return w.get("predicted") is not False
+
+
+#: the what-if table's columns: (header, formatter of a row, shown when narrow); a new column is one more entry
+WHAT_IF_COLUMNS: tuple[tuple[str, Any, bool], ...] = (
+    ("saved/step", lambda w: fmt_ns(w.get("saved_ns")) if _predicted(w) else "–", True),
+    ("lost/step", lambda w: fmt_ns(w.get("lost_ns")), True),
+    ("step before", lambda w: fmt_ns(w.get("step_ns_before")), False),
+    ("after", lambda w: fmt_ns(w.get("step_ns_after")) if _predicted(w) else "–", True),
+    ("speedup", lambda w: f"{float(w.get('speedup') or 1):.2f}x" if _predicted(w) else "–", True),
+    ("bound", lambda w: str(w.get("bound") or ""), True))
 WIDE = 140          # from this width the what-if assumptions fit in a column
 
 
 def what_if_table(d: dict[str, Any], limit: int = 6, width: int = WIDE, full: bool = True) -> Table | None:
-    """The predicted mean step time with each cause removed, largest saving first (``what_if``).
-    Narrower than ``WIDE``: the first assumption of each row becomes a footnote (``footnotes``)."""
-    rows = [w for w in d.get("what_if") or [] if int(w.get("saved_ns") or 0) > 0][:limit]
+    """The predicted mean step time with each cause removed, largest saving first (``what_if``), what
+    each cause lost and the bound that limited the saving. Narrower than ``WIDE``: the class and the
+    step before (in the title) are dropped and the first assumption of each row becomes a footnote."""
+    rows = [w for w in d.get("what_if") or []
+            if int(w.get("saved_ns") or 0) > 0 or not _predicted(w)][:limit]
     if not rows:
         return None
     wide = width >= WIDE
-    heads = ["cause", "class", *(h for h, _, _ in WHAT_IF_COLUMNS)] + (["assumes"] if wide else [])
-    t = _table("what if: the mean step without each cause (predicted; device work as measured)", *heads,
-               justify_right=tuple(range(2, 2 + len(WHAT_IF_COLUMNS))), wrap=(len(heads) - 1,) if wide else ())
+    cols = [c for c in WHAT_IF_COLUMNS if wide or c[2]]
+    heads = ["cause", *(["class"] if wide else []), *(h for h, _, _ in cols)] + (["assumes"] if wide else [])
+    first = 2 if wide else 1
+    title = "what if: the mean step without each cause (predicted; device work as measured)"
+    if not wide:
+        title = f"what if: the mean step of {fmt_ns(rows[0].get('step_ns_before'))} without each cause (predicted)"
+    t = _table(title, *heads, justify_right=tuple(range(first, first + len(cols) - 1)),
+               wrap=(len(heads) - 1,) if wide else ())
     notes = []
     for i, w in enumerate(rows, 1):
-        a = w.get("assumptions") or []
+        a = list(w.get("assumptions") or [])
+        if not _predicted(w):
+            a = ["too little to predict: " + (a[0] if a else "the steps hold too little device work")]
         cause = _t(w.get("cause"), 40, CLASS_STYLE.get(str(w.get("class")), ""))
         if not wide and a:
             cause.append(f" [{i}]", style="dim")
             notes.append(f"[{i}] {clean_text(a[0], 400)}")
-        t.add_row(cause, _t(w.get("class"), 20), *(fmt(w.get(key)) for _, key, fmt in WHAT_IF_COLUMNS),
+        t.add_row(cause, *([_t(w.get("class"), 20)] if wide else []), *(_t(fmt(w), 40) for _, fmt, _ in cols),
                   *([_t(a[0] if a else "", 400)] if wide else []))
     t.footnotes = [n if full else clip_words(n, width) for n in notes]  # type: ignore[attr-defined]
     return t

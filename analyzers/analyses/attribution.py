@@ -31,7 +31,7 @@ from srtscope.analyzers.host_activity import (
     stage_names,
     stage_threads,
 )
-from srtscope.analyzers.names import range_family
+from srtscope.analyzers.names import comm_mask, range_family
 from srtscope.analyzers.timeline import Timeline
 from srtscope.analyzers.vocab import BUBBLE_CLASSES, BubbleClass, Cause
 from srtscope.probes.stages import resolve_stage
@@ -214,12 +214,11 @@ _STAGE_CAUSE = {BubbleClass.SCHEDULER.value: Cause.SCHED_CPU, BubbleClass.PREP.v
 
 
 def comm_ranks_of(tl: Timeline, mask: np.ndarray) -> set[int]:
-    """Ranks with collective kernels on their devices (``mask``: ``comm.comm_mask``'s rows)."""
+    """Ranks with collective kernels on their devices (``mask``: ``names.comm_mask``'s rows)."""
     return set(np.unique(tl.device["rank"].to_numpy()[mask]).tolist()) if mask.any() else set()
 
 
 def _comm_ranks(tl: Timeline) -> set[int]:
-    from srtscope.analyzers.analyses.comm import comm_mask
     return comm_ranks_of(tl, comm_mask(tl.device))
 
 def _user_ranges(acc: np.ndarray, rows: tuple, explained: tuple, queries: tuple) -> None:

@@ -2,11 +2,11 @@
 
 Warnings (``WarningCode``), so scripts can rely on the codes:
 - ``partial_ranks``: the trace names a world size larger than the ranks given (skew, straggler: null);
-- ``low_device_coverage``: the device was busy in under ``LOW_DEVICE_SHARE`` of the capture and
-  active in under ``ACTIVE_SHARE`` of it, with where the rest went (before the first device
-  activity, after the last, start-up calls);
+- ``low_device_coverage``: the device's active window is under ``LOW_ACTIVE_SHARE`` of the capture,
+  or it was busy in under ``LOW_DEVICE_SHARE`` of the capture and active in under ``ACTIVE_SHARE`` of
+  it, with where the rest went (before the first device activity, after the last, start-up calls);
 - ``cold_start``: allocation, set-up and first-use calls take ``COLD_SHARE`` of the device's active
-  window, or a quarter of the bubble time;
+  window, or a quarter of the bubble time when that is ``COLD_MIN_WINDOW_SHARE`` of the window;
 - ``single_iteration``: one marked step per rank, or most kernel names ran once (one pass);
 - ``python_tracing``: Python frames were recorded (``with_stack``), which inflates host time.
 """
@@ -25,7 +25,9 @@ from srtscope.analyzers.vocab import Cause, StepSource
 
 LOW_DEVICE_SHARE = 0.2       # device busy under this share of the capture ...
 ACTIVE_SHARE = 0.6           # ... and its active window under this share of it: low coverage
+LOW_ACTIVE_SHARE = 0.3       # an active window under this share of the capture: low coverage however busy
 COLD_SHARE = 0.1             # start-up calls over this share of the capture (or of bubble time)
+COLD_MIN_WINDOW_SHARE = 0.02  # ... bubble time: only when it is this share of the active window too
 MARKER_SOURCES = (StepSource.LOOP_STEP.value, StepSource.SGLANG.value, StepSource.PROFILER_STEP.value,
                   StepSource.VLLM.value)
 
@@ -69,17 +71,19 @@ def capture_adequacy(tl: Timeline, model: HostActivity, device: DeviceResult, st
                                   f"({sorted(set(meta.ranks))}): cross-rank skew and the straggler cannot be told"))
     # NOTE: a device idle in its own active window is the verdict's subject, not a capture problem:
     # coverage is low when the active window itself is a small part of the capture
-    if capture and len(dev) and share < LOW_DEVICE_SHARE and active < ACTIVE_SHARE * capture * n_dev \
-            and _cpu_free(dev):
+    if capture and len(dev) and _cpu_free(dev) and (active < LOW_ACTIVE_SHARE * capture or (
+            share < LOW_DEVICE_SHARE and active < ACTIVE_SHARE * capture * n_dev)):
         out.append(CaptureWarning(WarningCode.LOW_DEVICE_COVERAGE,
-                                  f"the device was busy {100 * share:.1f}% of the {fmt_ns(capture)} capture; "
+                                  f"the device was busy {100 * share:.1f}% of the {fmt_ns(capture)} capture and "
+                                  f"active (first to last activity) {100 * active / capture:.0f}% of it; "
                                   f"{fmt_ns(cov.before_first_ns)} before its first activity, "
                                   f"{fmt_ns(cov.after_last_ns)} after its last; start-up calls "
                                   f"{fmt_ns(startup)}"))
     cold_bubbles = bubbles.by_cause.get(Cause.COLD_START.value, 0)
     window = max(last - first, 0)
     if window and (in_window >= COLD_SHARE * window or
-                   (bubbles.total_ns and cold_bubbles >= 0.25 * bubbles.total_ns)):
+                   (bubbles.total_ns and cold_bubbles >= 0.25 * bubbles.total_ns
+                    and cold_bubbles >= COLD_MIN_WINDOW_SHARE * window)):
         out.append(CaptureWarning(WarningCode.COLD_START,
                                   f"start-up inside the device's active window: allocation, set-up and "
                                   f"first-use calls {fmt_ns(in_window)} ({100 * in_window / window:.0f}% of it), "

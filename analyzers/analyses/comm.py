@@ -1,6 +1,6 @@
 """Communication: collective kernels, the part not overlapped by compute, and cross-rank skew.
 
-Collectives are device rows whose name ``names.is_comm_kernel`` accepts (source ``kernels``, or
+Collectives are device rows of ``names.comm_mask`` (the ``names.COMM_FAMILIES`` table) (source ``kernels``, or
 ``stand_in`` when they are a probe trace's CPU stand-in rows); in traces with no such rows the
 ``comm.all_reduce`` ranges stand in (source ``ranges``). Per participant (rank, device) the
 collectives are paired in order after aligning the sequences on end times; per collective:
@@ -17,22 +17,15 @@ import pandas as pd
 
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.device_sets import DeviceSets
-from srtscope.analyzers.columns import group_rows, isin, str_codes, str_map
+from srtscope.analyzers.columns import group_rows, isin, str_codes
 from srtscope.analyzers.host_activity import innermost_segments, stage_names
-from srtscope.analyzers.names import is_comm_kernel
+from srtscope.analyzers.names import comm_mask
 from srtscope.analyzers.results import CommResult
 from srtscope.analyzers.timeline import DeviceKind, Timeline
 from srtscope.probes.stages import Stage, resolve_stage
 
 COLLECTIVE_COLUMNS = ("index", "name", "start_ns", "skew_ns", "transfer_ns", "straggler_rank",
                       "straggler_device")
-
-
-def comm_mask(device: pd.DataFrame) -> np.ndarray:
-    """True for collective-communication device rows (classified once per distinct name)."""
-    if len(device) == 0:
-        return np.zeros(0, bool)
-    return str_map(device["name"], is_comm_kernel, bool)
 
 
 def split_compute(compute: iv.IntervalSet, comm: iv.IntervalSet, stand_in: bool

@@ -7,7 +7,7 @@ what-if, capture), so that each union over millions of rows is computed once, no
 Every analysis builds its own when given none (or ones built for another Timeline).
 
 Row classes (``CLASSES``): ``all``; ``compute`` (kernels, graphs, CPU stand-in forwards);
-``kernel`` (compute that is not a collective); ``comm`` (collectives, ``comm.comm_mask``);
+``kernel`` (compute that is not a collective); ``comm`` (collectives, ``names.comm_mask``);
 ``noncomm``; ``copy`` (memcpy); ``memset``; ``copyset`` (memcpy or memset); ``forward`` (CPU
 stand-in forwards). Sets are in ``intervals`` normal form, ns; callers only read them.
 
@@ -20,6 +20,7 @@ import numpy as np
 
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.columns import group_rows, isin
+from srtscope.analyzers.names import comm_mask
 from srtscope.analyzers.timeline import DeviceKind, Timeline
 
 Key = tuple[int, int]   # (rank, device)
@@ -37,7 +38,7 @@ CLASSES: tuple[str, ...] = ("all", "kernel", "comm", "noncomm", *_KINDS)
 class DeviceSets:
     """Unions of one Timeline's device rows per (rank, device) and row class, built on first use.
 
-    ``comm``: the collective mask (``comm.comm_mask`` of ``tl.device``), computed when needed if
+    ``comm``: the collective mask (``names.comm_mask`` of ``tl.device``), computed when needed if
     not given. ``keys``: the (rank, device) pairs with device rows, sorted.
     """
 
@@ -76,7 +77,6 @@ class DeviceSets:
     def comm(self) -> np.ndarray:
         """Mask of the device rows that are collectives."""
         if self._comm is None:
-            from srtscope.analyzers.analyses.comm import comm_mask  # comm.py uses these sets
             self._comm = comm_mask(self.tl.device)
         return self._comm
 
@@ -99,6 +99,11 @@ class DeviceSets:
                 got = isin(kind, list(_KINDS[cls]))
             self._masks[cls] = got
         return got
+
+    def rows(self, key: Key) -> np.ndarray:
+        """Positions of one device's rows in the device table (ascending)."""
+        g = self._groups[key]
+        return np.arange(len(self.s)) if g is None else g
 
     def in_group(self, key: Key, mask: np.ndarray) -> np.ndarray:
         """A mask over every device row, restricted to one device's rows (in their order)."""

@@ -6,29 +6,19 @@ ran on that device — copies the device did not hide behind compute. Figures ar
 """
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.columns import str_codes
+from srtscope.analyzers.names import copy_direction
 from srtscope.analyzers.results import CopyStat, DeviceResult
 from srtscope.analyzers.timeline import Timeline
 
-_DIRECTION = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP|Peer)", re.IGNORECASE)
-_CANON = {"htod": "HtoD", "dtoh": "DtoH", "dtod": "DtoD", "htoh": "HtoH", "ptop": "PtoP", "peer": "PtoP"}
-
-
-def copy_direction(name: str) -> str:
-    """``Memcpy HtoD (Pinned -> Device)`` -> ``HtoD``; unknown -> ``other``."""
-    m = _DIRECTION.search(name or "")
-    return _CANON[m.group(1).lower()] if m else "other"
-
 
 def device_split(tl: Timeline, comm: np.ndarray, sets: DeviceSets | None = None) -> DeviceResult:
-    """``comm``: mask of device rows that are collective kernels (``comm.comm_mask``); ``sets``: the
+    """``comm``: mask of device rows that are collective kernels (``names.comm_mask``); ``sets``: the
     trace's device sets for that mask (built when None)."""
     dev = tl.device
     if len(dev) == 0:

@@ -7,7 +7,14 @@ Lost time, per cause (``vocab.Cause``), adds up from:
   ``launch_bound``, or ``eager_fallback`` for the share of steps that fell back to eager;
 - exposed communication (plus, where collectives are only host ranges, their arrival skew):
   ``exposed_comm``, less a named straggler's lead over the next-latest rank, which is ``straggler``;
-- copy time with no kernel running (``device.exposed_memcpy_ns``): ``memcpy``.
+- copy time with no kernel running (``device.exposed_memcpy_ns``): ``memcpy``;
+- step time outside the device's active window, by the host cause it is attributed to (the same
+  edges the what-if gives back: ``losses.StepLosses.edges``; only when those steps hold the
+  device's work, ``StepLosses.predictable``).
+The cause named is the one whose fix gives most by the what-if (``_worth_fixing``: when its steps
+cover at least ``WHATIF_RANK_SHARE`` of the device's active window), else the largest cause of the largest class;
+the headline quotes that cause's own share of lost time (the class's total after it when larger),
+and says why when the largest loss is not the cause named.
 A class's score is the sum of its causes; scheduler or prep can only score with their own evidence
 (stage ranges, engine frames) — nothing is blamed by default, and host time nothing explains is
 ``host`` / ``host_unattributed``, said as such.
@@ -28,6 +35,8 @@ import pandas as pd
 
 from srtscope.analyzers.analyses.advice import advice_for
 from srtscope.analyzers.analyses.comm import lateness
+from srtscope.analyzers.analyses.io_frames import IoWork
+from srtscope.analyzers.analyses.losses import WARMUP_FACTOR, StepLosses
 from srtscope.analyzers.results import Bottleneck as BottleneckName
 from srtscope.analyzers.results import (
     BubbleResult,
@@ -38,6 +47,7 @@ from srtscope.analyzers.results import (
     Finding,
     StepsResult,
     Verdict,
+    WhatIf,
 )
 from srtscope.analyzers.timeline import TimelineMeta, WarningCode
 from srtscope.analyzers.units import clip_text, fmt_ns
@@ -56,7 +66,12 @@ def _pct(a: float, b: float) -> float:
     return 100.0 * a / b if b else 0.0
 
 
-def caveats(meta: TimelineMeta, bubbles: BubbleResult, steps_source: str) -> tuple[list[str], int]:
+#: a caveat about bubble time fires only when the bubbles hold at least this share of the window
+CAVEAT_WINDOW_SHARE = 0.02
+
+
+def caveats(meta: TimelineMeta, bubbles: BubbleResult, steps_source: str,
+            losses: StepLosses | None = None) -> tuple[list[str], int]:
     """(caveat lines, number of adequacy problems)."""
     out = [f"{w.code.value}: {w.message}" for w in meta.warnings]
     problems = sum(1 for w in meta.warnings if w.code in _ADEQUACY)
@@ -66,22 +81,32 @@ def caveats(meta: TimelineMeta, bubbles: BubbleResult, steps_source: str) -> tup
                    "launching thread's time during bubbles")
         problems += 1
     una = bubbles.by_class.get("unattributed", 0)
-    if bubbles.total_ns and una > 0.25 * bubbles.total_ns:
+    if bubbles.total_ns and una > 0.25 * bubbles.total_ns and una >= CAVEAT_WINDOW_SHARE * bubbles.window_ns:
         out.append(f"unattributed: {_pct(una, bubbles.total_ns):.0f}% of bubble time has no range, operator, "
                    "frame or telling CUDA/OS call on the launching thread")
     if steps_source == "none":
         out.append("no_steps: no engine steps found (no step markers, no API calls)")
+    if losses is not None and losses.warmup.any():
+        out.append(f"warmup_steps: {int(losses.warmup.sum())} early step(s) slower than {WARMUP_FACTOR:g}x the median "
+                   "step left out of the mean step and the what-if")
     return out, problems
 
 
 def lost_by_cause(bubbles: BubbleResult, comm: CommResult, device: DeviceResult | None,
-                  fallback_share: float, partial_ranks: bool) -> dict[str, int]:
-    """Lost time per cause (ns), every source of lost time included; zero causes left out."""
+                  fallback_small_ns: int, partial_ranks: bool,
+                  edges_ns: dict[str, int] | None = None) -> dict[str, int]:
+    """Lost time per cause (ns), every source of lost time included; zero causes left out.
+
+    ``fallback_small_ns``: the gaps under the bubble threshold inside eager-fallback steps (the
+    fallback's; the rest of the short gaps are launch-bound); ``edges_ns``: per host cause, step time
+    outside the device's active window (``losses.StepLosses.edges``)."""
     out = {c.value: 0 for c in Cause}
     for c, ns in bubbles.by_cause.items():
         out[c] += int(ns)
+    for c, ns in (edges_ns or {}).items():
+        out[c] += int(ns)
     small = int(bubbles.sub_threshold_ns)
-    fb = int(round(small * min(max(fallback_share, 0.0), 1.0)))
+    fb = min(max(int(fallback_small_ns), 0), small)
     out[Cause.EAGER_FALLBACK.value] += fb
     out[Cause.LAUNCH_BOUND.value] += small - fb
     skew = comm.skew_ns if comm.source == "ranges" else 0
@@ -98,27 +123,78 @@ def lost_by_cause(bubbles: BubbleResult, comm: CommResult, device: DeviceResult 
     return {k: v for k, v in out.items() if v > 0}
 
 
+#: the what-if ranks the causes (what fixing each gives) when its steps cover at least this share of
+#: the device's active window; else the lost time itself does
+WHATIF_RANK_SHARE = 0.5
+#: ... and its best fix saves at least this share of the mean step (else no fix matters in the steps)
+WORTH_STEP_SHARE = 0.02
+#: the headline names the class's share too when it exceeds the cause's by this many points
+CLASS_NOTE_POINTS = 5.0
+
+
+def _worth_fixing(causes: dict[str, int], what_if: tuple[WhatIf, ...], losses: StepLosses | None,
+                  lost: int, window_ns: int) -> tuple[str | None, str]:
+    """(the cause whose fix gives most by the what-if, or None when the what-if cannot rank: nothing
+    predicted, no fix worth ``WORTH_STEP_SHARE`` of a step, or its steps cover under
+    ``WHATIF_RANK_SHARE`` of the device's active window — one-off work in the rest, an upload at
+    start, changes no step; the text saying why the cause named is
+    not the largest loss, or not the what-if's first)."""
+    rows = [w for w in what_if if w.predicted and w.saved_ns >= WORTH_STEP_SHARE * w.step_ns_before > 0]
+    if not rows or losses is None or not lost:
+        return None, ""
+    covered = int(losses.wall.sum())
+    best = rows[0]
+    top = max(causes, key=lambda k: causes[k])
+    if covered < WHATIF_RANK_SHARE * window_ns:
+        note = (f"; ranked by lost time: the {losses.n} steps the what-if re-times cover "
+                f"{_pct(covered, window_ns):.0f}% of the device's active window (there, without {best.cause} a "
+                f"step would take {fmt_ns(best.saved_ns)} less)")
+        return None, note
+    if best.cause == top:
+        return best.cause, ""
+    raw = next((w for w in what_if if w.cause == top), None)
+    gives = (f"removing it saves {fmt_ns(raw.saved_ns)} a step ({raw.bound} bound)" if raw is not None
+             and raw.predicted else "its what-if gives back nothing in the steps")
+    return best.cause, (f"; {top} lost more ({_pct(causes[top], lost):.0f}% of lost time) but {gives}, "
+                        f"while without {best.cause} a step takes {fmt_ns(best.saved_ns)} less")
+
+
 def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: EagerResult,
            top_kernels: pd.DataFrame, budget_table: pd.DataFrame, steps_source: str,
            healthy_pct: float = 10.0, *, device: DeviceResult | None = None, coverage: Coverage | None = None,
            steps: StepsResult | None = None, engine_evidence: bool = True,
-           fallback_share: float = 0.0) -> Verdict:
+           losses: StepLosses | None = None, what_if: tuple[WhatIf, ...] = (),
+           io: list[IoWork] | None = None) -> Verdict:
+    """``losses``: the steps' per-cause accounting (edges and short gaps of fallback steps from it);
+    ``what_if``: its what-if rows, which rank the causes by what fixing each would give; ``io``: what
+    the host did inside its data loading (``io_frames.io_work``), named in a ``host_io`` summary."""
     window = bubbles.window_ns
     partial = meta.has_warning(WarningCode.PARTIAL_RANKS)
-    causes = lost_by_cause(bubbles, comm, device, fallback_share, partial)
+    fb_small = int(losses.small[losses.fallback].sum()) if losses is not None else 0
+    # step edges are lost device time only in steps of the device's work (``StepLosses.predictable``)
+    edges = {c.value: int(v.sum()) for c, v in losses.edges.items()} \
+        if losses is not None and losses.predictable else {}
+    causes = lost_by_cause(bubbles, comm, device, fb_small, partial, edges)
     scores = {b.value: 0 for b in Bottleneck}
     for c, ns in causes.items():
         scores[Cause(c).bottleneck.value] += ns
     lost = sum(causes.values())
-    notes, problems = caveats(meta, bubbles, steps_source)
+    notes, problems = caveats(meta, bubbles, steps_source, losses)
     adequacy = max(0.4, 0.85 ** problems)
     cap = CAP_THIN if any(meta.has_warning(w) for w in _THIN) else 1.0
     ev = _evidence(bubbles, comm, eager, top_kernels, device, steps, causes, lost)
+    best = what_if[0] if what_if else None
+    if best is not None and best.predicted and best.step_ns_before > 0 \
+            and best.saved_ns >= max(0.01 * best.step_ns_before, 1):
+        ev.append(Finding("what_if", f"what if: without {best.cause} the mean step would take "
+                          f"{fmt_ns(best.step_ns_after)} instead of {fmt_ns(best.step_ns_before)} "
+                          f"({100 * best.saved_ns / best.step_ns_before:.0f}% less; {best.bound} bound)",
+                          best.saved_ns, "ns"))
 
     def verdict(b: str, cause: Cause, conf: float, summary: str, healthy: bool = False) -> Verdict:
         return Verdict(cast(BottleneckName, b), round(min(max(conf, 0.0), cap, 1.0), 3), summary, tuple(ev),
                        tuple(notes), healthy, scores, cause.value, causes,
-                       advice_for(cause, causes, eager, comm, device))
+                       advice_for(cause, causes, eager, comm, device, window))
 
     if window == 0:
         return verdict("kernel", Cause.COMPUTE, 0.2 * adequacy, "no device activity: nothing to diagnose")
@@ -129,7 +205,10 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
     if idle <= h and comm_lost <= h and copies <= h:
         worst = max(idle, comm_lost, copies)
         conf = (0.7 + 0.3 * (1 - worst / h)) * adequacy if h else 0.7 * adequacy
-        summary = f"healthy: device busy {_pct(bubbles.busy_ns, window):.0f}%"
+        summary = f"healthy: device busy {_pct(bubbles.busy_ns, window):.0f}% of its active window"
+        if coverage is not None and coverage.capture_ns and coverage.device_active_ns < 0.5 * coverage.capture_ns:
+            summary += (f" ({fmt_ns(bubbles.window_ns)}; only {100 * coverage.device_busy_share:.1f}% of the "
+                        f"{fmt_ns(coverage.capture_ns)} capture)")
         if device is not None and device.busy_ns:
             summary += (f" (kernels {_pct(device.kernel_ns, device.busy_ns):.0f}%, copies "
                         f"{_pct(device.memcpy_ns, device.busy_ns):.0f}%, collectives "
@@ -137,10 +216,17 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
         if len(top_kernels):
             summary += f"; time goes to kernels (top: {clip_text(str(top_kernels.iloc[0]['name']), 60)})"
         return verdict("kernel", Cause.COMPUTE, conf, summary, True)
-    top = max(scores, key=lambda k: scores[k])
-    in_class = {c: ns for c, ns in causes.items() if Cause(c).bottleneck.value == top}
-    cause = Cause(max(in_class, key=lambda k: in_class[k]))
-    share = _pct(scores[top], lost)
+    worth, why = _worth_fixing(causes, what_if, losses, lost, window)
+    if worth is not None:
+        cause = Cause(worth)
+        top = cause.bottleneck.value
+    else:
+        top = max(scores, key=lambda k: scores[k])
+        in_class = {c: ns for c, ns in causes.items() if Cause(c).bottleneck.value == top}
+        cause = Cause(max(in_class, key=lambda k: in_class[k]))
+        if what_if and what_if[0].cause == cause.value:
+            why = ""                          # the what-if agrees: nothing to explain
+    share = _pct(causes.get(cause.value, 0), lost)          # the headline quotes the cause's own share
     una = causes.get(Cause.HOST_UNATTRIBUTED.value, 0)
     evidenced = lost - una
     dominance = scores[top] / lost if lost else 0.0
@@ -149,6 +235,12 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
     if cause is Cause.HOST_UNATTRIBUTED:
         conf = min(conf, 0.5)
     summary = _summary(cause, share, bubbles, comm, eager, device, causes, lost, bubble_pct, engine_evidence)
+    if cause is Cause.HOST_IO and io:
+        summary += _io_text(io[0], causes.get(Cause.HOST_IO.value, 0))
+    cls_share = _pct(scores[top], lost)
+    if cls_share >= share + CLASS_NOTE_POINTS:
+        summary += f"; the {top} class {cls_share:.0f}% of lost time in all"
+    summary += why
     if len(budget_table) and top in ("scheduler", "prep", "kernel"):
         col = {"scheduler": "scheduler_ns", "prep": "prep_ns", "kernel": "kernel_ns"}[top]
         if col in budget_table:
@@ -159,6 +251,16 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
                                   ", ".join(f"{int(s)} (rank {int(r)})" for s, r in zip(ex["step"], ex["rank"])),
                                   int(ex[col].sum()), "ns"))
     return verdict(top, cause, conf, summary)
+
+
+def _io_text(w: IoWork, io_ns: int) -> str:
+    """Where the data-loading time went: preprocessing on the host, or loading itself."""
+    where = f"; {_pct(w.ns, io_ns):.0f}% of it in {clip_text(w.outer, 60)!r}"
+    if w.preprocessing:
+        ops = ", ".join(clip_text(n, 30) for n, _ in w.inner[:3])
+        return where + (f", {_pct(w.inner_ns, w.ns):.0f}% of that in operators inside it ({ops}): preprocessing "
+                        "on the host (more loader workers, or preprocessing on the device)")
+    return where
 
 
 def _summary(cause: Cause, share: float, bubbles: BubbleResult, comm: CommResult, eager: EagerResult,

@@ -17,16 +17,26 @@ Device work stays as measured; a cause gives back only the time the device waite
 - ``eager_fallback``: each fallback step replays a graph of the nearest captured size: its
   launch-bound bubbles and short gaps, less a replay's own launch cost — the same quantity measured
   on this trace's graph steps of the nearest batch size.
-- ``exposed_comm``: the step's exposed collective time (arrival waits left to ``straggler``) plus the
-  bubbles where queued work waited on a peer.
+- ``exposed_comm``: the bubbles where queued work waited on a peer, plus the step's exposed
+  collective time (arrival waits left to ``straggler``): on a side stream hidden behind compute, at
+  most the step's compute-kernel time (bound ``overlap``); on the model's own stream (a TP
+  activation all-reduce the next kernel waits for) no overlap is possible: ``TRANSPORT_SPEEDUP``
+  times faster instead (``transport``).
 - ``straggler``: the named straggler's lead over the latest other participant in the step's collectives
   it arrived last in (the slowest participant gates the others), less its natural jitter — the mirror
   of its early side, which stays (on a busy host every collective is a little skewed, straggler or
   not).
 - ``memcpy``: copy time with no kernel running, plus memcpy bubbles (copies moved off the critical
-  stream, overlapped with compute).
+  stream, overlapped with compute): at most the step's compute-kernel time (``overlap``), and the
+  step never shorter than its busiest copy direction (``copy_engine``).
 
-Ranks joined by collectives run in lockstep: a step (by number) gains its largest rank's saving.
+Every saving is capped step by step at what the cause lost in that step (``losses.StepLosses``,
+bound ``lost``); each row names the bound that cut most. Warm-up steps are left out of the means;
+steps with too little device work predict nothing (``too_little``).
+
+Ranks joined by collectives run in lockstep: a step (by number) gains the least, over its ranks, of
+a rank's own saving plus the time it waited on its peers (its exposed collectives), at most the
+largest rank's own saving; the lost time is taken the same way.
 ``compute`` has no what-if (faster kernels are not modelled).
 """
 from __future__ import annotations
@@ -38,10 +48,15 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.analyses.attribution import attribute
-from srtscope.analyzers.analyses.comm import lateness
 from srtscope.analyzers.analyses.device_sets import DeviceSets
-from srtscope.analyzers.analyses.eager import fallback_mask
+from srtscope.analyzers.analyses.losses import (
+    HOST_WAIT,
+    MIN_BUSY_SHARE,
+    MIN_DEVICE_NS,
+    StepLosses,
+    by_rank,
+    step_losses,
+)
 from srtscope.analyzers.host_activity import (
     BurstRule,
     HostActivity,
@@ -52,35 +67,47 @@ from srtscope.analyzers.host_activity import (
 from srtscope.analyzers.results import CommResult, WhatIf
 from srtscope.analyzers.timeline import Timeline
 from srtscope.analyzers.units import fmt_ns
-from srtscope.analyzers.vocab import Cause, StepExec
+from srtscope.analyzers.vocab import Cause, StepExec, WhatIfBound
 
-__all__ = ["HOST_WAIT", "SHRINKABLE", "what_if"]
+__all__ = ["HOST_WAIT", "SHRINKABLE", "TRANSPORT_SPEEDUP", "what_if"]
 
-#: causes whose bubbles are the device waiting for host work
-HOST_WAIT: tuple[Cause, ...] = (Cause.SCHED_CPU, Cause.BATCH_PREP, Cause.HOST_IO, Cause.COLD_START,
-                                Cause.HOST_UNATTRIBUTED)
 #: causes whose host time is a stage class's (overlap loop: their hidden host time is known)
 _STAGE_CLASS = {Cause.SCHED_CPU: "scheduler", Cause.BATCH_PREP: "prep"}
 #: causes ``shrink_ns`` may name (ns of host time cut per step)
 SHRINKABLE: tuple[str, ...] = tuple(c.value for c in HOST_WAIT)
+#: a faster transport for collectives the next kernel waits for: this many times their bandwidth
+TRANSPORT_SPEEDUP = 2.0
 
 _DEVICE = "device work unchanged (kernels, copies and collective transfers as measured)"
 _OTHERS = "every other cause unchanged"
+_BOUND_TEXT = {
+    WhatIfBound.LOST: "bound: no step gives back more than the cause lost in it",
+    WhatIfBound.OVERLAP: "bound: overlap hides at most the step's compute kernels' time",
+    WhatIfBound.COPY_ENGINE: "bound: the busiest copy direction still fits in the step (one copy engine per "
+                             "direction moves it as before)",
+    WhatIfBound.TRANSPORT: f"bound: collectives on the model's stream (the next kernel waits for them) cannot "
+                           f"overlap; a {TRANSPORT_SPEEDUP:g}x faster transport halves their exposed time",
+}
 
 
 def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.DataFrame, comm: CommResult,
             primary: Mapping[int, int], threshold_ns: int,
             model: HostActivity | None = None, shrink_ns: Mapping[str, int] | None = None,
             rule: BurstRule | None = None, comm_ranks: set[int] | None = None,
-            sets: DeviceSets | None = None) -> tuple[WhatIf, ...]:
-    """One ``WhatIf`` per cause that gives back time, largest saving first.
+            sets: DeviceSets | None = None, losses: StepLosses | None = None) -> tuple[WhatIf, ...]:
+    """One ``WhatIf`` per cause that lost time in the steps, largest saving first.
 
     steps: ``analyses.steps.STEP_COLUMNS``; pieces: attributed bubble pieces (rank, device, pid, tid,
     start_ns, end_ns, step_row = row of ``steps``, ``cause.<c>_ns``); budget: the step budget table
     (rows like ``steps``); primary: rank -> primary device; model: the trace's host-activity model
     (built when None, with ``rule``); shrink_ns: cause -> ns of host time cut per step instead of
     removing the cause (host causes only, ``SHRINKABLE``); comm_ranks: ranks with collective
-    kernels (computed when None); sets: the trace's device sets (built when None).
+    kernels (computed when None); sets: the trace's device sets (built when None); losses: the
+    steps' ``losses.step_losses`` (computed when None).
+
+    Invariants per row: ``saved_ns <= lost_ns`` (both means over the same steps); with too little
+    device work in the steps (``losses.StepLosses.predictable``) nothing is predicted
+    (``predicted`` false, ``saved_ns`` 0, ``bound`` ``too_little``).
     """
     shrink = dict(shrink_ns or {})
     bad = sorted(set(shrink) - set(SHRINKABLE))
@@ -92,18 +119,15 @@ def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.
     if n == 0:
         return ()
     steps = steps.reset_index(drop=True)
-    s, e = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
     wall = steps["wall_ns"].to_numpy(np.int64)
     model = model or HostActivity(tl, rule)
     sets = DeviceSets.of(tl, sets)
-    b = _bubbles(pieces, primary, n)
-    edge = _bubbles(_edges(tl, steps, pieces, primary, model, rule, comm_ranks, sets), primary, n)
-    for c in HOST_WAIT:
-        b[c] = b[c] + edge[c]
-    small = _short_gaps(steps, primary, threshold_ns, sets)
+    L = losses or step_losses(tl, steps, pieces, budget, comm, primary, threshold_ns, model, rule, comm_ranks, sets)
+    b, small, fb = L.bubbles, L.small, L.fallback
     overlap_rows = _overlap_rows(steps, pieces, primary)
     wait = sum((b[c] for c in HOST_WAIT), np.zeros(n, np.int64))
     saved: dict[Cause, np.ndarray] = {}
+    caps: dict[Cause, list[tuple[WhatIfBound, np.ndarray]]] = {c: [] for c in Cause}
     notes: dict[Cause, list[str]] = {}
     stages = (model.stage_names, model.stage_codes, model.stage_classes)
     hidden = _stage_time(tl, steps, overlap_rows, stages) if overlap_rows.any() else {}
@@ -121,121 +145,90 @@ def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.
         if overlap_rows.any() and not overlap_rows.all():
             notes[c].append("serial-loop steps: the device waited for all of it, saved one for one")
     ex = steps["exec"].astype(str).to_numpy()
-    fb = fallback_mask(steps)
     eager = (ex == StepExec.EAGER.value) & ~fb
     saved[Cause.LAUNCH_BOUND] = b[Cause.LAUNCH_BOUND] + np.where(eager, small, 0)
     notes[Cause.LAUNCH_BOUND] = ["the device never waits for a kernel launch or host model code: "
                                  "short gaps between eagerly launched kernels removed too (an upper bound)"]
     saved[Cause.EAGER_FALLBACK], notes[Cause.EAGER_FALLBACK] = _fallback(steps, b, small, fb)
-    skew = _skew(steps, comm)
-    exposed = budget["exposed_comm_ns"].to_numpy(np.int64) if "exposed_comm_ns" in budget else np.zeros(n, np.int64)
-    saved[Cause.EXPOSED_COMM] = b[Cause.EXPOSED_COMM] + np.maximum(exposed - skew, 0)
-    notes[Cause.EXPOSED_COMM] = ["collectives hidden behind compute (their exposed transfer time removed); "
-                                 "waits for a late rank are the straggler's"]
-    saved[Cause.STRAGGLER] = skew
+    net = np.maximum(L.exposed - L.skew, 0)
+    inline = np.minimum(L.exposed_inline, net)
+    side = net - inline
+    fast = np.round(inline * (1 - 1 / TRANSPORT_SPEEDUP)).astype(np.int64)
+    saved[Cause.EXPOSED_COMM] = b[Cause.EXPOSED_COMM] + side + fast
+    caps[Cause.EXPOSED_COMM] = [(WhatIfBound.OVERLAP, b[Cause.EXPOSED_COMM] + np.minimum(side, L.kernel) + fast)]
+    notes[Cause.EXPOSED_COMM] = ["collectives on a side stream hidden behind compute (their exposed transfer "
+                                 "time removed, at most the step's compute time); collectives on the model's "
+                                 f"stream given a {TRANSPORT_SPEEDUP:g}x faster transport; waits for a late rank "
+                                 "are the straggler's"]
+    saved[Cause.STRAGGLER] = L.skew
     notes[Cause.STRAGGLER] = ["the straggler arrives with the others: its lead over the next-latest rank "
                               "removed from each collective it was last in, less its natural skew (its jitter, "
                               "the mirror of how early it arrives against its median); other ranks' lateness "
                               "stays"]
-    saved[Cause.MEMCPY] = b[Cause.MEMCPY] + _exposed_copies(steps, primary, s, e, sets)
-    notes[Cause.MEMCPY] = ["copies pinned and moved to a side stream, overlapped with compute "
-                           "(copy time itself unchanged)"]
+    saved[Cause.MEMCPY] = b[Cause.MEMCPY] + L.bare_copies
+    caps[Cause.MEMCPY] = [(WhatIfBound.OVERLAP, b[Cause.MEMCPY] + np.minimum(L.bare_copies, L.kernel)),
+                          (WhatIfBound.COPY_ENGINE, np.maximum(wall - L.copy_floor, 0))]
+    notes[Cause.MEMCPY] = ["copies moved to a side stream, overlapped with compute (copy time itself "
+                           "unchanged: each step keeps its busiest copy direction)"]
     lockstep = steps["rank"].nunique() > 1 and comm.participants > 1
-    before = int(wall.sum() // n)
+    waited = L.exposed + b[Cause.EXPOSED_COMM]      # a rank's time waiting on its peers, per step
+    keep = ~L.warmup
+    n_avg = int(keep.sum())
+    busy, spent = int(L.busy[keep].sum()), int(wall[keep].sum())
+    predicted = L.predictable
+    before = int(spent // n_avg)
+    warm = int(L.warmup.sum())
+    mean_note = f"mean over {n_avg} steps" + (f" ({warm} warm-up steps left out)" if warm else "")
     out = []
     for c, per_step in saved.items():
         per_step = np.clip(per_step.astype(np.int64), 0, wall)
+        # steps too thin to predict from are no device steps: their edges are no lost device time
+        lost = np.clip(L.device_lost(c).astype(np.int64), 0, wall)
+        bound, gone = WhatIfBound.NONE, 0
+        for name, cap in [*caps[c], (WhatIfBound.LOST, lost)]:      # the bound that cuts most is named
+            cut = np.minimum(per_step, np.clip(cap, 0, None))
+            d = int((per_step - cut)[keep].sum())
+            if d > gone:
+                bound, gone = name, d
+            per_step = cut
+        if bound is WhatIfBound.NONE and c is Cause.EXPOSED_COMM and int(inline[keep].sum()) > int(side[keep].sum()):
+            bound = WhatIfBound.TRANSPORT
         if lockstep:
-            per_step = pd.Series(per_step).groupby(steps["step"].to_numpy()).transform("max").to_numpy(np.int64)
-            per_step = np.minimum(per_step, wall)
-        total = int(per_step.sum())
-        if total <= 0:
+            per_step = np.minimum(_lockstep(per_step, steps, waited), wall)
+            if c is Cause.MEMCPY:                 # each rank's copies still fit in its own step
+                per_step = np.minimum(per_step, np.maximum(wall - L.copy_floor, 0))
+            lost = np.minimum(_lockstep(lost, steps, waited), wall)
+        lost_mean = int(round(int(lost[keep].sum()) / n_avg))
+        total = int(per_step[keep].sum())
+        if (total <= 0 if predicted else lost_mean <= 0):
             continue
-        mean = int(round(total / n))
-        extra = ["ranks joined by collectives run in lockstep: each step gains its largest rank's saving"] \
+        extra = ["ranks joined by collectives run in lockstep: a step gains what every rank can give, each its "
+                 "own saving plus the time it waited on its peers (at most the largest rank's own saving)"] \
             if lockstep else []
-        out.append(WhatIf(c.value, c.bottleneck.value, mean, before, before - mean, int((per_step > 0).sum()),
-                          tuple(notes[c] + extra + [_DEVICE, _OTHERS, f"mean over {n} steps"]), per_step))
-    out.sort(key=lambda w: (-w.saved_ns, w.cause))
+        if not predicted:
+            why = (f"too little to predict: {fmt_ns(busy)} of device work in {n_avg} steps of {fmt_ns(spent)} "
+                   f"(at least {fmt_ns(MIN_DEVICE_NS)} and {100 * MIN_BUSY_SHARE:g}% of the steps' time needed)")
+            out.append(WhatIf(c.value, c.bottleneck.value, 0, before, before, 0, (why, mean_note),
+                              np.zeros(n, np.int64), lost_mean, WhatIfBound.TOO_LITTLE.value, False, warm))
+            continue
+        mean = int(round(total / n_avg))
+        text = [_BOUND_TEXT[bound]] if bound in _BOUND_TEXT else []
+        out.append(WhatIf(c.value, c.bottleneck.value, mean, before, before - mean, int((per_step[keep] > 0).sum()),
+                          tuple(notes[c] + extra + text + [_DEVICE, _OTHERS, mean_note]), per_step,
+                          lost_mean, bound.value, True, warm))
+    out.sort(key=lambda w: (-w.saved_ns, -w.lost_ns, w.cause))
     return tuple(out)
 
 
-def _by_rank(steps: pd.DataFrame) -> list[tuple[int, np.ndarray]]:
-    """(rank, row positions of ``steps``) per rank."""
-    return [(int(cast(int, k)), np.asarray(v)) for k, v in steps.groupby("rank").indices.items()]
-
-
-def _bubbles(pieces: pd.DataFrame, primary: Mapping[int, int], n: int) -> dict[Cause, np.ndarray]:
-    """Per cause, per step row: attributed bubble time on the rank's primary device, ns."""
-    out = {c: np.zeros(n, np.int64) for c in Cause}
-    if len(pieces) == 0:
-        return out
-    p = pieces[pieces["step_row"].to_numpy() >= 0]
-    prim = p["rank"].map(dict(primary)).fillna(-2).to_numpy(np.int64)
-    p = p[p["device"].to_numpy() == prim]
-    rows = p["step_row"].to_numpy(np.int64)
-    for c in Cause:
-        col = f"cause.{c.value}_ns"
-        if col in p:
-            np.add.at(out[c], rows, p[col].to_numpy(np.int64))
-    return out
-
-
-def _edges(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, primary: Mapping[int, int],
-           model: HostActivity, rule: BurstRule | None, comm_ranks: set[int] | None,
-           sets: DeviceSets) -> pd.DataFrame:
-    """Step time outside the primary device's active window, attributed like bubble pieces (by the
-    rank's launching thread: the one most bubble time waits on, else the step's own thread)."""
-    rows = []
-    for rank, idx in _by_rank(steps):
-        dev = primary.get(int(rank))
-        if dev is None:
-            continue
-        w0, w1 = sets.bounds((int(rank), dev))
-        q = pieces[(pieces["rank"].to_numpy() == rank) & (pieces["tid"].to_numpy() >= 0)] if len(pieces) else pieces
-        if len(q):
-            key = (q["end_ns"] - q["start_ns"]).groupby([q["pid"], q["tid"]]).sum().idxmax()
-        else:
-            key = steps.iloc[idx].groupby(["pid", "tid"]).size().idxmax()
-        pid, tid = cast(tuple[int, int], key)
-        ss, ee = steps["start_ns"].to_numpy()[idx], steps["end_ns"].to_numpy()[idx]
-        for a, z in ((ss, np.minimum(ee, w0)), (np.maximum(ss, w1), ee)):
-            for i in np.flatnonzero(z > a):       # only steps reaching out of the window: a few
-                rows.append((int(rank), dev, int(pid), int(tid), int(a[i]), int(z[i]), int(idx[i])))
-    cols = ["rank", "device", "pid", "tid", "start_ns", "end_ns", "step_row"]
-    q = pd.DataFrame(rows, columns=cols).astype(np.int64)
-    if len(q) == 0:
-        return q
-    classes, _, _ = attribute(tl, q, rule or model.rule, model, comm_ranks)
-    return pd.concat([q, classes], axis=1)
-
-
-def _short_gaps(steps: pd.DataFrame, primary: Mapping[int, int], threshold_ns: int,
-                sets: DeviceSets) -> np.ndarray:
-    """Per step: gaps at or under the bubble threshold on the primary device inside the step, ns."""
-    out = np.zeros(len(steps), np.int64)
-    for rank, idx in _by_rank(steps):
-        if int(rank) not in primary:
-            continue
-        gs, ge = iv.gaps(sets.union((int(rank), primary[int(rank)])), 0)
-        k = (ge - gs) <= threshold_ns
-        out[idx] = iv.overlap((gs[k], ge[k]), steps["start_ns"].to_numpy()[idx], steps["end_ns"].to_numpy()[idx])
-    return out
-
-
-def _exposed_copies(steps: pd.DataFrame, primary: Mapping[int, int], s: np.ndarray, e: np.ndarray,
-                    sets: DeviceSets) -> np.ndarray:
-    """Per step: copy time on the primary device with no kernel running, ns."""
-    out = np.zeros(len(steps), np.int64)
-    if not sets.mask("copy").any():
-        return out
-    for rank, idx in _by_rank(steps):
-        if int(rank) not in primary:
-            continue
-        key = (int(rank), primary[int(rank)])
-        bare = iv.subtract(sets.union(key, "copy"), sets.union(key, "compute"))
-        out[idx] = iv.overlap(bare, s[idx], e[idx])
-    return out
+def _lockstep(per_step: np.ndarray, steps: pd.DataFrame, waited: np.ndarray) -> np.ndarray:
+    """Ranks in lockstep (a collective joins them every step): a step (by number) ends when its last
+    rank does, so it gains what every rank can give — each its own saving plus the time it waited on
+    its peers: ``min over ranks of (saved + waited)``, and no more than the largest rank's own saving
+    (the slowest rank waits for no one). Every rank's row of the step gains that."""
+    g = steps["step"].to_numpy()
+    reach = pd.Series(per_step + waited).groupby(g).transform("min").to_numpy(np.int64)
+    top = pd.Series(per_step).groupby(g).transform("max").to_numpy(np.int64)
+    return np.minimum(reach, top)
 
 
 def _overlap_rows(steps: pd.DataFrame, pieces: pd.DataFrame, primary: Mapping[int, int]) -> np.ndarray:
@@ -245,7 +238,7 @@ def _overlap_rows(steps: pd.DataFrame, pieces: pd.DataFrame, primary: Mapping[in
     if len(pieces) == 0:
         return out
     p = pieces[(pieces["step_row"].to_numpy() >= 0) & (pieces["tid"].to_numpy() >= 0)]
-    for rank, idx in _by_rank(steps):
+    for rank, idx in by_rank(steps):
         q = p[(p["rank"].to_numpy() == rank) & (p["device"].to_numpy() == primary.get(int(rank), -2))]
         if len(q) == 0:
             continue
@@ -282,38 +275,6 @@ def _stage_time(tl: Timeline, steps: pd.DataFrame, rows: np.ndarray,
             m = cls == name
             out[c][mine] = iv.overlap(iv.union(ls[m], le[m]), steps["start_ns"].to_numpy()[mine],
                                       steps["end_ns"].to_numpy()[mine])
-    return out
-
-
-def _skew(steps: pd.DataFrame, comm: CommResult) -> np.ndarray:
-    """Per step: the named straggler's excess lateness, ns, over the collectives whose last participant
-    arrived in it — only where a straggler is named (a rank or device late in most skewed collectives).
-
-    Per collective, the straggler's offset ``d`` = its arrival - the latest other participant's (> 0:
-    it gated the collective by ``d``). Arriving with the others gives back ``max(d, 0)`` less the
-    lateness it would show anyway: its natural jitter, taken as the mirror of its early side —
-    ``mean(max(median(d) - d, 0))`` per collective. A steady straggler (``d`` = lateness + jitter)
-    gives back its lateness, an occasional one (a pause now and then) its pauses; ranks with no
-    straggler give back about nothing. A step gives back at most its collectives' ``max(d, 0)``."""
-    out: np.ndarray = np.zeros(len(steps), np.int64)
-    coll = comm.collectives
-    off = comm.straggler_offset_ns
-    named = comm.straggler_rank is not None or comm.straggler_device is not None
-    if comm.partial or not named or len(coll) == 0 or len(off) != len(coll):
-        return out
-    lead, natural = lateness(off)
-    t = coll["start_ns"].to_numpy(np.int64) + coll["skew_ns"].to_numpy(np.int64)
-    for _, idx in _by_rank(steps):
-        order = idx[np.argsort(steps["start_ns"].to_numpy()[idx], kind="stable")]
-        ss, ee = steps["start_ns"].to_numpy()[order], steps["end_ns"].to_numpy()[order]
-        pos = np.searchsorted(ss, t, side="right") - 1
-        ok = pos >= 0
-        ok[ok] = t[ok] < ee[pos[ok]]
-        got = np.zeros(len(order), np.int64)
-        n = np.zeros(len(order), np.int64)
-        np.add.at(got, pos[ok], lead[ok])
-        np.add.at(n, pos[ok], 1)
-        out[order] += np.maximum(got - np.round(n * natural).astype(np.int64), 0)
     return out
 
 

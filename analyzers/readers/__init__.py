@@ -47,13 +47,15 @@ def _read_format(path: Path, fmt: SourceFormat, rank: int) -> Timeline:
     return read_probe(path, rank)
 
 
-def read_one(path: str | Path, rank: int = 0, allow_no_kernels: bool = False, cache: bool = False) -> Timeline:
+def read_one(path: str | Path, rank: int = 0, allow_no_kernels: bool = False, cache: bool = False,
+             fmt: SourceFormat | None = None) -> Timeline:
     """Read one file of any supported format; ``rank`` is the fallback when the file has none.
     ``cache``: take the tables from the user's cache when it holds this file, else store them
-    there (``readers/cache.py``; the results are the same either way)."""
+    there (``readers/cache.py``; the results are the same either way). ``fmt``: the file's format
+    when the caller has detected it already (each file's format is detected once)."""
     path = Path(path)
     try:
-        fmt = detect_format(path)
+        fmt = fmt or detect_format(path)
         from srtscope.analyzers.readers.cache import cache_enabled_for, cached_read
         if cache and cache_enabled_for(path):
             if fmt is SourceFormat.NSYS_SQLITE:
@@ -122,9 +124,10 @@ def _expand(paths: Sequence[str | Path]) -> list[Path]:
 
 
 @contextmanager
-def _scan_progress(progress: Progress | None, path: Path, index: int, count: int) -> Iterator[None]:
-    """Within one nsys file, report progress by the rowids scanned so far (fraction of all files)."""
-    if progress is None or detect_format_quiet(path) is not SourceFormat.NSYS_SQLITE:
+def _scan_progress(progress: Progress | None, path: Path, index: int, count: int,
+                   fmt: SourceFormat | None) -> Iterator[None]:
+    """Within one nsys file (``fmt``), report progress by the rowids scanned so far (fraction of all files)."""
+    if progress is None or fmt is not SourceFormat.NSYS_SQLITE:
         yield
         return
     from srtscope.analyzers.readers.columnar import report_scans
@@ -280,8 +283,9 @@ def _load_files(files: list[Path], progress: Progress | None, allow_no_kernels: 
         else:
             if progress is not None:
                 progress(i / len(files), f"reading {path.name}")
-            with _scan_progress(progress, path, i, len(files)):
-                tl = read_one(path, rank, allow_no_kernels, cache)
+            fmt = detect_format_quiet(path) if progress is not None else None   # detected once
+            with _scan_progress(progress, path, i, len(files), fmt):
+                tl = read_one(path, rank, allow_no_kernels, cache, fmt)
         next_rank = max(tl.meta.ranks) + 1
         parts.append(tl)
     ranks = [r for p in parts for r in p.meta.ranks]

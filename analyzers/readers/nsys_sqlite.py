@@ -59,6 +59,17 @@ NVTX_PUSH_RANGE, NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE = 35, 59, 60,
 _COPY_KIND = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
               8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
 _MASK24 = 0xFFFFFF
+#: nsys's ENUM_CUDA_MEM_KIND (the same numbering in exports without that table)
+_MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
+             6: "Managed Static"}
+
+
+def _copy_label(copy_kind: int, src: int, dst: int) -> str:
+    """``Memcpy HtoD (Pageable -> Device)`` (Kineto's spelling); the memory kinds only when known."""
+    name = f"Memcpy {_COPY_KIND.get(copy_kind, str(copy_kind))}"
+    if src in _MEM_KIND and dst in _MEM_KIND:
+        name += f" ({_MEM_KIND[src]} -> {_MEM_KIND[dst]})"
+    return name
 
 
 def capped(expr: str) -> str:
@@ -67,6 +78,8 @@ def capped(expr: str) -> str:
     keep = MAX_NAME_CHARS - NAME_END_CHARS - 1
     return (f"CASE WHEN length({expr}) > {MAX_NAME_CHARS} THEN substr({expr}, 1, {keep}) || '…' || "
             f"substr({expr}, -{NAME_END_CHARS}) ELSE {expr} END")
+
+
 #: Files up to this size get a full ``PRAGMA quick_check`` before the read (it costs ~4 s per GB,
 #: about a fifth of the read: larger files get it only when what was read looks inconsistent).
 QUICK_CHECK_ALWAYS_BYTES = 16 << 20
@@ -226,14 +239,17 @@ class _Reader:
             return None
         cols = self.columns(table)
         ck = "copyKind" if "copyKind" in cols and kind is DeviceKind.MEMCPY else "0"
+        # the memory each side of a copy lives in (pageable host memory: an unpinned, synchronous copy)
+        sk = "COALESCE(srcKind,-1)" if "srcKind" in cols and kind is DeviceKind.MEMCPY else "-1"
+        dk = "COALESCE(dstKind,-1)" if "dstKind" in cols and kind is DeviceKind.MEMCPY else "-1"
         gnode = "COALESCE(graphNodeId,-1)" if "graphNodeId" in cols else "-1"
         nbytes = "COALESCE(bytes,-1)" if "bytes" in cols else "-1"
-        s, e, dev, strm, corr, gpid, k, node, nb = self.fetch(
+        s, e, dev, strm, corr, gpid, k, node, nb, src, dst = self.fetch(
             table, ["start", "end", "deviceId", "streamId", "COALESCE(correlationId,-1)",
-                    "COALESCE(globalPid,0)", f"COALESCE({ck},0)", gnode, nbytes])
-        inv, uniq = factorize(k)
+                    "COALESCE(globalPid,0)", f"COALESCE({ck},0)", gnode, nbytes, sk, dk])
+        inv, uniq = factorize(k.astype(np.int64) * 4096 + (src.astype(np.int64) + 1) * 64 + (dst.astype(np.int64) + 1))
         if kind is DeviceKind.MEMCPY:
-            labels = [f"Memcpy {_COPY_KIND.get(int(u), str(u))}" for u in uniq.tolist()]
+            labels = [_copy_label(int(u) // 4096, int(u) // 64 % 64 - 1, int(u) % 64 - 1) for u in uniq.tolist()]
         else:
             labels = ["Memset"] * len(uniq)
         return {"start_ns": s, "end_ns": e, "kind": _kind_col(kind, len(s)),

@@ -342,3 +342,19 @@ def test_window_from_session_bounds_or_events(tmp_path):
     con.close()
     tl = read_nsys(path)
     assert (tl.meta.window_start_ns, tl.meta.window_end_ns) == tl.span_ns
+
+
+def test_copy_names_carry_the_memory_kinds(tmp_path):
+    """nsys ``srcKind``/``dstKind`` (0 pageable, 2 device): a pageable HtoD copy is named as Kineto
+    names it, so the copy advice can tell pageable from pinned memory; unknown kinds add nothing."""
+    from srtscope.analyzers.diagnose import diagnose
+
+    path = _scenario(tmp_path / "s.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET copyKind = 1, srcKind = 0, dstKind = 2")
+    con.commit()
+    con.close()
+    tl = load_timeline([path])
+    assert set(tl.device.loc[tl.device.kind == "memcpy", "name"]) == {"Memcpy HtoD (Pageable -> Device)"}
+    st = diagnose(tl).device.memcpy["HtoD"]
+    assert st.pageable_ns == st.ns > 0

@@ -46,3 +46,21 @@ def test_no_table_without_a_saving():
     assert what_if_table(j) is None
     assert "## What if" not in diagnosis_markdown(j)
     assert "What if:" not in diagnosis_html(j)
+
+
+def test_each_row_shows_its_bound_and_a_thin_capture_predicts_nothing():
+    j = _json("scheduler_bound.sqlite")
+    top = j["what_if"][0]
+    assert top["bound"] in ("none", "lost", "overlap", "copy_engine", "transport") and top["lost_ns"] >= top["saved_ns"]
+    buf = io.StringIO()
+    render_diagnosis(j, Console(file=buf, width=220, force_terminal=False, color_system=None))
+    line = next(x for x in buf.getvalue().splitlines() if x.strip().startswith("sched_cpu ") and "x " in x)
+    assert f" {top['bound']} " in line
+    assert "| bound |" in diagnosis_markdown(j) and "<th>bound</th>" in diagnosis_html(j)
+    # too little device work: the rows say so instead of a speedup
+    j["what_if"] = [dict(w, saved_ns=0, step_ns_after=w["step_ns_before"], speedup=1.0, bound="too_little",
+                         predicted=False) for w in j["what_if"]]
+    buf = io.StringIO()
+    render_diagnosis(j, Console(file=buf, width=220, force_terminal=False, color_system=None))
+    assert "too little to predict" in buf.getvalue()
+    assert "too little to predict" in diagnosis_markdown(j) and "too little to predict" in diagnosis_html(j)

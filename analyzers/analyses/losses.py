@@ -1,0 +1,289 @@
+"""Lost time per step and cause: the one per-step accounting the what-if, the verdict's causes and
+the advice read.
+
+Each step is accounted on its rank's primary device (the step budget's device). Per step row, ns:
+
+- ``lost[c]`` for every cause: the bubble pieces attributed to ``c``; for the host causes also the
+  step time outside the device's active window (``edges``: a first schedule, a last idle iteration),
+  attributed like bubbles; ``launch_bound`` / ``eager_fallback`` also the gaps at or under the
+  bubble threshold (``small``: a fallback step's are the fallback's); ``exposed_comm`` the exposed
+  collective time less the straggler's lead (``skew``), which is ``straggler``'s; ``memcpy`` the copy
+  time with no kernel running (``bare_copies``).
+- what bounds a fix: ``kernel`` (compute kernels: what a collective or a copy could hide behind),
+  ``busy`` (any device work), ``copy_floor`` (the busiest copy direction: a copy engine moves one
+  direction at a time, so a step never gets shorter than it), ``exposed_inline`` (the exposed part
+  of collectives on a stream that also runs the model's kernels: an activation all-reduce inside
+  the forward, which the next layer waits for — no overlap can hide it).
+- ``warmup``: early steps of a rank far slower than the rest (``WARMUP_FACTOR`` x the median of its
+  steps), left out of the what-if's means.
+- ``predictable``: the steps left hold at least ``MIN_DEVICE_NS`` of device work and
+  ``MIN_BUSY_SHARE`` of their wall time; else they are no device steps (a host loop around a few
+  kernels): nothing is predicted from them and their edges are no lost device time.
+
+Invariant: ``lost[c] >= 0``; ``sum over c of lost[c] <= wall`` up to device work overlapping edges.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import cast
+
+import numpy as np
+import pandas as pd
+
+from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.analyses.attribution import attribute
+from srtscope.analyzers.analyses.comm import lateness
+from srtscope.analyzers.analyses.device_sets import DeviceSets
+from srtscope.analyzers.analyses.eager import fallback_mask
+from srtscope.analyzers.columns import isin, str_map
+from srtscope.analyzers.host_activity import BurstRule, HostActivity
+from srtscope.analyzers.names import copy_direction
+from srtscope.analyzers.results import CommResult
+from srtscope.analyzers.timeline import DeviceKind, Timeline
+from srtscope.analyzers.vocab import Cause
+
+__all__ = ["HOST_WAIT", "MIN_BUSY_SHARE", "MIN_DEVICE_NS", "StepLosses", "WARMUP_FACTOR", "step_losses",
+           "warmup_mask"]
+
+#: causes whose bubbles are the device waiting for host work
+HOST_WAIT: tuple[Cause, ...] = (Cause.SCHED_CPU, Cause.BATCH_PREP, Cause.HOST_IO, Cause.COLD_START,
+                                Cause.HOST_UNATTRIBUTED)
+#: an early step slower than this many times the median of its rank's steps is a warm-up step
+WARMUP_FACTOR = 3.0
+#: nothing is predicted from steps holding less device work than this in all (ns) ...
+MIN_DEVICE_NS = 100_000
+#: ... or device work under this share of their wall time (a prediction would be an extrapolation)
+MIN_BUSY_SHARE = 0.01
+
+
+@dataclass(frozen=True)
+class StepLosses:
+    """Per step row of the step table (``analyses.steps.STEP_COLUMNS``), ns; see the module doc."""
+
+    lost: dict[Cause, np.ndarray]
+    bubbles: dict[Cause, np.ndarray]     # bubble pieces (and, host causes, edges) per cause
+    edges: dict[Cause, np.ndarray]       # step time outside the device's active window, per host cause
+    small: np.ndarray
+    fallback: np.ndarray                 # bool: eager-fallback steps
+    exposed: np.ndarray                  # exposed collective time (the budget's)
+    exposed_inline: np.ndarray           # ... of it, collectives on a compute stream
+    skew: np.ndarray
+    bare_copies: np.ndarray
+    copy_floor: np.ndarray
+    kernel: np.ndarray
+    busy: np.ndarray
+    wall: np.ndarray
+    warmup: np.ndarray                   # bool
+
+    @property
+    def n(self) -> int:
+        return len(self.wall)
+
+    def device_lost(self, c: Cause) -> np.ndarray:
+        """``lost[c]``, less its edges when the steps are too thin to be device steps (``predictable``)."""
+        if self.predictable or c not in self.edges:
+            return self.lost[c]
+        return self.lost[c] - self.edges[c]
+
+    def mean_lost(self) -> dict[str, int]:
+        """Per cause with any: ``device_lost`` per mean step, warm-up steps left out, ns."""
+        keep = ~self.warmup
+        n = int(keep.sum())
+        out = {c.value: int(self.device_lost(c)[keep].sum()) // n for c in Cause} if n else {}
+        return {k: v for k, v in out.items() if v > 0}
+
+    @property
+    def predictable(self) -> bool:
+        """Enough device work in the steps (warm-up left out) to predict from (module doc)."""
+        keep = ~self.warmup
+        busy = int(self.busy[keep].sum())
+        return bool(keep.any()) and busy >= MIN_DEVICE_NS and busy >= MIN_BUSY_SHARE * int(self.wall[keep].sum())
+
+
+def step_losses(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.DataFrame, comm: CommResult,
+                primary: Mapping[int, int], threshold_ns: int, model: HostActivity,
+                rule: BurstRule | None = None, comm_ranks: set[int] | None = None,
+                sets: DeviceSets | None = None) -> StepLosses:
+    """The accounting of ``steps`` (reset to a 0..n-1 index by the caller, as ``pieces.step_row``)."""
+    n = len(steps)
+    sets = DeviceSets.of(tl, sets)
+    s, e = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
+    b = bubbles_by_cause(pieces, primary, n)
+    edge = bubbles_by_cause(_edges(tl, steps, pieces, primary, model, rule, comm_ranks, sets), primary, n) \
+        if n else {c: np.zeros(0, np.int64) for c in Cause}
+    for c in HOST_WAIT:
+        b[c] = b[c] + edge[c]
+    small = _short_gaps(steps, primary, threshold_ns, sets)
+    fb = fallback_mask(steps) if n else np.zeros(0, bool)
+    skew = _skew(steps, comm)
+    exposed = budget["exposed_comm_ns"].to_numpy(np.int64) if "exposed_comm_ns" in budget and n \
+        else np.zeros(n, np.int64)
+    per = _per_device(tl, steps, primary, sets)
+    lost = {c: b[c].copy() for c in Cause}
+    lost[Cause.LAUNCH_BOUND] += np.where(fb, 0, small)
+    lost[Cause.EAGER_FALLBACK] += np.where(fb, small, 0)
+    lost[Cause.EXPOSED_COMM] += np.maximum(exposed - skew, 0)
+    lost[Cause.STRAGGLER] += skew
+    lost[Cause.MEMCPY] += per["bare_copies"]
+    return StepLosses(lost, b, {c: edge[c] for c in HOST_WAIT}, small, fb, exposed,
+                      np.minimum(per["exposed_inline"], exposed), skew, per["bare_copies"], per["copy_floor"],
+                      per["kernel"], per["busy"], e - s, warmup_mask(steps))
+
+
+def warmup_mask(steps: pd.DataFrame) -> np.ndarray:
+    """Warm-up steps: in the first half of a rank's steps (by start), those slower than
+    ``WARMUP_FACTOR`` x the median of the rank's steps (ranks with 3 steps or more)."""
+    out = np.zeros(len(steps), bool)
+    if len(steps) == 0:
+        return out
+    wall = steps["wall_ns"].to_numpy(np.int64)
+    for _, idx in by_rank(steps):
+        if len(idx) < 3:
+            continue
+        order = idx[np.argsort(steps["start_ns"].to_numpy()[idx], kind="stable")]
+        first = order[:(len(order) + 1) // 2]
+        out[first] = wall[first] > WARMUP_FACTOR * float(np.median(wall[order]))
+    return out
+
+
+def by_rank(steps: pd.DataFrame) -> list[tuple[int, np.ndarray]]:
+    """(rank, row positions of ``steps``) per rank."""
+    return [(int(cast(int, k)), np.asarray(v)) for k, v in steps.groupby("rank").indices.items()]
+
+
+def bubbles_by_cause(pieces: pd.DataFrame, primary: Mapping[int, int], n: int) -> dict[Cause, np.ndarray]:
+    """Per cause, per step row: attributed bubble time on the rank's primary device, ns."""
+    out = {c: np.zeros(n, np.int64) for c in Cause}
+    if len(pieces) == 0:
+        return out
+    p = pieces[pieces["step_row"].to_numpy() >= 0]
+    prim = p["rank"].map(dict(primary)).fillna(-2).to_numpy(np.int64)
+    p = p[p["device"].to_numpy() == prim]
+    rows = p["step_row"].to_numpy(np.int64)
+    for c in Cause:
+        col = f"cause.{c.value}_ns"
+        if col in p:
+            np.add.at(out[c], rows, p[col].to_numpy(np.int64))
+    return out
+
+
+def _per_device(tl: Timeline, steps: pd.DataFrame, primary: Mapping[int, int],
+                sets: DeviceSets) -> dict[str, np.ndarray]:
+    """Per step on the primary device: kernel, busy, bare copies, busiest copy direction, exposed
+    inline collectives."""
+    n = len(steps)
+    out = {k: np.zeros(n, np.int64) for k in ("kernel", "busy", "bare_copies", "copy_floor", "exposed_inline")}
+    if n == 0 or len(tl.device) == 0:
+        return out
+    dev = tl.device
+    copy = sets.mask("copy")
+    direction = str_map(dev["name"], copy_direction, object) if copy.any() else None
+    stream = dev["stream"].to_numpy()
+    stand_in = isin(dev["kind"], [DeviceKind.CPU_FORWARD])
+    comm, kern = sets.mask("comm"), sets.mask("kernel")
+    s_all, e_all = dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy()
+    for rank, idx in by_rank(steps):
+        if rank not in primary:
+            continue
+        key = (rank, primary[rank])
+        ss, ee = steps["start_ns"].to_numpy()[idx], steps["end_ns"].to_numpy()[idx]
+        out["kernel"][idx] = iv.overlap(sets.union(key, "kernel"), ss, ee)
+        out["busy"][idx] = iv.overlap(sets.union(key), ss, ee)
+        compute = sets.union(key, "compute")
+        if copy.any():
+            out["bare_copies"][idx] = iv.overlap(iv.subtract(sets.union(key, "copy"), compute), ss, ee)
+        rows = sets.rows(key)
+        if direction is not None:
+            floor = np.zeros(len(idx), np.int64)
+            for d in np.unique(direction[rows][copy[rows]]):
+                r = rows[copy[rows] & (direction[rows] == d)]
+                floor = np.maximum(floor, iv.overlap(iv.union(s_all[r], e_all[r]), ss, ee))
+            out["copy_floor"][idx] = floor
+        c = comm[rows]
+        if c.any():
+            # collectives on a stream that also runs the model's kernels: data-dependent (the next
+            # kernel on that stream waits for them); CPU stand-ins nest in their forward: all inline
+            st = stream[rows]
+            inline = c & (np.isin(st, np.unique(st[kern[rows]])) | stand_in[rows])
+            if inline.any():
+                r = rows[inline]
+                u = iv.union(s_all[r], e_all[r])
+                if not stand_in[rows][inline].all():
+                    u = iv.subtract(u, sets.union(key, "noncomm"))
+                out["exposed_inline"][idx] = iv.overlap(u, ss, ee)
+    return out
+
+
+def _edges(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, primary: Mapping[int, int],
+           model: HostActivity, rule: BurstRule | None, comm_ranks: set[int] | None,
+           sets: DeviceSets) -> pd.DataFrame:
+    """Step time outside the primary device's active window, attributed like bubble pieces (by the
+    rank's launching thread: the one most bubble time waits on, else the step's own thread)."""
+    rows = []
+    for rank, idx in by_rank(steps):
+        dev = primary.get(int(rank))
+        if dev is None:
+            continue
+        w0, w1 = sets.bounds((int(rank), dev))
+        q = pieces[(pieces["rank"].to_numpy() == rank) & (pieces["tid"].to_numpy() >= 0)] if len(pieces) else pieces
+        if len(q):
+            key = (q["end_ns"] - q["start_ns"]).groupby([q["pid"], q["tid"]]).sum().idxmax()
+        else:
+            key = steps.iloc[idx].groupby(["pid", "tid"]).size().idxmax()
+        pid, tid = cast(tuple[int, int], key)
+        ss, ee = steps["start_ns"].to_numpy()[idx], steps["end_ns"].to_numpy()[idx]
+        for a, z in ((ss, np.minimum(ee, w0)), (np.maximum(ss, w1), ee)):
+            for i in np.flatnonzero(z > a):       # only steps reaching out of the window: a few
+                rows.append((int(rank), dev, int(pid), int(tid), int(a[i]), int(z[i]), int(idx[i])))
+    cols = ["rank", "device", "pid", "tid", "start_ns", "end_ns", "step_row"]
+    q = pd.DataFrame(rows, columns=cols).astype(np.int64)
+    if len(q) == 0:
+        return q
+    classes, _, _ = attribute(tl, q, rule or model.rule, model, comm_ranks)
+    return pd.concat([q, classes], axis=1)
+
+
+def _short_gaps(steps: pd.DataFrame, primary: Mapping[int, int], threshold_ns: int,
+                sets: DeviceSets) -> np.ndarray:
+    """Per step: gaps at or under the bubble threshold on the primary device inside the step, ns."""
+    out = np.zeros(len(steps), np.int64)
+    for rank, idx in by_rank(steps):
+        if int(rank) not in primary:
+            continue
+        gs, ge = iv.gaps(sets.union((int(rank), primary[int(rank)])), 0)
+        k = (ge - gs) <= threshold_ns
+        out[idx] = iv.overlap((gs[k], ge[k]), steps["start_ns"].to_numpy()[idx], steps["end_ns"].to_numpy()[idx])
+    return out
+
+
+def _skew(steps: pd.DataFrame, comm: CommResult) -> np.ndarray:
+    """Per step: the named straggler's excess lateness, ns, over the collectives whose last participant
+    arrived in it — only where a straggler is named (a rank or device late in most skewed collectives).
+
+    Per collective, the straggler's offset ``d`` = its arrival - the latest other participant's (> 0:
+    it gated the collective by ``d``). Arriving with the others gives back ``max(d, 0)`` less the
+    lateness it would show anyway: its natural jitter, taken as the mirror of its early side —
+    ``mean(max(median(d) - d, 0))`` per collective. A steady straggler (``d`` = lateness + jitter)
+    gives back its lateness, an occasional one (a pause now and then) its pauses; ranks with no
+    straggler give back about nothing. A step gives back at most its collectives' ``max(d, 0)``."""
+    out: np.ndarray = np.zeros(len(steps), np.int64)
+    coll = comm.collectives
+    off = comm.straggler_offset_ns
+    named = comm.straggler_rank is not None or comm.straggler_device is not None
+    if comm.partial or not named or len(coll) == 0 or len(off) != len(coll):
+        return out
+    lead, natural = lateness(off)
+    t = coll["start_ns"].to_numpy(np.int64) + coll["skew_ns"].to_numpy(np.int64)
+    for _, idx in by_rank(steps):
+        order = idx[np.argsort(steps["start_ns"].to_numpy()[idx], kind="stable")]
+        ss, ee = steps["start_ns"].to_numpy()[order], steps["end_ns"].to_numpy()[order]
+        pos = np.searchsorted(ss, t, side="right") - 1
+        ok = pos >= 0
+        ok[ok] = t[ok] < ee[pos[ok]]
+        got = np.zeros(len(order), np.int64)
+        n = np.zeros(len(order), np.int64)
+        np.add.at(got, pos[ok], lead[ok])
+        np.add.at(n, pos[ok], 1)
+        out[order] += np.maximum(got - np.round(n * natural).astype(np.int64), 0)
+    return out
