@@ -142,9 +142,10 @@ def test_without_forward_scopes_the_execute_range_stands_in_and_says_so(tmp_path
     assert set(tl.device["name"].astype(str)) == {"execute_context_0(0)_generation_4(4)"}
     text = next(w.message for w in tl.meta.warnings if w.code.value == "cpu_stand_in")
     assert "cannot be separated" in text and "VLLM_CUSTOM_SCOPES_FOR_PROFILING=1" in text
-    # prep inside execute_* is device time here: only the KV slot allocation (1 µs a step, 5 steps
-    # inside the active window) is found as prep
-    assert diagnose(tl).to_json()["verdict"]["causes_ns"]["batch_prep"] == 5 * US
+    # prep inside execute_* is device time here: only the KV slot allocation (1 µs in each of the 6
+    # steps; the first step's lies before the device's first activity, still inside its step, and
+    # lost time counts whole steps) is found as prep
+    assert diagnose(tl).to_json()["verdict"]["causes_ns"]["batch_prep"] == 6 * US
 
 
 def test_an_sglang_cpu_trace_stands_in_with_run_batch(tmp_path):
