@@ -93,6 +93,7 @@ _VLLM_OUT = "vllm.v1.engine.output_processor"
 _VLLM_RUNNER = "vllm.v1.worker.gpu_model_runner"       # model runner V1 (CPUModelRunner inherits it)
 _VLLM_RUNNER2 = "vllm.v1.worker.gpu.model_runner"      # model runner V2 (default where Triton is)
 _VLLM_GRAPHS2 = "vllm.v1.worker.gpu.cudagraph_utils"
+_VLLM_LOGITS = "vllm.model_executor.layers.logits_processor"
 
 VLLM = EngineTable(
     name="vllm",
@@ -115,6 +116,8 @@ VLLM = EngineTable(
         Target(Stage.PREP_BATCH, _VLLM_RUNNER, "GPUModelRunner._preprocess", {"part": "inputs"},
                optional=True),
         Target(Stage.RUN_EAGER, _VLLM_RUNNER, "GPUModelRunner._model_forward"),
+        # the logits (lm_head) run after _model_forward, outside it
+        Target(Stage.RUN_EAGER, _VLLM_LOGITS, "LogitsProcessor.forward", {"part": "logits"}),
         Target(Stage.RUN_SAMPLE, _VLLM_RUNNER, "GPUModelRunner._sample"),
         Target(Stage.SCHED_RESULT, _VLLM_RUNNER, "GPUModelRunner._bookkeeping_sync", {"part": "bookkeeping"},
                optional=True),
