@@ -6,8 +6,9 @@ while the server serves its own traffic; POST ``URL/stop_profile`` (also after a
 so the server never keeps profiling); then the trace files the server wrote at or after the start
 are looked for in the trace folder until their sizes settle. Every HTTP call has a deadline.
 
-vLLM exposes the two endpoints only when it was started with ``VLLM_TORCH_PROFILER_DIR`` (the
-trace folder) set; SGLang always does, and is sent ``output_dir`` when the folder is given.
+vLLM exposes the two endpoints only when started with its torch profiler on (``--profiler-config``
+with ``profiler: torch`` and ``torch_profiler_dir``; older versions: ``VLLM_TORCH_PROFILER_DIR``);
+SGLang always does, and is sent ``output_dir`` when the folder is given.
 """
 from __future__ import annotations
 
@@ -103,8 +104,10 @@ def start_profile(plan: ServerPlan) -> None:
     status, text = _call("POST", f"{plan.base}/start_profile", body, plan.timeout_s)
     if status == 404:
         raise ServerError(f"{plan.base} has no /start_profile (HTTP 404): a vLLM server has it only "
-                          f"when started with VLLM_TORCH_PROFILER_DIR=DIR set (the folder its traces "
-                          f"go to; give the same folder as --trace-dir); SGLang servers always have it")
+                          f"when started with its profiler on: --profiler-config "
+                          f"'{{\"profiler\": \"torch\", \"torch_profiler_dir\": \"DIR\"}}' "
+                          f"(older vLLM: VLLM_TORCH_PROFILER_DIR=DIR set); give the same DIR "
+                          f"as --trace-dir. SGLang servers always have it")
     if status >= 400:
         raise ServerError(f"POST {plan.base}/start_profile: HTTP {status} {' '.join(text.split())[:200]}")
 
