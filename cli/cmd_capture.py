@@ -46,8 +46,9 @@ def register(app: typer.Typer) -> None:
                                               help="--server: the folder the server writes traces "
                                                    "to (vLLM: its VLLM_TORCH_PROFILER_DIR)."),
         timeout: float = typer.Option(60.0, "--timeout", help="--server: deadline of each HTTP call, s."),
-        wait: float = typer.Option(120.0, "--wait", help="--server: how long to wait for the trace "
-                                                         "after /stop_profile, s."),
+        wait: float = typer.Option(600.0, "--wait", help="--server: deadline of /stop_profile (the "
+                                                         "server writes its trace before answering) "
+                                                         "and of the trace files settling, s."),
         diagnose: bool = typer.Option(True, "--diagnose/--no-diagnose",
                                       help="--server: diagnose the trace afterwards."),
     ) -> None:
@@ -73,7 +74,7 @@ def register(app: typer.Typer) -> None:
 
 def _server(url: str, load: int, concurrency: int, max_tokens: int, duration: float,
             trace_dir: Path | None, timeout: float, wait: float, diagnose: bool) -> int:
-    from srtscope.cli.server_capture import ServerError, ServerPlan, capture_server
+    from srtscope.cli.server_capture import ServerError, ServerPlan, capture_server, engine_traces
 
     try:
         plan = ServerPlan(url, trace_dir, load, concurrency, max_tokens, duration, timeout, wait)
@@ -87,9 +88,12 @@ def _server(url: str, load: int, concurrency: int, max_tokens: int, duration: fl
         traces = capture_server(plan, say)
     except ServerError as exc:
         fail(str(exc))
-    for t in traces:
+    engine, front = engine_traces(traces)
+    for t in engine:
         say(f"the server wrote {t}")
-    if not diagnose:
+    for t in front:
+        say(f"the server wrote {t} (its front end: not diagnosed)")
+    if not diagnose or not engine:
         return 0
     from rich.console import Console
 
@@ -97,6 +101,6 @@ def _server(url: str, load: int, concurrency: int, max_tokens: int, duration: fl
     from srtscope.cli.render import render_diagnosis
 
     console = Console()
-    diag = run_diagnosis(traces, 5.0, None, console, False)
+    diag = run_diagnosis(engine, 5.0, None, console, False)
     render_diagnosis(diag.to_json(), console)
     return 0

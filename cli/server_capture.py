@@ -28,6 +28,8 @@ from typing import Any
 #: a server started from the same shell shares them).
 TRACE_DIR_ENV = ("VLLM_TORCH_PROFILER_DIR", "SGLANG_TORCH_PROFILER_DIR")
 SGLANG_DEFAULT_DIR = Path("/tmp")
+#: Names of traces a server writes for its front end (no engine steps): listed, not diagnosed.
+FRONTEND_MARKERS = (".async_llm.",)      # vLLM's AsyncLLM process
 TRACE_SUFFIXES = (".json", ".json.gz")
 SETTLE_S = 0.5          # a trace file is complete once its size holds for this long
 PROMPTS = ("The capital of France is", "Write a short poem about the sea.",
@@ -42,7 +44,9 @@ class ServerError(Exception):
 class ServerPlan:
     """``url``: the server's base URL (http or https); ``timeout_s``: each HTTP call's deadline;
     ``load``: requests of built-in load (0: none, then ``duration_s`` of the server's own traffic);
-    ``max_tokens``: per load request; ``wait_s``: how long to wait for the trace after the stop."""
+    ``max_tokens``: per load request; ``wait_s``: the deadline of ``/stop_profile`` (the server
+    answers once it has written its trace: minutes for a large one) and then of the trace files
+    settling."""
 
     url: str
     trace_dir: Path | None = None
@@ -51,7 +55,7 @@ class ServerPlan:
     max_tokens: int = 32
     duration_s: float = 10.0
     timeout_s: float = 60.0
-    wait_s: float = 120.0
+    wait_s: float = 600.0
 
     def __post_init__(self) -> None:
         parts = urllib.parse.urlsplit(self.url)
@@ -113,7 +117,7 @@ def start_profile(plan: ServerPlan) -> None:
 
 
 def stop_profile(plan: ServerPlan) -> None:
-    status, text = _call("POST", f"{plan.base}/stop_profile", None, plan.timeout_s)
+    status, text = _call("POST", f"{plan.base}/stop_profile", None, plan.wait_s)
     if status >= 400:
         raise ServerError(f"POST {plan.base}/stop_profile: HTTP {status} {' '.join(text.split())[:200]}")
 
@@ -238,3 +242,10 @@ def capture_server(plan: ServerPlan, say: Callable[[str], None]) -> list[Path]:
                           f"/stop_profile; give the folder its profiler writes to as --trace-dir "
                           f"(vLLM: its VLLM_TORCH_PROFILER_DIR)")
     return traces
+
+
+def engine_traces(traces: list[Path]) -> tuple[list[Path], list[Path]]:
+    """(the engine's traces, the front end's): vLLM also traces its API process (``*.async_llm.*``),
+    which runs no engine step and is no rank of the engine."""
+    front = [p for p in traces if any(m in p.name for m in FRONTEND_MARKERS)]
+    return [p for p in traces if p not in front], front

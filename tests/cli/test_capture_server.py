@@ -26,9 +26,11 @@ class StandIn(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, trace_dir: Path, profiler: bool = True, write_trace: bool = True) -> None:
+    def __init__(self, trace_dir: Path, profiler: bool = True, write_trace: bool = True,
+                 frontend: bool = False) -> None:
         super().__init__(("127.0.0.1", 0), Handler)
         self.trace_dir, self.profiler, self.write_trace = trace_dir, profiler, write_trace
+        self.frontend = frontend          # also a trace of the API process, as vLLM writes
         self.calls: list[str] = []
         self.bodies: dict[str, object] = {}
         self.profiling = False
@@ -78,6 +80,8 @@ class Handler(BaseHTTPRequestHandler):
             if srv.write_trace:
                 folder = Path(body["output_dir"]) if body and "output_dir" in body else srv.trace_dir
                 shutil.copyfile(TRACE, folder / f"{int(time.time())}-TP-0.trace.json.gz")
+                if srv.frontend:
+                    shutil.copyfile(TRACE, folder / "vm_1.async_llm.1796.pt.trace.json.gz")
             self._reply(200, {})
         elif self.path == "/v1/completions":
             assert srv.profiling, "load sent while the profiler was off"
@@ -124,13 +128,15 @@ def test_server_capture_profiles_the_load_and_finds_the_trace(serve):
 def test_server_capture_cli_diagnoses_the_trace(serve, tmp_path):
     import subprocess
 
-    srv = serve()
+    srv = serve(frontend=True)
     p = subprocess.run([*CLI, "capture", "--server", srv.url, "--trace-dir", str(srv.trace_dir),
                         "--load", "4", "--timeout", "10", "--wait", "10"],
                        capture_output=True, text=True, timeout=120, env={"COLUMNS": "100",
                                                                            "PATH": "/usr/bin:/bin"})
     assert p.returncode == 0, p.stderr
     assert "the server wrote" in p.stderr and "4/4 requests answered" in p.stderr
+    assert "async_llm.1796.pt.trace.json.gz (its front end: not diagnosed)" in p.stderr
+    assert "1 file(s)" in p.stdout               # the engine's trace only
     assert "Bottleneck: KERNEL / compute" in p.stdout
 
 
