@@ -10,7 +10,9 @@ engines to instrument:
 - torch backend: a process in which an instrumented function runs and that is not profiled yet
   (a server's engine-core process, a script started without ``python``) profiles itself from then
   on into ``process_trace_path(out, pid)``;
-- probe backend: a process that recorded spans writes them as a probe trace to the same path;
+- probe backend: a process that recorded spans writes them as a probe trace to the same path,
+  every ``flush_interval()`` seconds (5) from its first instrumented call on, and at exit (an engine's worker
+  processes are often SIGKILLed at shutdown: the last flush stays);
 - at exit, one line per process with the instrumented calls it made.
 
 Everything here is best effort: a failure is a warning line, never the engine's exception.
@@ -27,6 +29,17 @@ from typing import Any
 BOOT_ENV = "SRTSCOPE_CAPTURE"
 BACKENDS = ("nsys", "torch", "probe")
 PROTOCOL = 1   # the BOOT_ENV document's version; the CLI and this module must agree
+FLUSH_ENV = "SRTSCOPE_PROBE_FLUSH_S"   # probe backend: seconds between flushes (default FLUSH_S)
+FLUSH_S = 5.0
+
+
+def flush_interval() -> float:
+    """``FLUSH_ENV`` when it is a number in [0.1, 3600], else ``FLUSH_S``."""
+    try:
+        v = float(os.environ.get(FLUSH_ENV, FLUSH_S))
+    except ValueError:
+        return FLUSH_S
+    return v if 0.1 <= v <= 3600 else FLUSH_S
 
 
 def process_trace_path(out: Path, pid: int) -> Path:
@@ -59,6 +72,7 @@ class _Session:
         self.started_pid = 0      # the process whose first instrumented call has been seen
         self.finished_pid = 0
         self.profile: Any = None  # a torch_profiling context this process started itself
+        self.flusher: Any = None  # probe backend: this process's AutoFlusher
         ranges.enable(nvtx=backend == "nsys")
         if backend == "nsys" and ranges.nvtx_status().startswith("unavailable"):
             _warn(f"the nvtx package is not importable by {sys.executable} "
@@ -80,6 +94,7 @@ class _Session:
         rec.clear()
         rec.pid = os.getpid()
         self.profile = None
+        self.flusher = None       # its thread was not forked
         torch_capture._active = False   # the parent's profiler does not run in this process
 
     def on_call(self) -> None:
@@ -103,6 +118,19 @@ class _Session:
                 _warn(f"torch annotations unavailable: {type(exc).__name__}: {exc}")
         if self.backend == "torch":
             self._start_profiler(pid)
+        elif self.backend == "probe":
+            self._start_flusher(pid)
+
+    def _start_flusher(self, pid: int) -> None:
+        from srtscope.probes.export import AutoFlusher
+        from srtscope.probes.recorder import get_recorder
+
+        rec = get_recorder()
+        rec.meta.setdefault("instrumented", "+".join(self.engines))
+        try:
+            self.flusher = AutoFlusher(rec, process_trace_path(self.out, pid), flush_interval()).start()
+        except Exception as exc:
+            _warn(f"probe trace of process {pid} is written only at exit: {type(exc).__name__}: {exc}")
 
     def _start_profiler(self, pid: int) -> None:
         from srtscope.probes import torch_capture
@@ -145,12 +173,18 @@ class _Session:
         from srtscope.probes.export import write_probe_trace
         from srtscope.probes.recorder import get_recorder
 
+        flusher, self.flusher = self.flusher, None
+        path = process_trace_path(self.out, pid)
         rec = get_recorder()
         if not rec.raw_spans():
+            if flusher is not None:
+                flusher.stop(final_flush=False)
             return None
         rec.meta.setdefault("instrumented", "+".join(self.engines))
-        path = process_trace_path(self.out, pid)
         try:
+            if flusher is not None:
+                flusher.stop(final_flush=True)
+                return path
             return write_probe_trace(rec, path)
         except OSError as exc:
             _warn(f"probe trace of process {pid} not written to {path}: {exc.strerror or exc}")

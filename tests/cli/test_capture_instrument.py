@@ -152,6 +152,24 @@ def test_capture_torch_instrumented_stages_in_the_kineto_trace(engine, tmp_path)
     assert child_names.count("loop.step") == 5
 
 
+def test_probe_trace_survives_a_sigkilled_process(engine, tmp_path):
+    # scenario: an engine's worker is SIGKILLed at shutdown (vLLM does so): the periodic flush stays
+    (engine / "killed.py").write_text(
+        "import os, signal, time\n"
+        "from vllm.v1.core.sched.scheduler import Scheduler\n"
+        "for _ in range(4):\n    Scheduler().schedule()\n"
+        "time.sleep(1.5)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n")
+    out = tmp_path / "k"
+    r = _run([*CLI, "capture", "--backend", "probe", "--instrument", "vllm", "--out", out, "--",
+              OTHER_PYTHON, "killed.py"],
+             {"PYTHONPATH": os.pathsep.join([str(engine), str(REPO)]), "SRTSCOPE_PROBE_FLUSH_S": "0.2"},
+             engine)
+    assert r.returncode == 128 + 9, r.stderr
+    traces = list(tmp_path.glob("k.pid*.json.gz"))
+    assert len(traces) == 1 and _spans(traces[0]).count("sched.schedule") == 4
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--backend", "torch", "--", "/etc/hostname"], "cannot run /etc/hostname: Exec format error"),
     (["--backend", "torch", "--", "python", "-m"], "-m needs a module"),
