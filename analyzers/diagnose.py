@@ -21,6 +21,7 @@ from srtscope.analyzers.analyses.device_split import device_split
 from srtscope.analyzers.analyses.diff import DiagnosisDiff, FigureDelta, compare
 from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons, fallback_mask
 from srtscope.analyzers.analyses.overview import overview
+from srtscope.analyzers.analyses.phases import phase_split
 from srtscope.analyzers.analyses.steps import find_steps
 from srtscope.analyzers.analyses.verdict import decide
 from srtscope.analyzers.analyses.whatif import what_if
@@ -210,4 +211,5 @@ def diagnose(tl: Timeline, params: DiagnoseParams = _DEFAULT_PARAMS, *,
             "what_if", f"what if: without {best.cause} the mean step would take {fmt_ns(best.step_ns_after)} "
             f"instead of {fmt_ns(best.step_ns_before)} ({100 * best.saved_ns / best.step_ns_before:.0f}% less)",
             best.saved_ns, "ns"),))
-    return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, p, dres, ov, wif)
+    phases = phase_split(steps, budget.table, params.healthy_pct)
+    return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, p, dres, ov, wif, phases)

@@ -395,6 +395,7 @@ class Diagnosis:
     device: DeviceResult | None = None
     overview: OverviewResult | None = None
     what_if: tuple[WhatIf, ...] = ()      # largest saving first (analyses.whatif)
+    phases: tuple[Any, ...] = ()          # analyses.phases.PhaseBudget: prefill, decode (or none)
 
     def to_json(self) -> dict[str, Any]:
         steps = self.steps.to_json()
@@ -412,7 +413,8 @@ class Diagnosis:
                 "device": None if self.device is None else self.device.to_json(),
                 "overview": None if self.overview is None else self.overview.to_json(),
                 "capture": self.capture.to_json(), "params": dict(self.params),
-                "what_if": [w.to_json() for w in self.what_if]}
+                "what_if": [w.to_json() for w in self.what_if],
+                "phases": [ph.to_json() for ph in self.phases]}
 
 
 def _step_parts(bt: pd.DataFrame) -> list[dict[str, int]]:

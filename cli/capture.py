@@ -238,15 +238,38 @@ def capture(command: list[str], backend: Backend, out: Path, capture_range: bool
     fresh = [p for p in [trace] if backend is Backend.TORCH and p.exists() and p.stat().st_mtime >= since]
     if backend is Backend.TORCH:
         fresh += rank_traces(trace, since)
-    fresh += _process_traces(trace, since)
+    per_process = _process_traces(trace, since)
+    fresh += per_process
     for written in fresh:
         print(f"srtscope: wrote {written}", file=sys.stderr)
+    if backend is Backend.PROBE and len(per_process) > 1:
+        _merge_processes(per_process, out)
     if not fresh and backend is Backend.TORCH:
         print(f"srtscope: no Kineto trace was written ({trace} missing)", file=sys.stderr)
     elif not fresh:
         print("srtscope: no probe trace was written: no instrumented engine function ran",
               file=sys.stderr)
     return _interrupted(run.signal) if run.signal else run.code
+
+
+def _merge_processes(paths: list[Path], out: Path) -> None:
+    """The processes' probe traces as one, ``NAME.json.gz``: an engine's scheduler and its model
+    runner in different processes (a server) make one rank's steps only together."""
+    import gzip
+    import json
+
+    from srtscope.probes.export import atomic_write_json, merge_probe_documents
+
+    merged = torch_trace_path(out)
+    try:
+        check_output_path(merged)
+        docs = [json.loads(gzip.decompress(p.read_bytes())) for p in paths]
+        atomic_write_json(merged, merge_probe_documents(docs))
+    except (OutputError, OSError, ValueError, KeyError) as exc:
+        print(f"srtscope: the {len(paths)} processes' traces were not merged: {exc}", file=sys.stderr)
+        return
+    print(f"srtscope: wrote {merged} (the {len(paths)} processes on one clock: diagnose this one)",
+          file=sys.stderr)
 
 
 def _process_traces(trace: Path, since: float) -> list[Path]:

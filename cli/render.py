@@ -280,11 +280,28 @@ def what_if_table(d: dict[str, Any], limit: int = 6) -> Table | None:
     return t
 
 
+def phases_table(d: dict[str, Any]) -> Table | None:
+    """Prefill and decode apart: the mean step of each phase and its verdict (``phases``)."""
+    rows = d.get("phases") or []
+    if not rows:
+        return None
+    t = _table("prefill vs decode: the mean step of each phase", "phase", "steps", "step", "compute",
+               "lost", "verdict", "largest losses per step", justify_right=(1, 2, 3, 4))
+    for ph in rows:
+        b = ph.get("mean_bubbles_ns") or {}
+        top = ", ".join(f"{c} {fmt_ns(v)}" for c, v in sorted(b.items(), key=lambda kv: -int(kv[1]))[:3])
+        verdict = str(ph.get("bottleneck"))
+        t.add_row(_t(ph.get("phase"), 10), str(int(ph.get("steps") or 0)), fmt_ns(ph.get("mean_wall_ns")),
+                  fmt_ns(ph.get("mean_compute_ns")), f"{float(ph.get('lost_pct') or 0):.0f}%",
+                  _t(verdict, 20, CLASS_STYLE.get(verdict, "")), _t(top, 80))
+    return t
+
+
 def render_diagnosis(d: dict[str, Any], console: Console) -> None:
     console.print(capture_panel(d))
     console.print(verdict_panel(d))
-    for part in (device_table(d), budget_table(d), what_if_table(d), bubbles_table(d), steps_table(d), comm_table(d),
-                 kernels_table(d), step_strip(d)):
+    for part in (device_table(d), budget_table(d), phases_table(d), what_if_table(d), bubbles_table(d),
+                 steps_table(d), comm_table(d), kernels_table(d), step_strip(d)):
         if part is None:
             continue
         title = getattr(part, "title_text", None)

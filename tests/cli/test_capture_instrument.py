@@ -106,17 +106,23 @@ def test_capture_runs_the_named_interpreter_and_instruments_each_process(engine,
     assert counts == [3, 5]
     for t in traces:
         assert str(t) in r.stderr
+    # and the two as one trace, on one clock, with every span of both
+    merged = out.parent / "cap.json.gz"
+    assert f"wrote {merged} (the 2 processes on one clock" in r.stderr
+    names = _spans(merged)
+    assert names.count("loop.step") == 8 and len(names) == sum(len(_spans(t)) for t in traces)
+    doc = json.loads(gzip.decompress(merged.read_bytes()))
+    assert doc["spans"]["start_ns"] == sorted(doc["spans"]["start_ns"]) and len(doc["meta"]["pids"]) == 2
     by_pid = {int(t.name.split(".pid")[1].split(".")[0]): _spans(t) for t in traces}
     parent = [names for names in by_pid.values() if names.count("loop.step") == 3][0]
     assert parent.count("sched.result") == 4          # 3 steps + the call that raised
     assert {"sched.schedule", "prep.batch", "run.eager", "run.sample"} <= set(parent)
     # diagnosed by stage: the scheduler's 4 ms of each step is the bottleneck
-    child = [t for t in traces if _spans(t).count("loop.step") == 5][0]
-    d = _run([*CLI, "diagnose", child, "--json"], {}, tmp_path)
+    d = _run([*CLI, "diagnose", merged, "--json"], {}, tmp_path)
     assert d.returncode == 0, d.stderr
     doc = json.loads(d.stdout)
     assert doc["verdict"]["bottleneck"] == "scheduler"
-    assert doc["steps"]["source"] == "loop.step"
+    assert doc["steps"]["source"] == "loop.step" and doc["steps"]["count"] == 8
 
 
 def test_capture_says_how_to_fix_srtscope_missing_from_the_interpreter(engine, tmp_path):
