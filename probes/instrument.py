@@ -73,6 +73,7 @@ class Instrumenter:
         self.missing: list[Target] = []
         self.on_call: Callable[[], None] | None = None
         self._undo: list[tuple[Any, str, Any]] = []   # (owner, attribute, own value or _ABSENT)
+        self._placed: list[tuple[Any, str, Any, Target]] = []   # (owner, attribute, what we set, target)
         self._versions_seen: set[str] = set()
         self._finder: _Finder | None = None
         self._lock = threading.Lock()
@@ -102,6 +103,7 @@ class Instrumenter:
             else:
                 setattr(owner, attr, value)
         self._undo.clear()
+        self._placed.clear()
         self.patched.clear()
 
     def patch_module(self, module: Any) -> None:
@@ -150,6 +152,21 @@ class Instrumenter:
         os.environ[WARNED_ENV] = f"{given}|{key}" if given else key
         self.warn(message)
 
+    def refresh(self) -> int:
+        """Wrap again each target whose attribute was replaced since it was wrapped (a plugin's, a
+        test's or a fault injector's monkeypatch that calls the wrapper): the stage range then
+        encloses what the attribute holds now. Returns how many were wrapped again. Cheap (one dict
+        lookup per target): run at each engine step."""
+        again = 0
+        for i, (owner, attr, placed, target) in enumerate(self._placed):
+            now = owner.__dict__.get(attr, _ABSENT) if isinstance(owner, type) else getattr(owner, attr, _ABSENT)
+            if now is placed or now is _ABSENT:
+                continue
+            with self._lock:
+                if self._patch_attr(owner, attr, target, index=i) is None:
+                    again += 1
+        return again
+
     def _patch(self, module: Any, target: Target) -> str | None:
         """Wrap one target; None when done (or already done), else why not."""
         parts = target.qualname.split(".")
@@ -158,7 +175,10 @@ class Instrumenter:
             owner = getattr(owner, part, None)
             if owner is None:
                 return f"no {part}"
-        attr = parts[-1]
+        return self._patch_attr(owner, parts[-1], target)
+
+    def _patch_attr(self, owner: Any, attr: str, target: Target, index: int | None = None) -> str | None:
+        """Wrap ``owner.attr``; ``index``: the ``_placed`` entry it replaces (a refresh)."""
         try:
             raw = inspect.getattr_static(owner, attr)
         except AttributeError:
@@ -174,8 +194,13 @@ class Instrumenter:
             return None
         wrapper = _wrap(fn, target, self)
         own = owner.__dict__.get(attr, _ABSENT) if isinstance(owner, type) else getattr(owner, attr)
-        setattr(owner, attr, kind(wrapper) if kind is not None else wrapper)
-        self._undo.append((owner, attr, own))
+        placed = kind(wrapper) if kind is not None else wrapper
+        setattr(owner, attr, placed)
+        if index is None:
+            self._undo.append((owner, attr, own))
+            self._placed.append((owner, attr, placed, target))
+        else:
+            self._placed[index] = (owner, attr, placed, target)
         return None
 
 
@@ -185,6 +210,7 @@ class _Absent:
 
 _ABSENT = _Absent()
 _open_steps = threading.local()   # the loop.step ranges open on this thread (innermost last)
+_inside = threading.local()       # .targets: the targets whose range is open on this thread
 
 
 def _steps() -> list:
@@ -201,15 +227,31 @@ def _wrap(fn: Callable[..., Any], target: Target, inst: Instrumenter) -> Callabl
     mode_from = target.mode_from
     is_step = target.stage is Stage.LOOP_STEP
     calls = inst.calls
+    key = id(target)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if not ranges.is_enabled():
             return fn(*args, **kwargs)
+        try:
+            open_now = _inside.targets
+        except AttributeError:
+            open_now = _inside.targets = set()
+        if key in open_now:        # wrapped again around a monkeypatch (refresh): one range is enough
+            return fn(*args, **kwargs)
+        open_now.add(key)
+        try:
+            return _call(fn, args, kwargs)
+        finally:
+            open_now.discard(key)
+
+    def _call(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         hook = inst.on_call
         if hook is not None:
             hook()
         calls[name] = calls.get(name, 0) + 1
+        if is_step and inst._placed:
+            inst.refresh()
         with ranges.stage(name, **attrs) as r:
             if is_step:
                 stack = _steps()

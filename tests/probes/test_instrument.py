@@ -196,3 +196,30 @@ def test_sglang_batch_mode_from_forward_mode(engine_root, recorder, instrumented
     Scheduler().get_next_batch_to_run("extend")
     Scheduler().get_next_batch_to_run(None)       # no batch this step: no mode
     assert [(r[5] or {}).get("mode") for r in recorder.raw_spans()] == ["extend", None]
+
+
+def test_a_later_monkeypatch_is_wrapped_again_at_the_next_step(engine_root, recorder, instrumented):
+    # scenario: a fault injector replaces Scheduler.update_from_output after the instrumentation,
+    # with a delay before it calls the (wrapped) original: the next engine step wraps it again, so
+    # the sched.result range encloses the delay, once (no nested duplicate)
+    import time
+
+    write_fake_engine(engine_root, VLLM, "0.32.0")
+    inst = instrumented(VLLM, [])
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.engine.core import EngineCore
+
+    orig = Scheduler.update_from_output
+
+    def slow(self, *a, **k):
+        time.sleep(0.02)
+        return orig(self, *a, **k)
+
+    Scheduler.update_from_output = slow
+    EngineCore().step()                          # the refresh happens here
+    assert Scheduler().update_from_output(7).x == 7
+    results = [(r[0], r[2] - r[1]) for r in recorder.raw_spans() if r[0] == "sched.result"]
+    assert len(results) == 1 and results[0][1] >= 20_000_000
+    assert inst.calls["sched.result"] == 1
+    inst.uninstall()                             # no wrapper of ours is left behind
+    assert not hasattr(Scheduler.__dict__["update_from_output"], "__srtscope_target__")
