@@ -69,6 +69,7 @@ class Instrumenter:
             for target in table.targets:
                 self.by_module.setdefault(target.module, []).append((table, target))
         self.calls: dict[str, int] = {}
+        self.steps = 0          # loop.step ranges opened in this process (their ``step`` attribute)
         self.patched: list[Target] = []
         self.missing: list[Target] = []
         self.on_call: Callable[[], None] | None = None
@@ -85,12 +86,16 @@ class Instrumenter:
             self._finder = _Finder(self)
             sys.meta_path.insert(0, self._finder)
             if hasattr(os, "register_at_fork"):
-                os.register_at_fork(after_in_child=self.calls.clear)
+                os.register_at_fork(after_in_child=self._forked)
         for name in list(self.by_module):
             module = sys.modules.get(name)
             if module is not None:
                 self.patch_module(module)
         return self
+
+    def _forked(self) -> None:
+        self.calls.clear()
+        self.steps = 0
 
     def uninstall(self) -> None:
         """Remove the import hook and restore every patched attribute (tests)."""
@@ -250,9 +255,15 @@ def _wrap(fn: Callable[..., Any], target: Target, inst: Instrumenter) -> Callabl
         if hook is not None:
             hook()
         calls[name] = calls.get(name, 0) + 1
-        if is_step and inst._placed:
-            inst.refresh()
-        with ranges.stage(name, **attrs) as r:
+        if is_step:
+            if inst._placed:
+                inst.refresh()
+            # NOTE: numbered per process, like the engine's own loop.step (diagnose --steps A:B)
+            inst.steps += 1
+            step_attrs = {**attrs, "step": inst.steps - 1}
+        else:
+            step_attrs = attrs
+        with ranges.stage(name, **step_attrs) as r:
             if is_step:
                 stack = _steps()
                 stack.append(r)

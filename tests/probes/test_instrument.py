@@ -186,6 +186,8 @@ def test_step_mode_reaches_the_enclosing_step(engine_root, recorder, instrumente
     for name, _s, _e, _t, _d, attrs in recorder.raw_spans():
         by_name.setdefault(name, []).append((attrs or {}).get("mode"))
     assert by_name == {"loop.step": ["mixed", "decode"], "sched.schedule": ["mixed", "decode"]}
+    # steps numbered in order, as the engine's own loop.step ranges are (diagnose --steps A:B)
+    assert [(r[5] or {}).get("step") for r in recorder.raw_spans() if r[0] == "loop.step"] == [0, 1]
 
 
 def test_sglang_batch_mode_from_forward_mode(engine_root, recorder, instrumented):
