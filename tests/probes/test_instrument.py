@@ -225,3 +225,28 @@ def test_a_later_monkeypatch_is_wrapped_again_at_the_next_step(engine_root, reco
     assert inst.calls["sched.result"] == 1
     inst.uninstall()                             # no wrapper of ours is left behind
     assert not hasattr(Scheduler.__dict__["update_from_output"], "__srtscope_target__")
+
+
+def test_a_step_inside_a_step_is_not_a_step_of_its_own(engine_root, recorder, instrumented):
+    # scenario: vLLM's in-process engine: LLMEngine.step calls EngineCore.step, then processes the
+    # outputs; the whole is one engine step (the output processing inside it)
+    write_fake_engine(engine_root, VLLM, "0.32.0")
+    from vllm._fake_out import HOOKS
+
+    inst = instrumented(VLLM, [])
+    from vllm.v1.engine.core import EngineCore
+    from vllm.v1.engine.llm_engine import LLMEngine
+    from vllm.v1.engine.output_processor import OutputProcessor
+
+    def llm_step(x):
+        EngineCore().step()
+        OutputProcessor().process_outputs()
+
+    HOOKS["LLMEngine.step"] = llm_step
+    LLMEngine().step()
+    LLMEngine().step()
+    spans = sorted(recorder.raw_spans(), key=lambda r: r[1])
+    steps = [r for r in spans if r[0] == "loop.step"]
+    assert [(r[5] or {}).get("step") for r in steps] == [0, 1] and inst.calls["loop.step"] == 2
+    results = [r for r in spans if r[0] == "sched.result"]
+    assert len(results) == 2 and all(s[1] <= r[1] and r[2] <= s[2] for s, r in zip(steps, results))
