@@ -8,7 +8,9 @@ put around vLLM's functions — no vLLM profiler involved (``--backend probe``).
 Per capture: the verdict's class / cause; the injected delay per measured step (the driver's
 ``fired`` count x delay / steps); ``recovered``: the injected cause's class's lost time per step,
 less the clean captures' mean (target: within 10% of injected); ``what-if``: the faulty mean step
-predicted without that cause vs the clean captures' mean step (target: within 15%). The driver
+predicted without that cause vs the clean captures' mean step (target: within 15%; the what-if
+keeps the measured forward time, and on a CPU the forward after a 20 ms sleep runs slower than in
+a clean run — the ``compute`` column shows by how much). The driver
 generates twice (a warm-up, then the run); only the run's steps (the last ``--tokens``) are
 diagnosed (``--steps``). srtscope must be importable by ``--python``: this script puts the
 repository first on its PYTHONPATH.
@@ -90,15 +92,15 @@ def main(argv: list[str] | None = None) -> int:
     clean_step = mean(d["budget"]["mean_step"]["wall_ns"] for d in clean)
     print(f"vLLM {runs[0][2].get('vllm')}, {a.requests} requests x {a.tokens} tokens, delay {a.delay_ms:g} ms, "
           f"OMP_NUM_THREADS=1, loadavg {runs[0][2].get('loadavg')}")
-    print(f"{'capture':14} {'steps':>5} {'verdict':26} {'step ms':>8} {'injected':>8} {'recovered':>9} "
-          f"{'err':>6} {'what-if':>8} {'clean':>7} {'err':>6}  sched/prep ms per step")
+    print(f"{'capture':14} {'steps':>5} {'verdict':26} {'step ms':>8} {'compute':>8} {'injected':>8} "
+          f"{'recovered':>9} {'err':>6} {'what-if':>8} {'clean':>7} {'err':>6}  sched/prep ms per step")
     ok = True
     for i, (fault, d, manifest) in enumerate(runs):
         b, v = d["budget"], d["verdict"]
         n = max(b["steps"], 1)
         per = {c: b["bubbles_ns"].get(c, 0) / n for c in ("scheduler", "prep")}
         line = (f"{i:02d}_{fault:10} {b['steps']:5d} {v['bottleneck'] + ' / ' + v['cause']:26} "
-                f"{_ms(b['mean_step']['wall_ns']):>8}")
+                f"{_ms(b['mean_step']['wall_ns']):>8} {_ms(b['mean_step']['compute_ns']):>8}")
         if fault in EXPECT:
             cls, cause = EXPECT[fault]
             run = manifest["runs"][0]
