@@ -228,7 +228,7 @@ def _steps() -> list:
 
 def _wrap(fn: Callable[..., Any], target: Target, inst: Instrumenter) -> Callable[..., Any]:
     name = target.stage.value
-    attrs = dict(target.attrs)
+    attrs: dict[str, object] = dict(target.attrs)
     mode_from = target.mode_from
     is_step = target.stage is Stage.LOOP_STEP
     calls = inst.calls
@@ -262,7 +262,7 @@ def _wrap(fn: Callable[..., Any], target: Target, inst: Instrumenter) -> Callabl
                 inst.refresh()
             # NOTE: numbered per process, like the engine's own loop.step (diagnose --steps A:B)
             inst.steps += 1
-            step_attrs = {**attrs, "step": inst.steps - 1}
+            step_attrs: dict[str, object] = {**attrs, "step": inst.steps - 1}
         else:
             step_attrs = attrs
         with ranges.stage(name, **step_attrs) as r:
