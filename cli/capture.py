@@ -22,7 +22,7 @@ from pathlib import Path
 
 from srtscope.cli.capture_env import boot_dir, engine_switches, interpreter_of, preflight, split_python
 from srtscope.cli.errors import Exit, fail
-from srtscope.cli.output import OutputError, check_output_path, ensure_dir
+from srtscope.cli.output import OutputError, check_output_path, ensure_dir, file_mode
 from srtscope.probes.capture_boot import process_trace_path
 from srtscope.probes.torch_capture import TORCH_PROFILE_ENV, rank_trace_path, rank_traces
 
@@ -239,6 +239,8 @@ def capture(command: list[str], backend: Backend, out: Path, capture_range: bool
     if backend is Backend.TORCH:
         fresh += rank_traces(trace, since)
     per_process = _process_traces(trace, since)
+    for p in per_process:               # written by the command's processes with mkstemp's 0600
+        _user_mode(p)
     fresh += per_process
     for written in fresh:
         print(f"srtscope: wrote {written}", file=sys.stderr)
@@ -265,11 +267,20 @@ def _merge_processes(paths: list[Path], out: Path) -> None:
         check_output_path(merged)
         docs = [json.loads(gzip.decompress(p.read_bytes())) for p in paths]
         atomic_write_json(merged, merge_probe_documents(docs))
+        _user_mode(merged)
     except (OutputError, OSError, ValueError, KeyError) as exc:
         print(f"srtscope: the {len(paths)} processes' traces were not merged: {exc}", file=sys.stderr)
         return
     print(f"srtscope: wrote {merged} (the {len(paths)} processes on one clock: diagnose this one)",
           file=sys.stderr)
+
+
+def _user_mode(path: Path) -> None:
+    """Give a trace the mode the user's umask gives new files, as every other output has."""
+    try:
+        os.chmod(path, file_mode())
+    except OSError:
+        pass
 
 
 def _process_traces(trace: Path, since: float) -> list[Path]:

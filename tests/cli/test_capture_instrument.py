@@ -78,6 +78,12 @@ def engine(tmp_path):
     return root
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _spans(path: Path) -> list[str]:
     doc = json.loads(gzip.decompress(path.read_bytes()))
     return [doc["strings"][i] for i in doc["spans"]["name"]]
@@ -104,6 +110,8 @@ def test_capture_runs_the_named_interpreter_and_instruments_each_process(engine,
     assert len(traces) == 2, r.stderr
     counts = sorted(_spans(t).count("loop.step") for t in traces)
     assert counts == [3, 5]
+    for t in traces + [out.parent / "cap.json.gz"]:
+        assert (t.stat().st_mode & 0o777) == 0o666 & ~_umask()      # as every output: the umask's mode
     for t in traces:
         assert str(t) in r.stderr
     # and the two as one trace, on one clock, with every span of both
