@@ -13,7 +13,6 @@ import pytest
 from srtscope.analyzers.diagnose import DiagnoseParams, diagnose
 from srtscope.analyzers.readers import load_timeline
 from srtscope.probes.stages import Stage
-
 from tests.conftest import REPO
 
 SAMPLES = REPO / "sample_traces"
