@@ -200,3 +200,25 @@ def test_capture_bad_commands_one_line_and_no_trace(tmp_path, args, needle):
     assert r.returncode == 2 and len(lines) == 1, r.stderr
     assert lines[0].startswith("srtscope: error: ") and needle in lines[0], lines[0]
     assert "Traceback" not in r.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_capture_nsys_instruments_with_nvtx_and_sets_the_nsys_switches(engine, tmp_path):
+    # scenario: under nsys (a stand-in on PATH that runs the command), in an interpreter without the
+    # nvtx package: one warning line says how to get the ranges into nsys; the engines' NVTX
+    # switches are set; the program's output and exit code are its own
+    from test_capture_nsys import FAKE_NSYS
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nsys").write_text(FAKE_NSYS.format(python=sys.executable))
+    (bin_dir / "nsys").chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_NSYS_LOG": str(tmp_path / "log"),
+           "FAKE_NSYS_SAMPLE": str(REPO / "sample_traces" / "prep_bound.sqlite"),
+           "PYTHONPATH": os.pathsep.join([str(engine), str(REPO)])}
+    r = _run([*CLI, "capture", "--instrument", "vllm", "--out", tmp_path / "cap", "--",
+              OTHER_PYTHON, "drive.py"], env, engine)
+    assert r.returncode == 3, r.stderr
+    assert "switches: 1 1" in r.stdout and "raised: Scheduler.update_from_output failed" in r.stdout
+    warned = [ln for ln in r.stderr.splitlines() if "nvtx package is not importable" in ln]
+    assert len(warned) == 1 and f"{OTHER_PYTHON} -m pip install nvtx" in warned[0]
+    assert (tmp_path / "cap.sqlite").exists() and not list(tmp_path.glob("cap.pid*"))
