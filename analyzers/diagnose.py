@@ -23,6 +23,7 @@ from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons, fal
 from srtscope.analyzers.analyses.io_frames import io_work
 from srtscope.analyzers.analyses.losses import step_losses
 from srtscope.analyzers.analyses.overview import overview
+from srtscope.analyzers.analyses.phases import phase_split
 from srtscope.analyzers.analyses.range_totals import top_ranges
 from srtscope.analyzers.analyses.steps import find_steps
 from srtscope.analyzers.analyses.verdict import decide
@@ -221,4 +222,6 @@ def diagnose(tl: Timeline, params: DiagnoseParams = _DEFAULT_PARAMS, *,
     p = asdict(params)
     p["step_range"] = list(params.step_range) if params.step_range else None
     ov = overview(tl, table, steps, mask, sets=sets)
-    return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, p, dres, ov, wif, top_ranges(tl))
+    phases = phase_split(steps, budget.table, params.healthy_pct)
+    return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, p, dres, ov, wif, top_ranges(tl),
+                     phases)

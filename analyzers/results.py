@@ -415,6 +415,7 @@ class Diagnosis:
     overview: OverviewResult | None = None
     what_if: tuple[WhatIf, ...] = ()      # largest saving first (analyses.whatif)
     top_ranges: pd.DataFrame | None = None  # name (instances as N), count, total_ns, mean_ns
+    phases: tuple[Any, ...] = ()          # analyses.phases.PhaseBudget: prefill, decode (or none)
 
     def to_json(self) -> dict[str, Any]:
         steps = self.steps.to_json()
@@ -433,7 +434,8 @@ class Diagnosis:
                 "overview": None if self.overview is None else self.overview.to_json(),
                 "capture": self.capture.to_json(), "params": dict(self.params),
                 "what_if": [w.to_json() for w in self.what_if],
-                "top_ranges": [] if self.top_ranges is None else _records(self.top_ranges)})  # type: ignore[return-value]
+                "top_ranges": [] if self.top_ranges is None else _records(self.top_ranges),
+                "phases": [ph.to_json() for ph in self.phases]})  # type: ignore[return-value]
 
 
 def _step_parts(bt: pd.DataFrame) -> list[dict[str, int]]:

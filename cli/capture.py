@@ -15,12 +15,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from srtscope.cli.capture_env import boot_dir, engine_switches, interpreter_of, preflight, split_python
 from srtscope.cli.errors import Exit, fail
-from srtscope.cli.output import OutputError, check_output_path, ensure_dir
+from srtscope.cli.output import OutputError, check_output_path, ensure_dir, file_mode
+from srtscope.probes.capture_boot import process_trace_path
 from srtscope.probes.torch_capture import TORCH_PROFILE_ENV, rank_trace_path, rank_traces
 
 NSYS_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite")  # stripped from --out to name the capture
@@ -29,6 +32,14 @@ NSYS_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite")  # stripped from --out to nam
 class Backend(str, Enum):
     NSYS = "nsys"
     TORCH = "torch"
+    PROBE = "probe"      # no profiler: the instrumented stages' spans, as srtscope probe traces
+
+
+class Engine(str, Enum):
+    """Engines ``--instrument`` knows (``probes/engine_tables.py``)."""
+
+    VLLM = "vllm"
+    SGLANG = "sglang"
 
 
 @dataclass(frozen=True)
@@ -64,18 +75,26 @@ def nsys_plan(nsys: str, out: Path, command: list[str], capture_range: bool = Fa
     return NsysPlan(profile, export, report, sqlite)
 
 
-def torch_plan(out: Path, command: list[str]) -> tuple[list[str], dict[str, str], Path]:
+def torch_trace_path(out: Path) -> Path:
+    """``--out`` of the torch backend: NAME -> NAME.json.gz; ``.json`` / ``.json.gz`` kept."""
+    return out if out.name.endswith((".json", ".json.gz")) else out.with_name(out.name + ".json.gz")
+
+
+def torch_plan(out: Path, command: list[str],
+               env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str], Path]:
     """Command and environment for the torch.profiler backend; returns (argv, env, trace path).
 
-    A Python command (``python script.py ...`` or ``python -m mod ...``) runs under
-    ``srtscope.cli.torch_profile``, which wraps the script in torch.profiler. Any other command (e.g.
-    ``srtscope run``) gets ``SRTSCOPE_TORCH_PROFILE`` and profiles itself if it knows how.
+    A Python command (``python [OPTIONS] script.py ...`` or ``python -m mod ...``) runs under
+    ``srtscope.cli.torch_profile`` in the interpreter it names, which wraps the script in
+    torch.profiler. Any other command (e.g. ``srtscope run``) gets ``SRTSCOPE_TORCH_PROFILE`` and
+    profiles itself if it knows how.
     """
-    trace = out if out.name.endswith((".json", ".json.gz")) else out.with_name(out.name + ".json.gz")
-    env = dict(os.environ)
-    exe = Path(command[0]).name
-    if exe.startswith("python") and len(command) > 1:
-        argv = [sys.executable, "-m", "srtscope.cli.torch_profile", "--out", str(trace), "--", *command[1:]]
+    trace = torch_trace_path(out)
+    env = dict(os.environ) if env is None else env
+    py = split_python(command)
+    if py is not None:
+        argv = [py.python, *py.options, "-m", "srtscope.cli.torch_profile", "--out", str(trace),
+                "--", *py.target]
     else:
         env[TORCH_PROFILE_ENV] = str(trace)
         argv = list(command)
@@ -137,6 +156,8 @@ def _run(argv: list[str], env: dict[str, str] | None = None) -> ChildRun:
         fail(f"command not found: {argv[0]}")
     except PermissionError:
         fail(f"command not executable: {argv[0]}")
+    except OSError as exc:              # e.g. ENOEXEC: a file that is not a program
+        fail(f"cannot run {argv[0]}: {exc.strerror or exc}")
     got: list[int] = []
 
     def forward(signum: int, frame: object) -> None:
@@ -160,14 +181,24 @@ def _run(argv: list[str], env: dict[str, str] | None = None) -> ChildRun:
     return ChildRun(code, got[0] if got else 0)
 
 
-def capture(command: list[str], backend: Backend, out: Path, capture_range: bool = False) -> int:
-    """Run ``command`` under the chosen backend; returns the command's exit code."""
+def capture(command: list[str], backend: Backend, out: Path, capture_range: bool = False,
+            instrument: list[Engine] | None = None) -> int:
+    """Run ``command`` under the chosen backend; returns the command's exit code. ``instrument``:
+    engines whose functions are wrapped in stage ranges in every Python process of the command."""
     if not command:
         fail("capture needs a command after '--', e.g. srtscope capture -- python serve.py")
+    engines = list(dict.fromkeys(e.value for e in instrument or []))
+    if backend is Backend.PROBE and not engines:
+        fail("--backend probe records only the engine functions that --instrument wraps: "
+             "add --instrument vllm or --instrument sglang")
+    split_python(command)               # an incomplete Python command is refused before anything runs
     try:
         ensure_dir(out.parent, "--out folder")
     except OutputError as exc:
         fail(str(exc))
+    env = dict(os.environ)
+    engine_switches(env, nsys=backend is Backend.NSYS)
+    python = interpreter_of(command)
     if backend is Backend.NSYS:
         nsys = shutil.which("nsys")
         if nsys is None:
@@ -175,7 +206,10 @@ def capture(command: list[str], backend: Backend, out: Path, capture_range: bool
                  "use --backend torch to capture with torch.profiler instead")
         plan = nsys_plan(nsys, out, command, capture_range)
         _check_outputs([plan.report, plan.sqlite])
-        run = _run(plan.profile)
+        if engines and python is not None:
+            preflight(python, env, ["srtscope.probes.capture_boot"])
+        with boot_dir(env, backend.value, plan.report, engines) if engines else nullcontext():
+            run = _run(plan.profile, env)
         if plan.report.exists():
             exported = _run(plan.export)
             if exported.signal:
@@ -186,17 +220,73 @@ def capture(command: list[str], backend: Backend, out: Path, capture_range: bool
         else:
             print(f"srtscope: nsys wrote no report ({plan.report} missing)", file=sys.stderr)
         return _interrupted(run.signal) if run.signal else run.code
-    argv, env, trace = torch_plan(out, command)
-    _check_outputs([trace, rank_trace_path(trace, 0)])
+    if backend is Backend.TORCH:
+        argv, env, trace = torch_plan(out, command, env)
+        _check_outputs([trace, rank_trace_path(trace, 0)])
+        modules = ["srtscope.cli.torch_profile"] if split_python(command) is not None else []
+    else:
+        argv, trace = list(command), out
+        modules = []
+    if engines:
+        modules.append("srtscope.probes.capture_boot")
+    if modules and python is not None:
+        preflight(python, env, modules)
     t0 = time.time()
-    run = _run(argv, env)
+    with boot_dir(env, backend.value, trace, engines) if engines else nullcontext():
+        run = _run(argv, env)
     since = t0 - 1.0   # NOTE: file systems with coarse timestamps
-    fresh = [p for p in [trace] if p.exists() and p.stat().st_mtime >= since] + rank_traces(trace, since)
+    fresh = [p for p in [trace] if backend is Backend.TORCH and p.exists() and p.stat().st_mtime >= since]
+    if backend is Backend.TORCH:
+        fresh += rank_traces(trace, since)
+    per_process = _process_traces(trace, since)
+    for p in per_process:               # written by the command's processes with mkstemp's 0600
+        _user_mode(p)
+    fresh += per_process
     for written in fresh:
         print(f"srtscope: wrote {written}", file=sys.stderr)
-    if not fresh:
+    if backend is Backend.PROBE and len(per_process) > 1:
+        _merge_processes(per_process, out)
+    if not fresh and backend is Backend.TORCH:
         print(f"srtscope: no Kineto trace was written ({trace} missing)", file=sys.stderr)
+    elif not fresh:
+        print("srtscope: no probe trace was written: no instrumented engine function ran",
+              file=sys.stderr)
     return _interrupted(run.signal) if run.signal else run.code
+
+
+def _merge_processes(paths: list[Path], out: Path) -> None:
+    """The processes' probe traces as one, ``NAME.json.gz``: an engine's scheduler and its model
+    runner in different processes (a server) make one rank's steps only together."""
+    import gzip
+    import json
+
+    from srtscope.probes.export import atomic_write_json, merge_probe_documents
+
+    merged = torch_trace_path(out)
+    try:
+        check_output_path(merged)
+        docs = [json.loads(gzip.decompress(p.read_bytes())) for p in paths]
+        atomic_write_json(merged, merge_probe_documents(docs))
+        _user_mode(merged)
+    except (OutputError, OSError, ValueError, KeyError) as exc:
+        print(f"srtscope: the {len(paths)} processes' traces were not merged: {exc}", file=sys.stderr)
+        return
+    print(f"srtscope: wrote {merged} (the {len(paths)} processes on one clock: diagnose this one)",
+          file=sys.stderr)
+
+
+def _user_mode(path: Path) -> None:
+    """Give a trace the mode the user's umask gives new files, as every other output has."""
+    try:
+        os.chmod(path, file_mode())
+    except OSError:
+        pass
+
+
+def _process_traces(trace: Path, since: float) -> list[Path]:
+    """The per-process traces (``process_trace_path``) of ``trace`` written at or after ``since``."""
+    pattern = process_trace_path(trace, 0).name.replace(".pid0.", ".pid*.", 1)
+    return sorted(p for p in trace.parent.glob(pattern) if p.stat().st_mtime >= since)
 
 
 def _check_outputs(paths: list[Path]) -> None:

@@ -1,11 +1,16 @@
-"""``srtscope capture [--backend nsys|torch] [--out NAME] -- COMMAND...``"""
+"""``srtscope capture [--backend nsys|torch|probe] [--instrument vllm|sglang] [--out NAME] -- COMMAND...``
+and ``srtscope capture --server URL [--load N | --duration S] [--trace-dir DIR]``."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
 
-from srtscope.cli.capture import Backend, capture
+from srtscope.cli.capture import Backend, Engine, capture
+from srtscope.cli.errors import fail
+
+DEFAULT_OUT = Path("srtscope_capture")
 
 
 def register(app: typer.Typer) -> None:
@@ -15,15 +20,87 @@ def register(app: typer.Typer) -> None:
         command: list[str] = typer.Argument(None, help="The command to profile, after '--'."),
         backend: Backend = typer.Option(Backend.NSYS, "--backend", "-b",
                                         help="nsys: Nsight Systems + SQLite export; "
-                                             "torch: torch.profiler Kineto trace."),
-        out: Path = typer.Option(Path("srtscope_capture"), "--out", "-o",
-                                 help="Output name (NAME.nsys-rep + NAME.sqlite, or NAME.json.gz)."),
+                                             "torch: torch.profiler Kineto trace; probe: no "
+                                             "profiler, the --instrument stages' own spans."),
+        out: Path | None = typer.Option(None, "--out", "-o",
+                                        help="Output name (NAME.nsys-rep + NAME.sqlite, or "
+                                             "NAME.json.gz; NAME.pid<N>.json.gz per other process). "
+                                             "Default: srtscope_capture."),
         capture_range: bool = typer.Option(False, "--capture-range",
                                            help="nsys: record only between cudaProfilerStart/Stop."),
+        instrument: list[Engine] = typer.Option(
+            [], "--instrument", help="Wrap this engine's scheduler, prep, forward, sample and "
+                                     "result functions in srtscope stage ranges in every Python "
+                                     "process of COMMAND (repeatable)."),
+        server: str | None = typer.Option(None, "--server", metavar="URL",
+                                          help="Profile a running SGLang / vLLM server through its "
+                                               "/start_profile and /stop_profile, then diagnose "
+                                               "the trace it wrote (no COMMAND)."),
+        load: int = typer.Option(32, "--load", help="--server: built-in requests sent to "
+                                                    "/v1/completions while profiling (0: none)."),
+        concurrency: int = typer.Option(4, "--concurrency", help="--server: load requests in flight."),
+        max_tokens: int = typer.Option(32, "--max-tokens", help="--server: tokens per load request."),
+        duration: float = typer.Option(10.0, "--duration", help="--server --load 0: seconds to profile "
+                                                                "the server's own traffic."),
+        trace_dir: Path | None = typer.Option(None, "--trace-dir",
+                                              help="--server: the folder the server writes traces "
+                                                   "to (vLLM: its VLLM_TORCH_PROFILER_DIR)."),
+        timeout: float = typer.Option(60.0, "--timeout", help="--server: deadline of each HTTP call, s."),
+        wait: float = typer.Option(600.0, "--wait", help="--server: deadline of /stop_profile (the "
+                                                         "server writes its trace before answering) "
+                                                         "and of the trace files settling, s."),
+        diagnose: bool = typer.Option(True, "--diagnose/--no-diagnose",
+                                      help="--server: diagnose the trace afterwards."),
     ) -> None:
-        """Run COMMAND under a profiler with the flags srtscope's analysis needs.
+        """Run COMMAND under a profiler with the flags srtscope's analysis needs, or profile a
+        running server (--server).
 
-        The command's exit code is passed through.
+        COMMAND runs with the interpreter it names; the engines' own profiling switches
+        (VLLM_CUSTOM_SCOPES_FOR_PROFILING; under nsys also VLLM_NVTX_SCOPES_FOR_PROFILING and
+        SGLANG_ENABLE_NVTX_SCHEDULER) are set unless already set. The command's exit code is
+        passed through.
         """
-        code = capture(list(command or []), backend, out, capture_range)
+        if server is not None:
+            if command:
+                fail("--server profiles a running server: give no COMMAND with it")
+            if out is not None or instrument or capture_range:
+                fail("--out, --instrument and --capture-range apply to a COMMAND, not to --server "
+                     "(start the server itself under srtscope capture --instrument to mark its stages)")
+            raise typer.Exit(_server(server, load, concurrency, max_tokens, duration, trace_dir,
+                                     timeout, wait, diagnose))
+        code = capture(list(command or []), backend, out or DEFAULT_OUT, capture_range, list(instrument))
         raise typer.Exit(code)
+
+
+def _server(url: str, load: int, concurrency: int, max_tokens: int, duration: float,
+            trace_dir: Path | None, timeout: float, wait: float, diagnose: bool) -> int:
+    from srtscope.cli.server_capture import ServerError, ServerPlan, capture_server, engine_traces
+
+    try:
+        plan = ServerPlan(url, trace_dir, load, concurrency, max_tokens, duration, timeout, wait)
+    except ValueError as exc:
+        fail(str(exc))
+
+    def say(line: str) -> None:
+        print(f"srtscope: {line}", file=sys.stderr, flush=True)
+
+    try:
+        traces = capture_server(plan, say)
+    except ServerError as exc:
+        fail(str(exc))
+    engine, front = engine_traces(traces)
+    for t in engine:
+        say(f"the server wrote {t}")
+    for t in front:
+        say(f"the server wrote {t} (its front end: not diagnosed)")
+    if not diagnose or not engine:
+        return 0
+    from rich.console import Console
+
+    from srtscope.cli.cmd_diagnose import run_diagnosis
+    from srtscope.cli.render import render_diagnosis
+
+    console = Console()
+    diag = run_diagnosis(engine, 5.0, None, console, False)
+    render_diagnosis(diag.to_json(), console)
+    return 0

@@ -380,6 +380,23 @@ def what_if_table(d: dict[str, Any], limit: int = 6, width: int = WIDE, full: bo
     return t
 
 
+def phases_table(d: dict[str, Any]) -> Table | None:
+    """Prefill and decode apart: the mean step of each phase and its verdict (``phases``)."""
+    rows = d.get("phases") or []
+    if not rows:
+        return None
+    t = _table("prefill vs decode: the mean step of each phase", "phase", "steps", "step", "compute",
+               "lost", "verdict", "largest losses per step", justify_right=(1, 2, 3, 4), wrap=(6,))
+    for ph in rows:
+        b = ph.get("mean_bubbles_ns") or {}
+        top = ", ".join(f"{c} {fmt_ns(v)}" for c, v in sorted(b.items(), key=lambda kv: -int(kv[1]))[:3])
+        verdict = str(ph.get("bottleneck"))
+        t.add_row(_t(ph.get("phase"), 10), str(int(ph.get("steps") or 0)), fmt_ns(ph.get("mean_wall_ns")),
+                  fmt_ns(ph.get("mean_compute_ns")), f"{float(ph.get('lost_pct') or 0):.0f}%",
+                  _t(verdict, 20, CLASS_STYLE.get(verdict, "")), _t(top, 80))
+    return t
+
+
 def steps_line(d: dict[str, Any], width: int = 80) -> Text | None:
     """One line: how many steps, from where, graph replay or eager."""
     t = steps_table(d)
@@ -396,10 +413,11 @@ def render_diagnosis(d: dict[str, Any], console: Console, full: bool = False) ->
     console.print(capture_panel(d, width, full))
     console.print(verdict_panel(d, full))
     if full:
-        parts = [device_table(d), budget_table(d), what_if_table(d, 6, width, True), bubbles_table(d, True),
+        parts = [device_table(d), budget_table(d), phases_table(d), what_if_table(d, 6, width, True),
+                 bubbles_table(d, True),
                  steps_table(d), comm_table(d), kernels_table(d, 10, width), step_strip(d)]
     else:
-        parts = [what_if_table(d, 3, width, False), device_table(d, False), bubbles_table(d, False),
+        parts = [what_if_table(d, 3, width, False), phases_table(d), device_table(d, False), bubbles_table(d, False),
                  kernels_table(d, 5, width), steps_line(d, width)]
     for part in parts:
         if part is None:

@@ -43,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     if not target:
         print("srtscope: error: no script to profile", file=sys.stderr)
         return 2
+    if target[0] in ("-m", "-c") and (len(target) < 2 or not target[1]):
+        # NOTE: refused before the profiler starts, so no empty trace is left behind
+        print(f"srtscope: error: {target[0]} needs an argument", file=sys.stderr)
+        return 2
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, _stop)
     os.environ[TORCH_PROFILE_ENV] = str(args.out)   # for spawned ranks; this process is captured below
@@ -63,9 +67,6 @@ def _signal_code() -> int:
 def _run_target(target: list[str]) -> int:
     """Run the script, module or code of ``target``; its exit status (128+N when signal N stopped it)."""
     try:
-        if target[0] in ("-m", "-c") and len(target) < 2:
-            print(f"srtscope: error: {target[0]} needs an argument", file=sys.stderr)
-            return 2
         if target[0] == "-m":
             sys.argv = target[1:]
             runpy.run_module(target[1], run_name="__main__", alter_sys=True)

@@ -66,6 +66,35 @@ def probe_document(recorder: Recorder) -> dict[str, Any]:
             "strings": strings, "spans": spans, "counters": counters}
 
 
+def merge_probe_documents(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One probe document of several processes of one host (one clock: CLOCK_MONOTONIC is
+    system-wide, thread ids unique): spans and counters concatenated in time order, names
+    re-interned; the first document's meta, with ``pids`` listing every process. For an engine
+    whose scheduler and model runner live in different processes (a server's engine core and its
+    workers): together they are one rank's steps."""
+    strings: list[str] = []
+    index: dict[str, int] = {}
+    span_rows: list[tuple] = []
+    counter_rows: list[tuple] = []
+    for d in docs:
+        names = [index.setdefault(n, len(index)) for n in d["strings"]]
+        sp, co = d["spans"], d["counters"]
+        span_rows += zip((names[i] for i in sp["name"]), sp["start_ns"], sp["end_ns"], sp["tid"],
+                         sp["depth"], sp["attrs"])
+        counter_rows += zip((names[i] for i in co["name"]), co["t_ns"], co["value"], co["device"])
+    strings[:] = list(index)
+    span_rows.sort(key=lambda r: (r[1], r[4]))
+    counter_rows.sort(key=lambda r: r[1])
+    spans = dict(zip(("name", "start_ns", "end_ns", "tid", "depth", "attrs"),
+                     (list(c) for c in zip(*span_rows)) if span_rows else ([] for _ in range(6))))
+    counters = dict(zip(("name", "t_ns", "value", "device"),
+                        (list(c) for c in zip(*counter_rows)) if counter_rows else ([] for _ in range(4))))
+    meta = dict(docs[0]["meta"]) if docs else {}
+    meta["pids"] = [d["meta"].get("pid") for d in docs]
+    return {"format": FORMAT, "version": VERSION, "meta": meta, "strings": strings, "spans": spans,
+            "counters": counters}
+
+
 def chrome_document(recorder: Recorder) -> dict[str, Any]:
     """Chrome trace JSON (Perfetto opens it): ``ph: "X"`` spans and ``ph: "C"`` counters, µs times."""
     pid = recorder.pid

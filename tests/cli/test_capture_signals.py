@@ -12,6 +12,7 @@ import os
 import queue
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -69,7 +70,7 @@ def test_signals_reach_the_child_and_leave_no_orphan(tmp_path):
     script = tmp_path / "sleeper.py"
     script.write_text(SCRIPT)
     for c in CASES:
-        command = c.command or ["python", str(script)]
+        command = c.command or [sys.executable, str(script)]
         c.proc = subprocess.Popen([*CLI, "capture", "--backend", "torch", "--out", tmp_path / f"{c.name}.json.gz",
                                    "--", *command],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

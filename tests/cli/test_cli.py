@@ -4,6 +4,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -140,7 +141,7 @@ def test_capture_torch_passes_exit_code_and_writes_kineto(tmp_path):
                       "for _ in range(3):\n    x = x @ x / 64\n"
                       "sys.exit(7)\n")
     out = tmp_path / "trace.json.gz"
-    r = invoke("capture", "--backend", "torch", "--out", out, "--", "python", script)
+    r = invoke("capture", "--backend", "torch", "--out", out, "--", sys.executable, script)
     assert r.exit_code == 7, r.stderr
     assert out.exists()
     d = invoke("diagnose", out, "--json")
@@ -267,7 +268,7 @@ def test_run_with_injected_prep_delay_names_prep(tmp_path):
 def test_capture_torch_of_an_engine_run(tmp_path):
     trace = tmp_path / "engine.json.gz"
     r = invoke("capture", "--backend", "torch", "--out", trace, "--",
-               "python", "-m", "srtscope.cli.app", "run", "--requests", "2", "--max-new-tokens", "3",
+               sys.executable, "-m", "srtscope.cli.app", "run", "--requests", "2", "--max-new-tokens", "3",
                "--device", "cpu", "--overlap", "--out", tmp_path / "run", "--json")
     assert r.exit_code == 0, r.stderr
     assert trace.exists() and (tmp_path / "run" / "probe.rank0.json").exists()
@@ -292,7 +293,7 @@ def test_capture_torch_of_a_tp_run_writes_one_trace_per_rank(tmp_path):
     # scenario: ranks are separate processes; each captures itself, named by its rank
     trace = tmp_path / "tp.json.gz"
     r = invoke("capture", "--backend", "torch", "--out", trace, "--",
-               "python", "-m", "srtscope.cli.app", "run", "--tp", "2", "--requests", "2", "--max-new-tokens", "2",
+               sys.executable, "-m", "srtscope.cli.app", "run", "--tp", "2", "--requests", "2", "--max-new-tokens", "2",
                "--device", "cpu", "--out", tmp_path / "run", "--json")
     assert r.exit_code == 0, r.stderr
     # the launcher only waited: no trace of its own, so `diagnose tp*.json.gz` reads the ranks
@@ -315,7 +316,7 @@ def test_capture_torch_reports_only_the_traces_it_wrote(tmp_path):
     stale.write_bytes(b"old")
     os.utime(stale, (time.time() - 3600, time.time() - 3600))
     r = invoke("capture", "--backend", "torch", "--out", tmp_path / "x.json.gz", "--",
-               "python", "-c", "pass")
+               sys.executable, "-c", "pass")
     assert r.exit_code == 0, r.stderr
     assert [ln.split()[-1] for ln in r.stderr.splitlines() if "wrote" in ln] == [str(tmp_path / "x.json.gz")]
 

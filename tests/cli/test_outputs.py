@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,7 +92,7 @@ def test_capture_refuses_a_fifo_before_running_the_command(tmp_path):
     os.mkfifo(fifo)
     marker = tmp_path / "ran"
     done = srtscope("capture", "--backend", "torch", "--out", fifo, "--",
-                    "python", "-c", f"open({str(marker)!r}, 'w')")
+                    sys.executable, "-c", f"open({str(marker)!r}, 'w')")
     done.one_error_line(2, "is a FIFO")
     assert not marker.exists() and stat.S_ISFIFO(os.lstat(fifo).st_mode)
 

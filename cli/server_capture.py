@@ -1,0 +1,251 @@
+"""``srtscope capture --server URL``: a capture of a running SGLang or vLLM server by its own profiler.
+
+POST ``URL/start_profile``; then either a small built-in load sent to the OpenAI-compatible
+``URL/v1/completions`` (``load`` requests, ``concurrency`` at a time) or a wait of ``duration_s``
+while the server serves its own traffic; POST ``URL/stop_profile`` (also after a failure or Ctrl-C,
+so the server never keeps profiling); then the trace files the server wrote at or after the start
+are looked for in the trace folder until their sizes settle. Every HTTP call has a deadline.
+
+vLLM exposes the two endpoints only when started with its torch profiler on (``--profiler-config``
+with ``profiler: torch`` and ``torch_profiler_dir``; older versions: ``VLLM_TORCH_PROFILER_DIR``);
+SGLang always does, and is sent ``output_dir`` when the folder is given.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: Environment variables naming a server's trace folder (read here when --trace-dir is not given:
+#: a server started from the same shell shares them).
+TRACE_DIR_ENV = ("VLLM_TORCH_PROFILER_DIR", "SGLANG_TORCH_PROFILER_DIR")
+SGLANG_DEFAULT_DIR = Path("/tmp")
+#: Names of traces a server writes for its front end (no engine steps): listed, not diagnosed.
+FRONTEND_MARKERS = (".async_llm.",)      # vLLM's AsyncLLM process
+TRACE_SUFFIXES = (".json", ".json.gz")
+SETTLE_S = 0.5          # a trace file is complete once its size holds for this long
+PROMPTS = ("The capital of France is", "Write a short poem about the sea.",
+           "List three prime numbers:", "Once upon a time, in a small village,")
+
+
+class ServerError(Exception):
+    """A one-line reason the server capture failed."""
+
+
+@dataclass(frozen=True)
+class ServerPlan:
+    """``url``: the server's base URL (http or https); ``timeout_s``: each HTTP call's deadline;
+    ``load``: requests of built-in load (0: none, then ``duration_s`` of the server's own traffic);
+    ``max_tokens``: per load request; ``wait_s``: the deadline of ``/stop_profile`` (the server
+    answers once it has written its trace: minutes for a large one) and then of the trace files
+    settling."""
+
+    url: str
+    trace_dir: Path | None = None
+    load: int = 32
+    concurrency: int = 4
+    max_tokens: int = 32
+    duration_s: float = 10.0
+    timeout_s: float = 60.0
+    wait_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"--server {self.url!r}: expected http://HOST:PORT")
+        if not 0 <= self.load <= 100_000:
+            raise ValueError(f"--load {self.load}: expected 0..100000 requests")
+        if not 1 <= self.concurrency <= 256:
+            raise ValueError(f"--concurrency {self.concurrency}: expected 1..256")
+        if not 1 <= self.max_tokens <= 4096:
+            raise ValueError(f"--max-tokens {self.max_tokens}: expected 1..4096")
+        for name, v, hi in (("--duration", self.duration_s, 86_400.0), ("--timeout", self.timeout_s, 3_600.0),
+                            ("--wait", self.wait_s, 3_600.0)):
+            if not (v == v and 0 < v <= hi):        # NOTE: v == v refuses NaN
+                raise ValueError(f"{name} {v}: expected more than 0 and at most {hi:g} s")
+
+    @property
+    def base(self) -> str:
+        return self.url.rstrip("/")
+
+
+@dataclass
+class LoadResult:
+    sent: int = 0
+    ok: int = 0
+    tokens: int = 0
+    first_error: str | None = None
+    seconds: float = 0.0
+
+
+def _call(method: str, url: str, body: Any, timeout_s: float) -> tuple[int, str]:
+    """One HTTP call with a deadline; (status, text). Raises ServerError on no answer."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"} if data else {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return resp.status, resp.read(1 << 20).decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(1 << 16).decode("utf-8", "replace") if exc.fp else ""
+    except (TimeoutError, OSError, urllib.error.URLError) as exc:
+        reason = getattr(exc, "reason", exc)
+        if isinstance(reason, TimeoutError) or "timed out" in str(reason):
+            raise ServerError(f"{method} {url} got no answer within {timeout_s:g} s") from None
+        raise ServerError(f"{method} {url} failed: {reason}") from None
+
+
+def start_profile(plan: ServerPlan) -> None:
+    body = {"output_dir": str(plan.trace_dir)} if plan.trace_dir is not None else None
+    status, text = _call("POST", f"{plan.base}/start_profile", body, plan.timeout_s)
+    if status == 404:
+        raise ServerError(f"{plan.base} has no /start_profile (HTTP 404): a vLLM server has it only "
+                          f"when started with its profiler on: --profiler-config "
+                          f"'{{\"profiler\": \"torch\", \"torch_profiler_dir\": \"DIR\"}}' "
+                          f"(older vLLM: VLLM_TORCH_PROFILER_DIR=DIR set); give the same DIR "
+                          f"as --trace-dir. SGLang servers always have it")
+    if status >= 400:
+        raise ServerError(f"POST {plan.base}/start_profile: HTTP {status} {' '.join(text.split())[:200]}")
+
+
+def stop_profile(plan: ServerPlan) -> None:
+    status, text = _call("POST", f"{plan.base}/stop_profile", None, plan.wait_s)
+    if status >= 400:
+        raise ServerError(f"POST {plan.base}/stop_profile: HTTP {status} {' '.join(text.split())[:200]}")
+
+
+def model_name(plan: ServerPlan) -> str:
+    """The first model the server lists at ``/v1/models``."""
+    status, text = _call("GET", f"{plan.base}/v1/models", None, plan.timeout_s)
+    try:
+        models = json.loads(text)["data"] if status == 200 else []
+        return str(models[0]["id"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise ServerError(f"GET {plan.base}/v1/models (HTTP {status}) names no model: "
+                          f"not an OpenAI-compatible server; use --load 0 and send your own "
+                          f"requests") from None
+
+
+def send_load(plan: ServerPlan, model: str) -> LoadResult:
+    """``plan.load`` completions, ``plan.concurrency`` at a time; each with the call deadline."""
+    result = LoadResult()
+    lock = threading.Lock()
+    next_i = iter(range(plan.load))
+
+    def worker() -> None:
+        while True:
+            with lock:
+                i = next(next_i, None)
+                if i is None:
+                    return
+                result.sent += 1
+            body = {"model": model, "prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": plan.max_tokens,
+                    "temperature": 0.0, "ignore_eos": True}
+            try:
+                status, text = _call("POST", f"{plan.base}/v1/completions", body, plan.timeout_s)
+                tokens = int(json.loads(text)["usage"]["completion_tokens"]) if status == 200 else -1
+                error = None if status == 200 else f"HTTP {status} {' '.join(text.split())[:160]}"
+            except ServerError as exc:
+                tokens, error = -1, str(exc)
+            except (ValueError, KeyError, TypeError):
+                tokens, error = 0, None      # answered, without usage figures
+            with lock:
+                if error is None:
+                    result.ok += 1
+                    result.tokens += max(tokens, 0)
+                elif result.first_error is None:
+                    result.first_error = error
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(plan.concurrency, plan.load))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def trace_dir_of(plan: ServerPlan) -> Path:
+    """Where the server writes its traces: ``--trace-dir``, else the folder the profiler variables
+    of this environment name, else SGLang's default (/tmp)."""
+    if plan.trace_dir is not None:
+        return plan.trace_dir
+    for var in TRACE_DIR_ENV:
+        if os.environ.get(var):
+            return Path(os.environ[var])
+    return SGLANG_DEFAULT_DIR
+
+
+def fresh_traces(folder: Path, since: float) -> dict[Path, int]:
+    """Trace files (``TRACE_SUFFIXES``) in ``folder`` or one level below, modified at or after
+    ``since`` (epoch s); path -> size in bytes."""
+    found: dict[Path, int] = {}
+    for pattern in ("*", "*/*"):
+        for p in folder.glob(pattern):
+            if not p.name.endswith(TRACE_SUFFIXES) or ".tmp" in p.name:
+                continue
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            if st.st_mtime >= since and st.st_size > 0 and p.is_file():
+                found[p] = st.st_size
+    return found
+
+
+def wait_for_traces(folder: Path, since: float, wait_s: float,
+                    sleep: Callable[[float], None] = time.sleep) -> list[Path]:
+    """The fresh traces once some exist and their sizes held for ``SETTLE_S``; [] after ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    last: dict[Path, int] = {}
+    while True:
+        now = fresh_traces(folder, since)
+        if now and now == last:
+            return sorted(now)
+        if time.monotonic() >= deadline:
+            return []
+        last = now
+        sleep(SETTLE_S)
+
+
+def capture_server(plan: ServerPlan, say: Callable[[str], None]) -> list[Path]:
+    """Profile the server at ``plan.url``; the traces it wrote. Raises ServerError (one line)."""
+    folder = trace_dir_of(plan)
+    if plan.trace_dir is not None and not folder.is_dir():
+        raise ServerError(f"--trace-dir {folder}: not a folder")
+    model = model_name(plan) if plan.load else None
+    since = time.time() - 1.0            # NOTE: file systems with coarse timestamps
+    start_profile(plan)
+    say(f"profiling {plan.base}" + (f" while sending {plan.load} requests to /v1/completions "
+                                    f"(model {model})" if model else f" for {plan.duration_s:g} s"))
+    try:
+        if model is not None:
+            load = send_load(plan, model)
+            say(f"load: {load.ok}/{load.sent} requests answered, {load.tokens} tokens in "
+                f"{load.seconds:.1f} s" + (f"; first failure: {load.first_error}" if load.first_error else ""))
+        else:
+            time.sleep(plan.duration_s)
+    finally:
+        stop_profile(plan)
+    traces = wait_for_traces(folder, since, plan.wait_s)
+    if not traces:
+        raise ServerError(f"the server wrote no trace into {folder} within {plan.wait_s:g} s of "
+                          f"/stop_profile; give the folder its profiler writes to as --trace-dir "
+                          f"(vLLM: its VLLM_TORCH_PROFILER_DIR)")
+    return traces
+
+
+def engine_traces(traces: list[Path]) -> tuple[list[Path], list[Path]]:
+    """(the engine's traces, the front end's): vLLM also traces its API process (``*.async_llm.*``),
+    which runs no engine step and is no rank of the engine."""
+    front = [p for p in traces if any(m in p.name for m in FRONTEND_MARKERS)]
+    return [p for p in traces if p not in front], front

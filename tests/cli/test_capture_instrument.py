@@ -1,0 +1,225 @@
+"""``srtscope capture`` with the interpreter the user names, ``--instrument`` and its bootstrap.
+
+The profiled command runs in another interpreter than srtscope's (the base Python of the test's
+venv, which has neither srtscope nor torch unless PYTHONPATH brings srtscope), on a fake engine
+shaped like vLLM's declared table (``tests/probes/fake_engine.py``)."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "probes"))
+from fake_engine import write_fake_engine  # noqa: E402
+
+from srtscope.probes.engine_tables import VLLM  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "srtscope"]
+OTHER_PYTHON = getattr(sys, "_base_executable", None) or sys.executable
+TIMEOUT_S = 120
+
+# one engine step: schedule 4 ms, prepare 0.5 ms, forward 2 ms, sample, result; 3 steps here and 5
+# in a forked child (an engine core process); the output must be what it is without srtscope
+DRIVER = """\
+import multiprocessing, os, sys
+from vllm._fake_out import HOOKS
+from vllm.v1.engine.core import EngineCore
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+sched, runner = Scheduler(), GPUModelRunner()
+
+def step(x):
+    out = sched.schedule({"r1": 1, "r2": 1}, sleep_s=0.004)
+    runner._prepare_inputs(out, sleep_s=0.0005)
+    runner._sample(runner._model_forward(sleep_s=0.002))
+    sched.update_from_output(out)
+
+HOOKS["EngineCore.step"] = step
+
+def engine_core(n):
+    for _ in range(n):
+        EngineCore().step()
+
+engine_core(3)
+child = multiprocessing.get_context("fork").Process(target=engine_core, args=(5,))
+child.start(); child.join()
+try:
+    sched.update_from_output(fail=True)
+except ValueError as exc:
+    print("raised:", exc)
+print("python:", sys.executable)
+print("switches:", os.environ.get("VLLM_CUSTOM_SCOPES_FOR_PROFILING"),
+      os.environ.get("SGLANG_ENABLE_NVTX_SCHEDULER"))
+sys.exit(3)
+"""
+
+
+def _run(cmd: list, env_extra: dict, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VLLM_CUSTOM_SCOPES_FOR_PROFILING")}
+    env.update({"COLUMNS": "100", "PYTHONDONTWRITEBYTECODE": "1", **env_extra})
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=TIMEOUT_S,
+                          cwd=cwd, env=env)
+
+
+@pytest.fixture
+def engine(tmp_path):
+    root = tmp_path / "engine"
+    write_fake_engine(root, VLLM, "0.32.0")
+    (root / "drive.py").write_text(DRIVER)
+    # the user's own sitecustomize: it must still run under the capture's bootstrap
+    (root / "sitecustomize.py").write_text("import sys\nsys.stderr.write('user sitecustomize ran\\n')\n")
+    return root
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _spans(path: Path) -> list[str]:
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    return [doc["strings"][i] for i in doc["spans"]["name"]]
+
+
+def test_capture_runs_the_named_interpreter_and_instruments_each_process(engine, tmp_path):
+    plain = _run([OTHER_PYTHON, engine / "drive.py"], {"PYTHONPATH": str(engine)}, engine)
+    out = tmp_path / "out" / "cap"
+    pythonpath = os.pathsep.join([str(engine), str(REPO)])
+    r = _run([*CLI, "capture", "--backend", "probe", "--instrument", "vllm", "--out", out, "--",
+              OTHER_PYTHON, "drive.py"], {"PYTHONPATH": pythonpath}, engine)
+    # the program, its output and exit code are its own: the named interpreter ran it
+    assert r.returncode == plain.returncode == 3, r.stderr
+    assert f"python: {OTHER_PYTHON}" in r.stdout
+    assert "raised: Scheduler.update_from_output failed" in r.stdout
+    lines = r.stdout.splitlines()
+    assert [ln for ln in lines if not ln.startswith("switches")] == \
+        [ln for ln in plain.stdout.splitlines() if not ln.startswith("switches")]
+    # the engine's own switches: set by the capture (not the nsys-only ones)
+    assert "switches: 1 None" in lines and "switches: None None" in plain.stdout
+    assert "user sitecustomize ran" in r.stderr
+    # one probe trace per process that ran instrumented functions: the driver and its fork
+    traces = sorted(out.parent.glob("cap.pid*.json.gz"))
+    assert len(traces) == 2, r.stderr
+    counts = sorted(_spans(t).count("loop.step") for t in traces)
+    assert counts == [3, 5]
+    for t in traces + [out.parent / "cap.json.gz"]:
+        assert (t.stat().st_mode & 0o777) == 0o666 & ~_umask()      # as every output: the umask's mode
+    for t in traces:
+        assert str(t) in r.stderr
+    # and the two as one trace, on one clock, with every span of both
+    merged = out.parent / "cap.json.gz"
+    assert f"wrote {merged} (the 2 processes on one clock" in r.stderr
+    names = _spans(merged)
+    assert names.count("loop.step") == 8 and len(names) == sum(len(_spans(t)) for t in traces)
+    doc = json.loads(gzip.decompress(merged.read_bytes()))
+    assert doc["spans"]["start_ns"] == sorted(doc["spans"]["start_ns"]) and len(doc["meta"]["pids"]) == 2
+    by_pid = {int(t.name.split(".pid")[1].split(".")[0]): _spans(t) for t in traces}
+    parent = [names for names in by_pid.values() if names.count("loop.step") == 3][0]
+    assert parent.count("sched.result") == 4          # 3 steps + the call that raised
+    assert {"sched.schedule", "prep.batch", "run.eager", "run.sample"} <= set(parent)
+    # diagnosed by stage: the scheduler's 4 ms of each step is the bottleneck
+    d = _run([*CLI, "diagnose", merged, "--json"], {}, tmp_path)
+    assert d.returncode == 0, d.stderr
+    doc = json.loads(d.stdout)
+    assert doc["verdict"]["bottleneck"] == "scheduler"
+    assert doc["steps"]["source"] == "loop.step" and doc["steps"]["count"] == 8
+
+
+def test_capture_says_how_to_fix_srtscope_missing_from_the_interpreter(engine, tmp_path):
+    out = tmp_path / "out" / "cap"
+    r = _run([*CLI, "capture", "--backend", "probe", "--instrument", "vllm", "--out", out, "--",
+              OTHER_PYTHON, "drive.py"], {"PYTHONPATH": str(engine)}, engine)
+    assert r.returncode == 2, r.stderr
+    # (srtscope's own interpreter runs the user's sitecustomize too: PYTHONPATH is shared)
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln != "user sitecustomize ran"]
+    assert len(lines) == 1 and lines[0].startswith("srtscope: error: "), r.stderr
+    assert f"not importable by {OTHER_PYTHON}" in lines[0]
+    assert f"PYTHONPATH={REPO}" in lines[0] and "pip install" in lines[0]
+    assert r.stdout == "" and not list(out.parent.glob("*"))      # the program never ran
+
+
+def test_capture_torch_instrumented_stages_in_the_kineto_trace(engine, tmp_path):
+    pytest.importorskip("torch")
+    trace = tmp_path / "t.json.gz"
+    r = _run([*CLI, "capture", "--backend", "torch", "--instrument", "vllm", "--out", trace, "--",
+              sys.executable, "-c", "import torch, runpy; runpy.run_path('drive.py', run_name='__main__')"],
+             {"PYTHONPATH": os.pathsep.join([str(engine), str(REPO)])}, engine)
+    assert r.returncode == 3, r.stderr
+    names = [e["name"].split(" ")[0] for e in json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+             if e.get("cat") == "user_annotation"]
+    assert names.count("loop.step") == 3, sorted(set(names))
+    # (the mode is known only when schedule() returns: it reaches the probe spans, not the annotation)
+    assert {"sched.schedule", "prep.batch", "run.eager", "run.sample"} <= set(names)
+    # the forked engine-core child profiled itself
+    child = list(tmp_path.glob("t.pid*.json.gz"))
+    assert len(child) == 1 and str(child[0]) in r.stderr, r.stderr
+    child_names = [e["name"].split(" ")[0]
+                   for e in json.loads(gzip.decompress(child[0].read_bytes()))["traceEvents"]
+                   if e.get("cat") == "user_annotation"]
+    assert child_names.count("loop.step") == 5
+
+
+def test_probe_trace_survives_a_sigkilled_process(engine, tmp_path):
+    # scenario: an engine's worker is SIGKILLed at shutdown (vLLM does so): the periodic flush stays
+    (engine / "killed.py").write_text(
+        "import os, signal, time\n"
+        "from vllm.v1.core.sched.scheduler import Scheduler\n"
+        "for _ in range(4):\n    Scheduler().schedule()\n"
+        "time.sleep(1.5)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n")
+    out = tmp_path / "k"
+    r = _run([*CLI, "capture", "--backend", "probe", "--instrument", "vllm", "--out", out, "--",
+              OTHER_PYTHON, "killed.py"],
+             {"PYTHONPATH": os.pathsep.join([str(engine), str(REPO)]), "SRTSCOPE_PROBE_FLUSH_S": "0.2"},
+             engine)
+    assert r.returncode == 128 + 9, r.stderr
+    traces = list(tmp_path.glob("k.pid*.json.gz"))
+    assert len(traces) == 1 and _spans(traces[0]).count("sched.schedule") == 4
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--backend", "torch", "--", "/etc/hostname"], "cannot run /etc/hostname: Exec format error"),
+    (["--backend", "torch", "--", "python", "-m"], "-m needs a module"),
+    (["--backend", "torch", "--", "python", "-c"], "-c needs code"),
+    (["--backend", "torch", "--", "python"], "names no script"),
+    (["--backend", "torch", "--", "python", "-X"], "-X needs a value"),
+    (["--backend", "torch", "--", "python", "-"], "stdin"),
+    (["--backend", "probe", "--", "python", "x.py"], "add --instrument"),
+    (["--backend", "probe", "--instrument", "tensorrt", "--", "python", "x.py"], "--instrument"),
+])
+def test_capture_bad_commands_one_line_and_no_trace(tmp_path, args, needle):
+    r = _run([*CLI, "capture", "--out", tmp_path / "cap", *args], {}, tmp_path)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert lines[0].startswith("srtscope: error: ") and needle in lines[0], lines[0]
+    assert "Traceback" not in r.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_capture_nsys_instruments_with_nvtx_and_sets_the_nsys_switches(engine, tmp_path):
+    # scenario: under nsys (a stand-in on PATH that runs the command), in an interpreter without the
+    # nvtx package: one warning line says how to get the ranges into nsys; the engines' NVTX
+    # switches are set; the program's output and exit code are its own
+    from test_capture_nsys import FAKE_NSYS
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nsys").write_text(FAKE_NSYS.format(python=sys.executable))
+    (bin_dir / "nsys").chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_NSYS_LOG": str(tmp_path / "log"),
+           "FAKE_NSYS_SAMPLE": str(REPO / "sample_traces" / "prep_bound.sqlite"),
+           "PYTHONPATH": os.pathsep.join([str(engine), str(REPO)])}
+    r = _run([*CLI, "capture", "--instrument", "vllm", "--out", tmp_path / "cap", "--",
+              OTHER_PYTHON, "drive.py"], env, engine)
+    assert r.returncode == 3, r.stderr
+    assert "switches: 1 1" in r.stdout and "raised: Scheduler.update_from_output failed" in r.stdout
+    warned = [ln for ln in r.stderr.splitlines() if "nvtx package is not importable" in ln]
+    assert len(warned) == 1 and f"{OTHER_PYTHON} -m pip install nvtx" in warned[0]
+    assert (tmp_path / "cap.sqlite").exists() and not list(tmp_path.glob("cap.pid*"))
