@@ -136,7 +136,7 @@ def test_server_capture_cli_diagnoses_the_trace(serve, tmp_path):
     assert p.returncode == 0, p.stderr
     assert "the server wrote" in p.stderr and "4/4 requests answered" in p.stderr
     assert "async_llm.1796.pt.trace.json.gz (its front end: not diagnosed)" in p.stderr
-    assert "1 file(s)" in p.stdout               # the engine's trace only
+    assert " · 1 file · " in p.stdout             # the engine's trace only
     assert "Bottleneck: KERNEL / compute" in p.stdout
 
 

@@ -80,6 +80,7 @@ def test_every_readme_example_runs_as_written(tmp_path, checkpoint):
         "before.sqlite": SAMPLES / "healthy.sqlite",
         "after.sqlite": SAMPLES / "scheduler_bound.sqlite",
         "~/models/Qwen2.5-0.5B-Instruct": checkpoint,
+        "runs/vllm.pid*.json.gz": SAMPLES / "vllm_instrument_sched.json.gz",   # capture --instrument vllm's
     }
     demo = _run(demo_command() + " --json", tmp_path)
     assert demo.returncode == 0, demo.stderr
