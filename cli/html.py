@@ -13,6 +13,9 @@ from typing import Any
 from srtscope.analyzers.units import fmt_bytes, fmt_ns
 from srtscope.cli import escape
 from srtscope.cli.html_charts import COLOURS, ZOOM_JS, W, histogram_svg, skew_svg, steps_svg, timeline_svg
+from srtscope.cli.phases_view import HEAD as PHASES_HEAD
+from srtscope.cli.phases_view import TITLE as PHASES_TITLE
+from srtscope.cli.phases_view import phase_rows
 
 
 def _e(x: Any) -> str:
@@ -167,6 +170,8 @@ collectives), by cause. Bubble time: idle gaps over {thr}, by class (what the ho
     "lost per step", "step before", "step after", "speedup", "bound", "assumes"], wrows)
     + '<p class="note">Predicted from this trace: device work as measured, only the time the device waited '
     'for is given back, never more than the cause lost (bound: what limited it).</p>') if wrows else ""}
+{(f'<h2 id="phases">{_e(PHASES_TITLE[0].upper() + PHASES_TITLE[1:])}</h2>' + _table(list(PHASES_HEAD), phase_rows(d)))
+    if d.get("phases") else ""}
 <h2 id="timeline">Timeline</h2>{timeline_svgs(d)}
 <h2 id="device">Device busy time: {fmt_ns(busy)}</h2>{_table(["part", "time", "share of busy", "bytes", "GB/s"], drows)
     if busy else '<p class="note">No device activity.</p>'}

@@ -5,6 +5,9 @@ from typing import Any
 
 from srtscope.analyzers.units import fmt_ns, fmt_pct
 from srtscope.cli import escape
+from srtscope.cli.phases_view import HEAD as PHASES_HEAD
+from srtscope.cli.phases_view import TITLE as PHASES_TITLE
+from srtscope.cli.phases_view import phase_rows
 
 
 def md_text(text: object, width: int = 400) -> str:
@@ -51,6 +54,11 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
                        f"{'' if none else format(float(w.get('speedup') or 1), '.2f') + 'x'} | "
                        f"{_md(w.get('bound') or '', 20)} |")
         out += [""] + [f"{i}. {_md((w.get('assumptions') or ['-'])[0], 600)}" for i, w in enumerate(wif, 1)]
+    phases = phase_rows(d)
+    if phases:
+        out += ["", f"## {PHASES_TITLE[0].upper()}{PHASES_TITLE[1:]}", "", "| " + " | ".join(PHASES_HEAD) + " |",
+                "|---|---:|---:|---:|---:|---|---|"]
+        out += ["| " + " | ".join(_md(c, 200) for c in row) + " |" for row in phases]
     dv = d.get("device") or {}
     if dv.get("busy_ns"):
         busy = int(dv["busy_ns"])

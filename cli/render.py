@@ -13,6 +13,9 @@ from rich.text import Text
 
 from srtscope.analyzers.units import clean_text, clip_text, fmt_bytes, fmt_ns, fmt_pct
 from srtscope.cli import escape
+from srtscope.cli.phases_view import HEAD as PHASES_HEAD
+from srtscope.cli.phases_view import TITLE as PHASES_TITLE
+from srtscope.cli.phases_view import phase_rows
 
 CLASS_STYLE = {"scheduler": "magenta", "prep": "yellow", "kernel": "cyan", "sync": "blue",
                "launch": "red", "unattributed": "grey50", "comm": "green", "host": "bright_red",
@@ -382,18 +385,12 @@ def what_if_table(d: dict[str, Any], limit: int = 6, width: int = WIDE, full: bo
 
 def phases_table(d: dict[str, Any]) -> Table | None:
     """Prefill and decode apart: the mean step of each phase and its verdict (``phases``)."""
-    rows = d.get("phases") or []
+    rows = phase_rows(d)
     if not rows:
         return None
-    t = _table("prefill vs decode: the mean step of each phase", "phase", "steps", "step", "compute",
-               "lost", "verdict", "largest losses per step", justify_right=(1, 2, 3, 4), wrap=(6,))
-    for ph in rows:
-        b = ph.get("mean_bubbles_ns") or {}
-        top = ", ".join(f"{c} {fmt_ns(v)}" for c, v in sorted(b.items(), key=lambda kv: -int(kv[1]))[:3])
-        verdict = str(ph.get("bottleneck"))
-        t.add_row(_t(ph.get("phase"), 10), str(int(ph.get("steps") or 0)), fmt_ns(ph.get("mean_wall_ns")),
-                  fmt_ns(ph.get("mean_compute_ns")), f"{float(ph.get('lost_pct') or 0):.0f}%",
-                  _t(verdict, 20, CLASS_STYLE.get(verdict, "")), _t(top, 80))
+    t = _table(PHASES_TITLE, *PHASES_HEAD, justify_right=(1, 2, 3, 4), wrap=(6,))
+    for row in rows:
+        t.add_row(*(_t(c, 80, CLASS_STYLE.get(c, "") if k == 5 else "") for k, c in enumerate(row)))
     return t
 
 
