@@ -178,7 +178,10 @@ def _per_device(tl: Timeline, steps: pd.DataFrame, primary: Mapping[int, int],
         return out
     dev = tl.device
     copy = sets.mask("copy")
-    direction = str_map(dev["name"], copy_direction, object) if copy.any() else None
+    # copy direction as a small code per row (one lookup per distinct name), not a string per row
+    seen: dict[str, int] = {}
+    direction = (str_map(dev["name"], lambda nm: seen.setdefault(copy_direction(nm), len(seen)), np.int16)
+                 if copy.any() else None)
     stream = dev["stream"].to_numpy()
     stand_in = isin(dev["kind"], [DeviceKind.CPU_FORWARD])
     comm, kern = sets.mask("comm"), sets.mask("kernel")
@@ -196,8 +199,10 @@ def _per_device(tl: Timeline, steps: pd.DataFrame, primary: Mapping[int, int],
         rows = sets.rows(key)
         if direction is not None:
             floor = np.zeros(len(idx), np.int64)
-            for d in np.unique(direction[rows][copy[rows]]):
-                r = rows[copy[rows] & (direction[rows] == d)]
+            crow = rows[copy[rows]]
+            dc = direction[crow]
+            for d in np.unique(dc):
+                r = crow[dc == d]
                 floor = np.maximum(floor, iv.overlap(iv.union(s_all[r], e_all[r]), ss, ee))
             out["copy_floor"][idx] = floor
         c = comm[rows]
