@@ -7,7 +7,8 @@ Phases: the reader's tables (``read_nsys``: the device scan, the host scan on it
 Timeline's frames, then each analysis ``diagnose`` calls (wrapped in place, in this process only)
 and the JSON. Printed per phase: RSS on entry, the peak inside it and what it added over the entry
 (MiB); the largest of these is where a memory budget has to cut first. Runs in-process with the
-allocator settings of the ``srtscope`` command (``cli/app.py``); no cache.
+allocator environment of the ``srtscope`` command (``cli/app.py``) and glibc's default malloc policy
+(``--keep-freed`` applies ``cli/loading.keep_freed_memory`` as ``srtscope`` does); no cache.
 """
 from __future__ import annotations
 
@@ -75,7 +76,12 @@ class Sampler:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace", type=Path)
+    ap.add_argument("--keep-freed", action="store_true", help="glibc keeps freed memory, as srtscope")
     a = ap.parse_args(argv)
+    if a.keep_freed:
+        from srtscope.cli.loading import keep_freed_memory
+
+        keep_freed_memory()
     s = Sampler()
     import srtscope.analyzers.diagnose as D
     import srtscope.analyzers.readers.nsys_sqlite as N
