@@ -15,10 +15,11 @@ NOTE: -1 stands for "unknown" in integer columns (graph_id, graph_node, correlat
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -152,6 +153,35 @@ SCHEMAS: dict[str, tuple[Column, ...]] = {
     "counters": COUNTER_COLUMNS,
 }
 
+#: Integer id columns (declared int64) that may be held as int32 when every value fits: ids, never
+#: times or byte counts. Readers of large files narrow them (``narrow_ids``), 4 bytes a row each;
+#: code reading them must not compute ids or keys in their own dtype (cast to int64 first).
+ID_COLUMNS = frozenset({"device", "stream", "pid", "tid", "correlation", "graph_id", "graph_node", "rank"})
+#: test switch: "1" keeps every id column int64 (the layout before ``narrow_ids``; same results)
+WIDE_IDS_ENV = "SRTSCOPE_WIDE_IDS"
+_I32 = np.iinfo(np.int32)
+
+
+_Cols = TypeVar("_Cols", bound="dict | None")
+
+
+def narrow_ids(cols: _Cols) -> _Cols:
+    """The int64 ``ID_COLUMNS`` of ``cols`` (name -> array, in place) as int32 where every value
+    fits; the others untouched. Nothing changes with ``SRTSCOPE_WIDE_IDS=1``."""
+    if cols is None or os.environ.get(WIDE_IDS_ENV) == "1":
+        return cols
+    for k in ID_COLUMNS & cols.keys():
+        a = cols[k]
+        if isinstance(a, np.ndarray) and a.dtype == np.int64 and (
+                not len(a) or (_I32.min <= int(a.min()) and int(a.max()) <= _I32.max)):
+            cols[k] = a.astype(np.int32)
+    return cols
+
+
+def id_dtype_ok(name: str, dtype: object) -> bool:
+    """Whether ``dtype`` is a valid dtype of column ``name`` declared int64 (int32 for ids)."""
+    return dtype == np.int64 or (name in ID_COLUMNS and dtype == np.int32)
+
 
 class TimelineError(ValueError):
     """A table that does not follow its schema."""
@@ -180,7 +210,7 @@ def validate_table(df: pd.DataFrame | None, table: str, copy: bool = True) -> pd
     for c in cols:
         if c.name in df.columns:
             s = df[c.name]
-            if c.dtype == "int64" and s.dtype != np.int64:
+            if c.dtype == "int64" and not id_dtype_ok(c.name, s.dtype):
                 if s.isna().any():
                     s = s.fillna(c.default if c.default is not None else -1)
                 s = s.astype(np.int64)

@@ -34,16 +34,6 @@ import common as C  # noqa: E402
 from srtscope.cli.loading import reading_processes  # noqa: E402
 
 SRTSCOPE = C.ROOT / ".venv" / "bin" / "srtscope"
-#: the columns the nsys reader selects (nsys_sqlite.py), per table: the floor's queries
-FLOOR_SQL = """
-SELECT start, end, deviceId, streamId, correlationId, globalPid, demangledName, graphNodeId
-  FROM CUPTI_ACTIVITY_KIND_KERNEL;
-SELECT start, end, deviceId, streamId, correlationId, globalPid, copyKind, bytes, graphNodeId
-  FROM CUPTI_ACTIVITY_KIND_MEMCPY;
-SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE eventClass IN (0, 1);
-SELECT n.start, n.end, n.eventType, n.globalTid, n.domainId, COALESCE(n.text, s.value) FROM NVTX_EVENTS n
-  LEFT JOIN StringIds s ON s.id = n.textId WHERE n.end IS NOT NULL;
-"""
 
 
 def _gen(path: Path, mb: float, seed: int = 0) -> Path:
@@ -87,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, SRTSCOPE_CACHE_DIR=str(cache))
     diag = [str(SRTSCOPE), "diagnose", "--json"]
     print(f"# {trace} ({trace.stat().st_size / 1e6:.0f} MB)", flush=True)
-    floor = _series(["sqlite3", str(trace), FLOOR_SQL], a.runs, json_out=False)
+    floor = _series(C.floor_command(trace), a.runs, json_out=False)
     first = _series(diag + ["--no-cache", str(trace)], a.runs, env)
     fill = _series(diag + [str(trace)], 1, env)            # first look that also writes the entries
     second = _series(diag + [str(trace)], a.runs, env)     # the same question: the diagnosis cache

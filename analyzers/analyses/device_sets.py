@@ -110,6 +110,12 @@ class DeviceSets:
         g = self._groups[key]
         return mask if g is None else mask[g]
 
+    def positions(self, key: Key, sel: np.ndarray) -> np.ndarray:
+        """Positions in the device table of one device's rows where ``sel`` (a mask over its rows,
+        as ``in_group`` gives) holds: ``rows(key)[sel]`` without building ``rows`` for a single device."""
+        g = self._groups[key]
+        return np.flatnonzero(sel) if g is None else g[sel]
+
     def union(self, key: Key, cls: str = "all") -> iv.IntervalSet:
         """Union of one device's rows of a class (normal form; empty for an unknown device)."""
         if key not in self._groups:

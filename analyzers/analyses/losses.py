@@ -178,7 +178,10 @@ def _per_device(tl: Timeline, steps: pd.DataFrame, primary: Mapping[int, int],
         return out
     dev = tl.device
     copy = sets.mask("copy")
-    direction = str_map(dev["name"], copy_direction, object) if copy.any() else None
+    # copy direction as a small code per row (one lookup per distinct name), not a string per row
+    seen: dict[str, int] = {}
+    direction = (str_map(dev["name"], lambda nm: seen.setdefault(copy_direction(nm), len(seen)), np.int16)
+                 if copy.any() else None)
     stream = dev["stream"].to_numpy()
     stand_in = isin(dev["kind"], [DeviceKind.CPU_FORWARD])
     comm, kern = sets.mask("comm"), sets.mask("kernel")
@@ -193,23 +196,25 @@ def _per_device(tl: Timeline, steps: pd.DataFrame, primary: Mapping[int, int],
         compute = sets.union(key, "compute")
         if copy.any():
             out["bare_copies"][idx] = iv.overlap(iv.subtract(sets.union(key, "copy"), compute), ss, ee)
-        rows = sets.rows(key)
+        # masks restricted to the device's rows (the masks themselves on a single-device trace)
         if direction is not None:
             floor = np.zeros(len(idx), np.int64)
-            for d in np.unique(direction[rows][copy[rows]]):
-                r = rows[copy[rows] & (direction[rows] == d)]
+            crow = sets.positions(key, sets.in_group(key, copy))
+            dc = direction[crow]
+            for d in np.unique(dc):
+                r = crow[dc == d]
                 floor = np.maximum(floor, iv.overlap(iv.union(s_all[r], e_all[r]), ss, ee))
             out["copy_floor"][idx] = floor
-        c = comm[rows]
+        c = sets.in_group(key, comm)
         if c.any():
             # collectives on a stream that also runs the model's kernels: data-dependent (the next
             # kernel on that stream waits for them); CPU stand-ins nest in their forward: all inline
-            st = stream[rows]
-            inline = c & (np.isin(st, np.unique(st[kern[rows]])) | stand_in[rows])
+            st, sin = sets.in_group(key, stream), sets.in_group(key, stand_in)
+            inline = c & (np.isin(st, np.unique(st[sets.in_group(key, kern)])) | sin)
             if inline.any():
-                r = rows[inline]
+                r = sets.positions(key, inline)
                 u = iv.union(s_all[r], e_all[r])
-                if not stand_in[rows][inline].all():
+                if not sin[inline].all():
                     u = iv.subtract(u, sets.union(key, "noncomm"))
                 out["exposed_inline"][idx] = iv.overlap(u, ss, ee)
     return out

@@ -66,6 +66,7 @@ from srtscope.analyzers.timeline import (
     TimelineMeta,
     Traced,
     WarningCode,
+    id_dtype_ok,
 )
 
 #: Layout of an entry (files, meta.json fields); bump when this module's format changes.
@@ -256,7 +257,7 @@ def _check_schema(table: str, df: pd.DataFrame) -> None:
             if c.required:
                 raise ValueError(f"{table}: column {c.name} missing")
             continue
-        if c.dtype == "int64" and df[c.name].dtype != np.int64:
+        if c.dtype == "int64" and not id_dtype_ok(c.name, df[c.name].dtype):
             raise ValueError(f"{table}: column {c.name} is {df[c.name].dtype}, not int64")
 
 

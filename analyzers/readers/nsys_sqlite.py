@@ -49,6 +49,7 @@ from srtscope.analyzers.timeline import (
     TimelineMeta,
     Traced,
     WarningCode,
+    narrow_ids,
     validate_table,
 )
 from srtscope.analyzers.units import MAX_NAME_CHARS, NAME_END_CHARS
@@ -406,7 +407,7 @@ def _read_host(path: Path) -> tuple[dict | None, tuple[dict | None, int], _Reade
     try:
         r = _Reader(path, con)
         try:
-            api = concat_sorted([p for p in (r.api(), r.osrt()) if p is not None and len(p["start_ns"])])
+            api = concat_sorted([narrow_ids(p) for p in (r.api(), r.osrt()) if p is not None and len(p["start_ns"])])
             ranges, marks = r.nvtx()
         finally:
             r.close()
@@ -485,9 +486,10 @@ def _read(path: Path, r: _Reader, rank: int, checked: bool = False) -> Timeline:
     # while SQLite steps and Arrow fills, so the device and the host scans overlap.
     with ThreadPoolExecutor(max_workers=1) as pool:
         host = pool.submit(_read_host, path)
-        parts = [p for p in (r.kernels(), r.copies("CUPTI_ACTIVITY_KIND_MEMCPY", DeviceKind.MEMCPY),
-                             r.copies("CUPTI_ACTIVITY_KIND_MEMSET", DeviceKind.MEMSET),
-                             r.graph_execs()) if p is not None and len(p["start_ns"])]
+        # id columns as int32 where they fit (timeline.narrow_ids) before the sort: ~0.4 GB less per GB
+        parts = [narrow_ids(p) for p in (r.kernels(), r.copies("CUPTI_ACTIVITY_KIND_MEMCPY", DeviceKind.MEMCPY),
+                                         r.copies("CUPTI_ACTIVITY_KIND_MEMSET", DeviceKind.MEMSET),
+                                         r.graph_execs()) if p is not None and len(p["start_ns"])]
         device = concat_sorted(parts)
         del parts
         api, (ranges, marks), hr = host.result()
@@ -621,6 +623,7 @@ def _read(path: Path, r: _Reader, rank: int, checked: bool = False) -> Timeline:
 
 
 def _validated(cols: dict | None, table: str) -> pd.DataFrame:
+    cols = narrow_ids(cols)
     df = validate_table(None if cols is None else pd.DataFrame(cols, copy=False), table, copy=False)
     if cols is not None:
         cols.clear()

@@ -123,6 +123,24 @@ def srtscope_command(paths: list[str | Path], threshold_us: float | None = None,
 # ---------------------------------------------------------------- measuring
 
 
+#: the SQLite floor: the sqlite3 shell selecting just the columns srtscope's nsys reader reads
+#: (nsys_sqlite.py), per table (single-threaded; the least any SQLite reader pays); ``floor_command``.
+FLOOR_SQL = """
+SELECT start, end, deviceId, streamId, correlationId, globalPid, demangledName, graphNodeId
+  FROM CUPTI_ACTIVITY_KIND_KERNEL;
+SELECT start, end, deviceId, streamId, correlationId, globalPid, copyKind, bytes, graphNodeId
+  FROM CUPTI_ACTIVITY_KIND_MEMCPY;
+SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE eventClass IN (0, 1);
+SELECT n.start, n.end, n.eventType, n.globalTid, n.domainId, COALESCE(n.text, s.value) FROM NVTX_EVENTS n
+  LEFT JOIN StringIds s ON s.id = n.textId WHERE n.end IS NOT NULL;
+"""
+
+
+def floor_command(path: str | Path) -> list[str]:
+    """The sqlite3 shell running ``FLOOR_SQL`` on ``path``, its rows into /dev/null."""
+    return ["sqlite3", "-cmd", ".output /dev/null", str(path), FLOOR_SQL]
+
+
 @dataclass
 class Run:
     wall_s: float
@@ -131,6 +149,7 @@ class Run:
     cpu_s: float          # user + system CPU of the child (and descendants it waited for)
     out: dict | None
     stderr: str = ""
+    sys_s: float = 0.0    # the system part of cpu_s (paging, allocation, I/O)
 
     @property
     def ok(self) -> bool:
@@ -171,7 +190,8 @@ def run_wait4(cmd: list[str], env: dict[str, str] | None = None, timeout: float 
             parsed = json.loads(out)
         except json.JSONDecodeError:
             pass
-    return Run(wall, ru.ru_maxrss / 1024.0, proc.returncode, ru.ru_utime + ru.ru_stime, parsed, err[-2000:])
+    return Run(wall, ru.ru_maxrss / 1024.0, proc.returncode, ru.ru_utime + ru.ru_stime, parsed, err[-2000:],
+               ru.ru_stime)
 
 
 @dataclass

@@ -1,0 +1,116 @@
+"""Any size on one machine: wall, CPU and peak memory of a diagnosis against the SQLite floor, per export size.
+
+    .venv/bin/python -m benchmarks.scale_memory                   # 1, 3 and 10 GB exports
+    .venv/bin/python -m benchmarks.scale_memory --sizes 300,1000 --runs 2
+
+For each size (MB) an export of ``benchmarks/gen_nsys.py`` (generated once, kept under
+$SRTSCOPE_BENCH_CACHE, default /tmp/srtscope-bench; a size whose file would not fit the free disk is
+skipped and says so), each figure a whole process (interpreter start and imports included),
+measured with wait4 (``peers/common.py``): wall, CPU (user + system), the system part apart (paging
+and allocation show there), peak RSS:
+  floor         the sqlite3 shell selecting the columns srtscope reads into /dev/null
+  first look    ``srtscope diagnose --json --no-cache FILE``
+  filling       ``srtscope diagnose --json FILE`` with a fresh, private ``SRTSCOPE_CACHE_DIR``:
+                a first look that also writes the table and diagnosis cache entries
+  second look   the same command again: answered from those entries
+Medians over ``--runs``. The JSON of the three srtscope runs must be identical (printed). Targets
+of issue 27 (printed, never asserted): peak RSS <= 2 GiB at every size; first look <= 1.0x the floor's
+wall and <= 1.4x its CPU, system time < 10% of its CPU; second look <= 0.2x the first look's wall.
+The parent process imports no part of srtscope, so every child's peak RSS is its own.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
+import common as C  # noqa: E402
+
+from benchmarks.compare_nsys_scale import generated, kernel_count  # noqa: E402
+
+BUDGET_MIB = 2048
+
+
+def _series(cmd: list[str], n: int, env: dict[str, str] | None = None, json_out: bool = True) -> C.Series:
+    s = C.Series()
+    for _ in range(n):
+        r = C.run_wait4(cmd, env=env, timeout=7200)
+        if not json_out and r.rc == 0:
+            r.out = {}
+        s.runs.append(r)
+        what = " ".join(Path(c).name for c in cmd if not c.startswith((".", "\n")))[:60]
+        print(f"#   {what}: {r.wall_s:.2f} s wall, "
+              f"{r.cpu_s:.2f} s CPU ({r.sys_s:.2f} s sys), {r.maxrss_mb:.0f} MiB rc={r.rc}", flush=True)
+    return s
+
+
+def _sys(s: C.Series) -> float | None:
+    ok = s.ok_runs
+    return sorted(r.sys_s for r in ok)[len(ok) // 2] if ok else None
+
+
+def _fits(size_mb: int) -> bool:
+    """The export exists, or it fits the free disk with 2 GB to spare."""
+    path = C.CACHE / f"nsys_{size_mb}mb.sqlite"
+    if path.exists():
+        return True
+    C.CACHE.mkdir(parents=True, exist_ok=True)
+    return shutil.disk_usage(C.CACHE).free > size_mb * 1.05e6 + 2e9
+
+
+def measure(size_mb: int, runs: int) -> list[list[str]] | None:
+    """The rows of one size (None when its export cannot be made here)."""
+    if not _fits(size_mb):
+        print(f"# {size_mb} MB: skipped, not enough free disk under {C.CACHE}", flush=True)
+        return None
+    path, gen_s = generated(size_mb)
+    nk = kernel_count(path) or 0
+    mb = path.stat().st_size / 1e6
+    print(f"# {path} ({mb:.0f} MB, {nk / 1e6:.1f} M kernels)"
+          f"{'' if gen_s is None else f', generated in {gen_s:.0f} s'}", flush=True)
+    cache = C.CACHE / f"scale-memory-cache-{size_mb}"
+    shutil.rmtree(cache, ignore_errors=True)
+    env = dict(os.environ, SRTSCOPE_CACHE_DIR=str(cache))
+    diag = [str(C.ROOT / ".venv" / "bin" / "srtscope"), "diagnose", "--json"]
+    floor = _series(C.floor_command(path), runs, json_out=False)
+    first = _series(diag + ["--no-cache", str(path)], runs, env)
+    fill = _series(diag + [str(path)], 1, env)
+    second = _series(diag + [str(path)], runs, env)
+    shutil.rmtree(cache, ignore_errors=True)
+    same = first.out is not None and first.out == fill.out == second.out
+    label = f"{mb:.0f} MB ({nk / 1e6:.1f} M kernels)"
+    rows = []
+    for what, s, base in (("floor: sqlite3 shell", floor, None), ("first look (--no-cache)", first, floor),
+                          ("first look filling the cache", fill, floor), ("second look (cache)", second, first)):
+        sys_s, cpu = _sys(s), s.cpu
+        rows.append([label, what, C.fmt_s(s.wall), C.fmt_s(cpu),
+                     "—" if sys_s is None or not cpu else f"{sys_s:.2f} s ({100 * sys_s / cpu:.0f}%)",
+                     C.fmt_mb(s.rss), C.ratio(base.wall, s.wall) if base else "—",
+                     C.ratio(base.cpu, s.cpu) if base else "—",
+                     ("—" if base is None else f"JSON {'identical' if same else 'DIFFERS'}; "
+                      f"RSS {'<=' if (s.rss or 0) <= BUDGET_MIB else '>'} 2 GiB")
+                     if s.ok_runs else f"FAILED {s.failure()}"])
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000,3000,10000", help="export sizes in MB, comma separated")
+    ap.add_argument("--runs", type=int, default=1, help="runs of each measurement (medians)")
+    a = ap.parse_args(argv)
+    C.banner("diagnosis at scale vs the SQLite floor: wall, CPU, peak RSS")
+    rows: list[list[str]] = []
+    for size in [int(x) for x in a.sizes.split(",") if x.strip()]:
+        rows += measure(size, a.runs) or []
+    print()
+    print(C.table(["export", "run", "wall", "CPU user+sys", "of it system", "peak RSS", "wall / baseline",
+                   "CPU / baseline", "check"], rows))
+    print("\nbaselines: the floor for first looks, the first look for the second look")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
