@@ -12,9 +12,9 @@ by srtscope like any user's trace (``--traces DIR``: diagnose the traces already
 Per faulty run, against the clean runs (their median: the machine's load drifts and spikes):
 - ``named``: the verdict's class / cause (the injected one: scheduler / sched_cpu, prep /
   batch_prep, scheduler / sched_cpu);
-- ``injected``: the injected sleep inside the device's active window, per step — read from the
-  trace itself (each sleep sits in a ``srtscope.rig.inject`` range; the first step's schedule and
-  prep and the last step's output processing fall outside the window);
+- ``injected``: the injected sleep inside the run's steps, per step — read from the trace itself
+  (each sleep sits in a ``srtscope.rig.inject`` range); lost time counts whole steps, the time
+  before a step's first forward too (analyses/losses.py);
 - ``recovered``: the injected cause's lost time per step less the clean runs' (target: within 10%);
 - ``what-if``: the faulty run's mean step predicted without the injected cause vs the clean runs'
   measured mean step (target: within 15%).
@@ -80,10 +80,10 @@ def figures(tl: Timeline, run: int, fault: str, steps_of: tuple[int, int] | None
     scores = d["verdict"]["scores_ns"]
     per = d["steps"]["per_step"]
     lo, hi = min(x["start_ns"] for x in per), max(x["start_ns"] + x["wall_ns"] for x in per)
-    dev = tl.device[(tl.device["end_ns"] > lo) & (tl.device["start_ns"] < hi)]
     rg = tl.host_ranges
     inj = rg[rg["name"].astype(str).str.startswith(INJECT_RANGE)]
-    window = (np.array([max(int(dev["start_ns"].min()), lo)]), np.array([min(int(dev["end_ns"].max()), hi)]))
+    # lost time counts whole steps (analyses/losses.py), the time before a step's first device work too
+    window = (np.array([lo]), np.array([hi]))
     inside = iv.overlap(window, inj["start_ns"].to_numpy(), inj["end_ns"].to_numpy()).sum() if len(inj) else 0
     return RunFigures(run, fault, steps, d["verdict"]["bottleneck"] or "none", d["verdict"]["cause"] or "none",
                       scores.get("scheduler", 0) / steps, scores.get("prep", 0) / steps, causes,
@@ -105,7 +105,8 @@ def run_driver(venv: Path, out: Path, a: argparse.Namespace) -> dict:
                  f"(make it: benchmarks/engines/setup_vllm.sh {venv})")
     runs = ",".join(x for _ in range(a.rounds) for f in ("sched", "prep", "result") for x in ("clean", f)) + ",clean"
     driver = [str(HERE / "vllm_driver.py"), "--model", str(model), "--out", str(out), "--runs", runs,
-              "--delay-ms", str(a.delay_ms), "--tokens", str(a.tokens), "--requests", str(a.requests)]
+              "--delay-ms", str(a.delay_ms), "--delay-kind", a.delay_kind, "--tokens", str(a.tokens),
+              "--requests", str(a.requests)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     if a.capture:
         site = sorted((venv / "lib").glob("python3*/site-packages"))
@@ -216,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="tiny-llama-decode", help="a model folder inside the venv (setup_vllm.sh "
                    "makes tiny-llama: 4 layers, hidden 256; tiny-llama-decode: 12 layers, hidden 384)")
     p.add_argument("--delay-ms", type=float, default=20.0)
+    p.add_argument("--delay-kind", choices=("sleep", "spin"), default="sleep",
+                   help="how the injected delay waits: sleep (the default: a busy-wait slows the next forward "
+                        "on a shared machine) or spin (a busy-wait: no idle state for the core to fall into)")
     p.add_argument("--tokens", type=int, default=12)
     p.add_argument("--requests", type=int, default=8)
     p.add_argument("--rounds", type=int, default=5, help="clean/sched/clean/prep/clean/result rounds")
