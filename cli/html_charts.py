@@ -87,6 +87,19 @@ def _span(dv: dict, per_step: list[dict]) -> tuple[int, int]:
     return lo, max(hi, lo + 1)
 
 
+def _stack(x: float, w: float, bottom: float, px_per_ns: float, parts: list[tuple[str, int]]) -> str:
+    """One stacked column of ``parts`` (key, ns), bottom-up from ``bottom``, coloured by key."""
+    y, rects = bottom, []
+    for k, v in parts:
+        if v <= 0:
+            continue
+        ph = v * px_per_ns
+        y -= ph
+        rects.append(f'<rect x="{x:.2f}" y="{y:.2f}" width="{w:.2f}" height="{ph:.2f}" '
+                     f'fill="{COLOURS.get(k, "#999")}"/>')
+    return "".join(rects)
+
+
 def timeline_svg(d: dict[str, Any], dv: dict[str, Any], idx: int) -> str:
     """One device's timeline: per bin, device work then idle by class (then gaps under the
     threshold) as a stacked column, % of the bin on the y axis, time on the x axis; the rank's
@@ -110,15 +123,7 @@ def timeline_svg(d: dict[str, Any], dv: dict[str, Any], idx: int) -> str:
         x, w = (start + i * bin_ns - lo) * scale, max(bin_ns * scale, 0.3)
         tip = (f"{fmt_ns(start + i * bin_ns - lo)}–{fmt_ns(start + (i + 1) * bin_ns - lo)}: "
                + ", ".join(f"{LABELS.get(k, k)} {fmt_ns(v)}" for k, v in parts if v))
-        y, rects = float(h), []
-        for k, v in parts:
-            if v <= 0:
-                continue
-            ph = h * v / total
-            y -= ph
-            rects.append(f'<rect x="{x:.2f}" y="{y:.2f}" width="{w:.2f}" height="{ph:.2f}" '
-                         f'fill="{COLOURS.get(k, "#999")}"/>')
-        cols.append(f'<g><title>{_e(tip)}</title>{"".join(rects)}</g>')
+        cols.append(f'<g><title>{_e(tip)}</title>{_stack(x, w, float(h), h / total, parts)}</g>')
     outside = []
     if start > lo:
         outside.append((0.0, (start - lo) * scale))
@@ -216,20 +221,10 @@ def steps_svg(d: dict[str, Any]) -> str:
             first = i
         prev = rank
         total = sum(p.values())
-        col_h = h * total / top
-        y = float(y0 + h)
-        rects = []
-        for k in keys:
-            v = p.get(k, 0)
-            if v <= 0:
-                continue
-            ph = col_h * v / total
-            y -= ph
-            rects.append(f'<rect x="{x:.2f}" y="{y:.2f}" width="{max(bw * 0.85, 0.5):.2f}" height="{ph:.2f}" '
-                         f'fill="{COLOURS.get(k, "#999")}"/>')
+        rects = _stack(x, max(bw * 0.85, 0.5), float(y0 + h), h / top, [(k, p.get(k, 0)) for k in keys])
         tip = (f"step {st.get('step')} (rank {rank}, {st.get('exec')}): wall {fmt_ns(total)}; "
                + ", ".join(f"{LABELS.get(k, k)} {fmt_ns(p.get(k, 0))}" for k in keys if p.get(k)))
-        cols.append(f'<g><title>{_e(tip)}</title>{"".join(rects)}</g>')
+        cols.append(f'<g><title>{_e(tip)}</title>{rects}</g>')
         if (i - first) % every == 0:
             xlabels.append(f'<text x="{x + bw * 0.42:.1f}" y="{y0 + h + 13}" class="ax" '
                            f'text-anchor="middle">{_e(st.get("step"))}</text>')
