@@ -256,7 +256,8 @@ def register(app: typer.Typer) -> None:
 
         errors = write_outputs(done.diagnosis, None, markdown=markdown, html=html,
                                title=f"srtscope run: {out.name}")
-        written = [p for p in (html, markdown) if p is not None and str(p) not in " ".join(e for _, e in errors)]
+        failed = {line.split(":", 1)[0] for _, line in errors}        # each line starts with its option
+        written = [p for opt, p in (("--html", html), ("--markdown", markdown)) if p is not None and opt not in failed]
         if as_json:
             sys.stdout.write(json.dumps(done.diagnosis, indent=2) + "\n")
         else:
