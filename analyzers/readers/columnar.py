@@ -120,8 +120,14 @@ class _Columns:
         return c if len(c) == self.n else (c[:self.n].copy() if 4 * self.n < 3 * len(c) else c[:self.n])
 
 
+#: ``keep(columns)`` of ``fetch_ints``: the batch's columns, one per expression, literals included;
+#: returns the rows to keep (bool mask), or None for all of them.
+Keep = Callable[[list[np.ndarray]], "np.ndarray | None"]
+
+
 def fetch_ints(con: Any, table: str, exprs: list[str], where: str = "",
-               span: list[int] | None = None, max_rows: int = 1 << 24) -> list[np.ndarray]:
+               span: list[int] | None = None, max_rows: int = 1 << 24,
+               keep: Keep | None = None, expect_rows: int | None = None) -> list[np.ndarray]:
     """Integer columns ``exprs`` of ``table`` rows matching ``where`` -> one int64 array each,
     in rowid order, read through the ADBC connection ``con`` (``connect_arrow``).
 
@@ -131,20 +137,24 @@ def fetch_ints(con: Any, table: str, exprs: list[str], where: str = "",
     [rows in the table, lowest rowid, highest rowid] (nothing for an empty table) and progress
     (``report_scans``) advances by rows (as many as rowids in an undamaged table). The columns are
     allocated for the table's rowid span, at most ``max_rows`` (a damaged file's huge rowids cannot
-    make it allocate more).
+    make it allocate more) or ``expect_rows`` when given (grown when more come).
+    ``keep``: sees every batch's rows (after ``where``) and says which to keep: a time window's
+    read sees the whole table, holds only its rows (``readers/nsys_window.py``).
     """
     const = {i: int(e) for i, e in enumerate(exprs) if _INT_LITERAL.fullmatch(e.strip())}
     if len(const) == len(exprs):
         const = {}
     asked = [e for i, e in enumerate(exprs) if i not in const]
-    keep = [f"COALESCE(({where}), 0) != 0"] if where else []
+    cond = [f"COALESCE(({where}), 0) != 0"] if where else []
     first = 1 if where else 0
     lo, hi = rowid_bounds(con, table)
     expect = 0 if lo is None or hi is None else max(0, min(hi - lo + 1, max_rows))
+    if expect_rows is not None:
+        expect = min(expect, max(0, expect_rows))
     cols = _Columns(len(asked), expect)
     # NOTE: rowid itself is not selected (~10% of a scan): the bounds come from the b-tree's edges
     # and every row is counted, so a table whose rows do not fill its rowid span still shows
-    sql = f"SELECT {', '.join(keep + asked)} FROM {table} ORDER BY rowid"
+    sql = f"SELECT {', '.join(cond + asked)} FROM {table} ORDER BY rowid"
     rows = 0
     for batch in arrow_query(con, sql, table):
         if not batch.num_rows:
@@ -157,7 +167,10 @@ def fetch_ints(con: Any, table: str, exprs: list[str], where: str = "",
             keep_col = _ints(batch, 0, table)
             if not keep_col.all():
                 batch = batch.filter(keep_col.astype(bool))
-        cols.add([_ints(batch, first + k, table) for k in range(len(asked))])
+        vals = [_ints(batch, first + k, table) for k in range(len(asked))]
+        if keep is not None:
+            vals = _kept(vals, exprs, const, keep)
+        cols.add(vals)
     if span is not None and rows and lo is not None and hi is not None:
         span[:] = [rows, lo, hi]
     n = cols.n
@@ -169,6 +182,17 @@ def fetch_ints(con: Any, table: str, exprs: list[str], where: str = "",
         out.append(cols.take(k))
         k += 1
     return out
+
+
+def _kept(vals: list[np.ndarray], exprs: list[str], const: dict[int, int], keep: Keep) -> list[np.ndarray]:
+    """The batch's asked columns ``vals``, cut to the rows ``keep`` chooses (it sees literals too)."""
+    n = len(vals[0]) if vals else 0
+    it = iter(vals)
+    full = [np.full(n, const[i], np.int64) if i in const else next(it) for i in range(len(exprs))]
+    mask = keep(full)
+    if mask is None or mask.all():
+        return vals
+    return [v[mask] for v in vals]
 
 
 def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -38,6 +38,7 @@ from srtscope.analyzers.readers.columnar import (
 )
 from srtscope.analyzers.readers.errors import TraceError
 from srtscope.analyzers.readers.labels import split_coded_labels
+from srtscope.analyzers.readers.nsys_window import Facts, Track, Window, crop_columns, window_facts
 from srtscope.analyzers.readers.sqlite_integrity import check_integrity, check_side_files
 from srtscope.analyzers.timeline import (
     ApiKind,
@@ -102,9 +103,15 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
 
 
 
+def _pid_of(i: int) -> Track:
+    """The process id of a ``globalPid``/``globalTid`` column (``i``-th expression), per row."""
+    return lambda c: (c[i] >> 24) & _MASK24
+
+
 class _Reader:
-    def __init__(self, path: Path, con: sqlite3.Connection) -> None:
+    def __init__(self, path: Path, con: sqlite3.Connection, window: Window | None = None) -> None:
         self.path, self.con = path, con
+        self.window = window        # a windowed read: the big tables' rows in it only
         self.tables = {r[0] for r in con.execute(
             "SELECT name FROM sqlite_master WHERE type='table'")}
         self._strings: dict[int, str] | None = None
@@ -133,11 +140,17 @@ class _Reader:
     def columns(self, table: str) -> set[str]:
         return {r[1] for r in self.con.execute(f"PRAGMA table_info({table})")}
 
-    def fetch(self, table: str, exprs: list[str], where: str = "") -> list[np.ndarray]:
+    def fetch(self, table: str, exprs: list[str], where: str = "",
+              track: dict[str, Track] | None = None) -> list[np.ndarray]:
         """``fetch_ints``, noting a table whose row count is not its rowid span: nsys writes rowids
-        1..n, so rows were lost or moved (a swapped page) -- or the export was edited."""
+        1..n, so rows were lost or moved (a swapped page) -- or the export was edited. In a windowed
+        read, the rows in the window only (start and end: the first two ``exprs``), ``track``'s
+        values counted over the whole table (``Window.seen``)."""
         span: list[int] = []
-        out = fetch_ints(self.arrow, table, exprs, where, span=span, max_rows=self.max_rows)
+        w = self.window
+        keep = w.keep(table, track or {}) if w is not None else None
+        out = fetch_ints(self.arrow, table, exprs, where, span=span, max_rows=self.max_rows, keep=keep,
+                         expect_rows=w.expect_rows if w is not None else None)
         if span and span[2] - span[1] + 1 != span[0]:
             self.suspect.append(f"{span[0]} rows in {table} over rowids {span[1]}..{span[2]}")
         return out
@@ -192,18 +205,51 @@ class _Reader:
             out.update(self.con.execute(q, part))
         return out
 
-    def categorical(self, ids: np.ndarray, transform=None) -> pd.Categorical:
-        """ids into StringIds -> categorical of (optionally transformed) strings."""
-        inv, uniq = factorize(ids)
+    def categorical(self, ids: np.ndarray, transform=None, table: str = "") -> pd.Categorical:
+        """ids into StringIds -> categorical of (optionally transformed) strings. In a windowed
+        read, the categories and the missing names are those of ``table``'s whole name column."""
+        seen = self.window.seen.get(table) if self.window is not None else None
+        if seen is not None:
+            uniq = seen.values("name")
+            pos = np.searchsorted(uniq, ids) if len(uniq) else np.zeros(len(ids), np.int64)
+            inv = pos
+        else:
+            inv, uniq = factorize(ids)
         lut = self.strings(uniq)
         vals = [lut.get(int(u), "") for u in uniq.tolist()]
-        self.named_rows += len(ids)
         lost = [i for i, u in enumerate(uniq.tolist()) if int(u) not in lut]
-        if lost:
-            self.missing_strings += int(np.isin(inv, lost).sum())
+        if seen is not None:
+            self.named_rows += seen.rows
+            self.missing_strings += sum(seen.count("name", int(uniq[i])) for i in lost)
+        else:
+            self.named_rows += len(ids)
+            if lost:
+                self.missing_strings += int(np.isin(inv, lost).sum())
         if transform is not None:
             vals = [transform(v) for v in vals]
         return cat_from_codes(inv, vals)
+
+    def holds(self, table: str, part: dict | None) -> bool:
+        """Whether ``table``'s part goes into the Timeline: it has rows (in a windowed read: the
+        whole table has, so that an empty window keeps the whole read's columns and categories)."""
+        if part is None:
+            return False
+        seen = self.window.seen.get(table) if self.window is not None else None
+        return bool(seen.rows if seen is not None else len(part["start_ns"]))
+
+    def graph_launch_rows(self, counts: dict[int, int]) -> int:
+        """Rows of CUDA graph launches among API rows counted by name id (``counts``)."""
+        lut = self.strings(np.asarray(list(counts), np.int64)) if counts else {}
+        return sum(c for i, c in counts.items() if api_kind(strip_api_suffix(lut.get(i, ""))) is ApiKind.GRAPH_LAUNCH)
+
+    def _labels_of(self, table: str, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(codes, distinct keys) of a label key column: in a windowed read, over the whole table's
+        keys (``Window.seen``), so that the categories are those of the whole read."""
+        seen = self.window.seen.get(table) if self.window is not None else None
+        if seen is None:
+            return factorize(key)
+        uniq = seen.values("label")
+        return (np.searchsorted(uniq, key) if len(uniq) else np.zeros(len(key), np.int64)), uniq
 
     def meta_kv(self) -> dict[str, str]:
         for t in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
@@ -228,8 +274,8 @@ class _Reader:
         gnode = "COALESCE(graphNodeId,-1)" if "graphNodeId" in cols else "-1"
         s, e, dev, strm, corr, gpid, name, g, node = self.fetch(
             t, ["start", "end", "deviceId", "streamId", "COALESCE(correlationId,-1)",
-                "COALESCE(globalPid,0)", name_col, gid, gnode])
-        names = self.categorical(name)
+                "COALESCE(globalPid,0)", name_col, gid, gnode], track=_device_track(6, 8))
+        names = self.categorical(name, table=t)
         del name
         return {"start_ns": s, "end_ns": e, "kind": _kind_col(DeviceKind.KERNEL, len(s)),
                 "name": names, "device": dev, "stream": strm, "pid": (gpid >> 24) & _MASK24,
@@ -247,8 +293,9 @@ class _Reader:
         nbytes = "COALESCE(bytes,-1)" if "bytes" in cols else "-1"
         s, e, dev, strm, corr, gpid, k, node, nb, src, dst = self.fetch(
             table, ["start", "end", "deviceId", "streamId", "COALESCE(correlationId,-1)",
-                    "COALESCE(globalPid,0)", f"COALESCE({ck},0)", gnode, nbytes, sk, dk])
-        inv, uniq = factorize(k.astype(np.int64) * 4096 + (src.astype(np.int64) + 1) * 64 + (dst.astype(np.int64) + 1))
+                    "COALESCE(globalPid,0)", f"COALESCE({ck},0)", gnode, nbytes, sk, dk],
+            track=_device_track(None, 7, lambda c: _copy_key(c[6], c[9], c[10])))
+        inv, uniq = self._labels_of(table, _copy_key(k, src, dst))
         if kind is DeviceKind.MEMCPY:
             labels = [_copy_label(int(u) // 4096, int(u) // 64 % 64 - 1, int(u) % 64 - 1) for u in uniq.tolist()]
         else:
@@ -266,8 +313,8 @@ class _Reader:
         gid = "COALESCE(graphId,-1)" if "graphId" in cols else "-1"
         s, e, dev, strm, corr, gpid, g = self.fetch(
             t, ["start", "end", "deviceId", "streamId", "COALESCE(correlationId,-1)",
-                "COALESCE(globalPid,0)", gid])
-        inv, uniq = factorize(g)
+                "COALESCE(globalPid,0)", gid], track=_device_track(None, None, lambda c: c[6]))
+        inv, uniq = self._labels_of(t, g)
         return {"start_ns": s, "end_ns": e, "kind": _kind_col(DeviceKind.GRAPH, len(s)),
                 "name": cat_from_codes(inv, [f"cudaGraph {u}" for u in uniq.tolist()]),
                 "device": dev, "stream": strm, "pid": (gpid >> 24) & _MASK24,
@@ -281,8 +328,9 @@ class _Reader:
         # 0 = CUDA runtime, 1 = CUDA driver; 2022.2 adds a duplicate row per call with class 67.
         where = "eventClass IN (0, 1)" if "eventClass" in self.columns(t) else ""
         s, e, gtid, corr, name = self.fetch(
-            t, ["start", "end", "COALESCE(globalTid,0)", "COALESCE(correlationId,-1)", "nameId"], where)
-        names = self.categorical(name, strip_api_suffix)
+            t, ["start", "end", "COALESCE(globalTid,0)", "COALESCE(correlationId,-1)", "nameId"], where,
+            track={"pid": _pid_of(2), "name": lambda c: c[4]})
+        names = self.categorical(name, strip_api_suffix, table=t)
         del name
         kinds = _kinds(names, api_kind)
         return {"start_ns": s, "end_ns": e, "pid": (gtid >> 24) & _MASK24, "tid": gtid & _MASK24,
@@ -293,8 +341,9 @@ class _Reader:
         t = "OSRT_API"
         if not self.has(t) or not self.count(t):
             return None
-        s, e, gtid, name = self.fetch(t, ["start", "end", "COALESCE(globalTid,0)", "nameId"])
-        names = self.categorical(name)
+        s, e, gtid, name = self.fetch(t, ["start", "end", "COALESCE(globalTid,0)", "nameId"],
+                                      track={"pid": _pid_of(2), "name": lambda c: c[3]})
+        names = self.categorical(name, table=t)
         kinds = _kinds(names, lambda c: os_kind(str(c)))
         return {"start_ns": s, "end_ns": e, "pid": (gtid >> 24) & _MASK24, "tid": gtid & _MASK24,
                 "name": names, "kind": kinds, "correlation": np.full(len(s), -1, np.int64)}
@@ -308,9 +357,11 @@ class _Reader:
         types = f"({NVTX_PUSH_RANGE}, {NVTX_PUSH_POP}, {NVTX_START_END})"
         where = f"WHERE n.eventType IN {types} AND n.end IS NOT NULL"
         dom_sql = "COALESCE(domainId,0)" if "domainId" in cols else "0"
-        s, e, etype, gtid, dom = self.fetch(
-            t, ["start", "end", "eventType", "COALESCE(globalTid,0)", dom_sql],
-            where.replace("WHERE ", "").replace("n.", ""))
+        # NOTE: read whole in a windowed read too (it is small, and the nesting depths and the
+        # steps are those of the whole table); cut to the window after
+        s, e, etype, gtid, dom = fetch_ints(
+            self.arrow, t, ["start", "end", "eventType", "COALESCE(globalTid,0)", dom_sql],
+            where.replace("WHERE ", "").replace("n.", ""), max_rows=self.max_rows)
         has_tid = "textId" in cols
         label = capped("COALESCE(n.text, s.value, '')" if has_tid else "COALESCE(n.text, '')")
         label_sql = (f"{label} FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId" if has_tid
@@ -391,6 +442,25 @@ class _Reader:
                 for g, v in rows if g is not None and ((int(g) >> 24) & _MASK24) in pids}
 
 
+def _copy_key(kind: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """One int per (copy kind, source memory, destination memory): a copy's label."""
+    return kind.astype(np.int64) * 4096 + (src.astype(np.int64) + 1) * 64 + (dst.astype(np.int64) + 1)
+
+
+def _device_track(name: int | None, node: int | None, label: Track | None = None) -> dict[str, Track]:
+    """What a windowed read counts over a device table (start, end, deviceId, streamId,
+    correlationId, globalPid first): processes, devices, the name column ``name`` or the label key
+    ``label``, and the rows that are graph nodes (``node``: their node id column)."""
+    out: dict[str, Track] = {"pid": _pid_of(5), "device": lambda c: c[2]}
+    if name is not None:
+        out["name"] = lambda c, i=name: c[i]    # type: ignore[misc]
+    if label is not None:
+        out["label"] = label
+    if node is not None:
+        out["node"] = lambda c, i=node: c[i] >= 0   # type: ignore[misc]
+    return out
+
+
 def _kinds(names: pd.Categorical, kind_of: Callable[[str], ApiKind]) -> pd.Categorical:
     """ApiKind per row of the categorical ``names``, mapped once per distinct name (codes to codes:
     no string per row)."""
@@ -400,17 +470,24 @@ def _kinds(names: pd.Categorical, kind_of: Callable[[str], ApiKind]) -> pd.Categ
     return pd.Categorical.from_codes(codes, categories=order)  # type: ignore[call-overload]
 
 
-def _read_host(path: Path) -> tuple[dict | None, tuple[dict | None, int], _Reader]:
+def _read_host(path: Path, window: Window | None = None) -> tuple[dict | None, tuple[dict | None, int], _Reader]:
     """API and NVTX tables on their own connection (run in a worker thread), and the reader (for
-    its notes: ``suspect``, ``missing_strings``, ``named_rows``)."""
+    its notes: ``suspect``, ``missing_strings``, ``named_rows``). ``window``: a windowed read's."""
     con = connect_readonly(path)
     try:
-        r = _Reader(path, con)
+        r = _Reader(path, con, window)
         try:
-            api = concat_sorted([narrow_ids(p) for p in (r.api(), r.osrt()) if p is not None and len(p["start_ns"])])
+            api = concat_sorted([narrow_ids(p) for t, p in (("CUPTI_ACTIVITY_KIND_RUNTIME", r.api()),
+                                                            ("OSRT_API", r.osrt())) if r.holds(t, p)])
             ranges, marks = r.nvtx()
         finally:
             r.close()
+        if window is not None:
+            ranges = sort_columns(ranges)
+            if ranges is not None and len(ranges["start_ns"]):
+                window.ranges_rows = len(ranges["start_ns"])
+                window.ranges_span = (int(ranges["start_ns"].min()), int(ranges["end_ns"].max()))
+            return window.clip(api), (crop_columns(ranges, window.lo, window.hi), marks), r
         return api, (sort_columns(ranges), marks), r
     finally:
         con.close()
@@ -444,9 +521,13 @@ def scan_estimate(path: str | Path) -> int:
         con.close()
 
 
-def read_nsys(path: str | Path, rank: int = 0) -> Timeline:
+def read_nsys(path: str | Path, rank: int = 0, window: tuple[int, int] | None = None,
+              expect_rows: int | None = None) -> Timeline:
     """Read one nsys SQLite export. ``rank`` is the rank of its first process (several processes
-    in one file get consecutive ranks in pid order)."""
+    in one file get consecutive ranks in pid order). ``window`` (lo, hi) ns: only the rows
+    overlapping it, clipped to it, the metadata of the whole file: ``diagnose.crop`` of the whole
+    read, in memory proportional to the window (``nsys_window.py``); ``expect_rows``: the rows a
+    table's window is expected to hold (its arrays are allocated for that many first)."""
     path = Path(path)
     check_side_files(path)
     con = connect_readonly(path)
@@ -454,7 +535,7 @@ def read_nsys(path: str | Path, rank: int = 0) -> Timeline:
         checked = path.stat().st_size <= QUICK_CHECK_ALWAYS_BYTES
         if checked:
             check_integrity(path, con)
-        reader = _Reader(path, con)
+        reader = _Reader(path, con, None if window is None else Window(*window, expect_rows=expect_rows))
         try:
             return _read(path, reader, rank, checked)
         except (sqlite3.DatabaseError, ValueError, TimelineError) as exc:
@@ -485,31 +566,33 @@ def _read(path: Path, r: _Reader, rank: int, checked: bool = False) -> Timeline:
     # The API and NVTX tables are read on a second connection in a thread: ADBC releases the GIL
     # while SQLite steps and Arrow fills, so the device and the host scans overlap.
     with ThreadPoolExecutor(max_workers=1) as pool:
-        host = pool.submit(_read_host, path)
+        host = pool.submit(_read_host, path, r.window)
         # id columns as int32 where they fit (timeline.narrow_ids) before the sort: ~0.4 GB less per GB
-        parts = [narrow_ids(p) for p in (r.kernels(), r.copies("CUPTI_ACTIVITY_KIND_MEMCPY", DeviceKind.MEMCPY),
-                                         r.copies("CUPTI_ACTIVITY_KIND_MEMSET", DeviceKind.MEMSET),
-                                         r.graph_execs()) if p is not None and len(p["start_ns"])]
+        parts = [narrow_ids(p) for t, p in (
+            ("CUPTI_ACTIVITY_KIND_KERNEL", r.kernels()),
+            ("CUPTI_ACTIVITY_KIND_MEMCPY", r.copies("CUPTI_ACTIVITY_KIND_MEMCPY", DeviceKind.MEMCPY)),
+            ("CUPTI_ACTIVITY_KIND_MEMSET", r.copies("CUPTI_ACTIVITY_KIND_MEMSET", DeviceKind.MEMSET)),
+            ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", r.graph_execs())) if r.holds(t, p)]
         device = concat_sorted(parts)
         del parts
+        if r.window is not None:
+            device = r.window.clip(device)
         api, (ranges, marks), hr = host.result()
     r.missing_strings += hr.missing_strings
     r.named_rows += hr.named_rows
     r.suspect += hr.suspect
-    n_dev = 0 if device is None else len(device["start_ns"])
-    n_api = 0 if api is None else len(api["start_ns"])
-    n_rng = 0 if ranges is None else len(ranges["start_ns"])
+    f = _facts(device, api, ranges) if r.window is None else window_facts(
+        r.window, r.window.ranges_rows, r.window.ranges_span, r.graph_launch_rows)
+    n_dev, n_api, n_rng = f.n_dev, f.n_api, f.n_rng
     if n_dev + n_api + n_rng == 0:
         raise TraceError(path, "nsys export holds no CUDA or NVTX events (empty trace)")
-    dev_cols: dict = device if device is not None else {}     # read only where n_dev / n_api
-    api_cols: dict = api if api is not None else {}
 
     # ranks go to processes with GPU activity (helper processes that only call the API, e.g. a
     # subprocess probing the driver, share the first rank)
-    host_pids = sorted(set(pd.unique(api_cols["pid"]).tolist())) if n_api else []
-    pids = sorted(set(pd.unique(dev_cols["pid"]).tolist())) if n_dev else host_pids
+    host_pids = f.api_pids
+    pids = f.dev_pids if n_dev else host_pids
     for cols in (device, api, ranges):
-        if cols is not None and len(cols["start_ns"]):
+        if cols is not None and (len(cols["start_ns"]) or r.window is not None):
             cols["rank"] = _ranks(cols["pid"], pids, rank)
     rank_of = {p: rank + i for i, p in enumerate(pids)}
 
@@ -518,7 +601,7 @@ def _read(path: Path, r: _Reader, rank: int, checked: bool = False) -> Timeline:
                         tool_version=meta_kv.get("EXPORT_PRODUCT_VERSION", ""),
                         ranks=sorted(set(rank_of.values())) or [rank],
                         world_size=max(len(pids), 1))
-    used = set(pd.unique(dev_cols["device"]).tolist()) if n_dev else set()
+    used = f.devices
     meta.devices, gpus_on_host = r.devices(used)
     if r.has("ANALYSIS_DETAILS"):
         row = r.con.execute("SELECT startTime, stopTime FROM ANALYSIS_DETAILS").fetchone()
@@ -526,21 +609,19 @@ def _read(path: Path, r: _Reader, rank: int, checked: bool = False) -> Timeline:
             lo, hi = int(row[0]), int(row[1])
             # NOTE: most exports time events from the session start (0), while ANALYSIS_DETAILS holds
             # the session's own clock: then the session is [0, duration]
-            first = int(dev_cols["start_ns"].min()) if n_dev else lo
+            first = int(f.dev_first) if f.dev_first is not None else lo
             if n_dev and not lo <= first <= hi and 0 <= first <= hi - lo:
                 lo, hi = 0, hi - lo
             meta.window_start_ns, meta.window_end_ns = lo, hi
-            if n_dev and (first < lo or int(dev_cols["end_ns"].max()) > hi):
+            if f.dev_last is not None and (first < lo or f.dev_last > hi):
                 r.suspect.append("device rows outside the session's bounds (ANALYSIS_DETAILS)")
     if r.has("TARGET_INFO_SESSION_START_TIME"):
         row = r.con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
         if row and row[0]:
             meta.extra["nsys.utc_start_ns"] = int(row[0])
     if meta.window_end_ns <= meta.window_start_ns:      # no session bounds: span of the events
-        spans = [(c["start_ns"].min(), c["end_ns"].max()) for c in (device, api, ranges)
-                 if c is not None and len(c["start_ns"])]
-        meta.window_start_ns = int(min(a for a, _ in spans))
-        meta.window_end_ns = int(max(b for _, b in spans))
+        meta.window_start_ns = int(min(a for a, _ in f.spans))
+        meta.window_end_ns = int(max(b for _, b in f.spans))
     derived = meta_kv.get("DERIVED_WINDOW_NS")
     if derived:
         try:
@@ -550,13 +631,11 @@ def _read(path: Path, r: _Reader, rank: int, checked: bool = False) -> Timeline:
             pass
         meta.warn(WarningCode.WINDOW_CUT, f"the export was trimmed to the window {derived} ns: "
                   "work started before it (e.g. launches of its first kernels) is missing")
-    kind_codes = (np.asarray(dev_cols["kind"].codes), list(dev_cols["kind"].categories)) \
-        if n_dev else (np.zeros(0, np.int8), [])
-    n_kern = _count_kind(kind_codes, DeviceKind.KERNEL)
-    n_graph_exec = _count_kind(kind_codes, DeviceKind.GRAPH)
+    n_kern = f.kinds.get(DeviceKind.KERNEL.value, 0)
+    n_graph_exec = f.kinds.get(DeviceKind.GRAPH.value, 0)
     graph_mode = capture.get("CUDA_GRAPH_TRACE_OPTIONS:MODE", "")
-    n_graph_launch = int((api_cols["kind"] == ApiKind.GRAPH_LAUNCH.value).sum()) if n_api else 0
-    n_node_kernels = int((dev_cols["graph_node"] >= 0).sum()) if n_dev else 0
+    n_graph_launch = f.graph_launches
+    n_node_kernels = f.node_rows
     meta.extra.update({
         "nsys.schema_version": schema, "nsys.meta_table": next(
             (t for t in ("META_DATA_EXPORT", "EXPORT_META_DATA") if r.has(t)), ""),
@@ -570,7 +649,7 @@ def _read(path: Path, r: _Reader, rank: int, checked: bool = False) -> Timeline:
     })
     if n_kern:
         meta.traced.add(Traced.KERNELS)
-    if _count_kind(kind_codes, DeviceKind.MEMCPY) + _count_kind(kind_codes, DeviceKind.MEMSET):
+    if f.kinds.get(DeviceKind.MEMCPY.value, 0) + f.kinds.get(DeviceKind.MEMSET.value, 0):
         meta.traced.add(Traced.MEMCPY)
     if n_api:
         meta.traced.add(Traced.API)
@@ -630,9 +709,27 @@ def _validated(cols: dict | None, table: str) -> pd.DataFrame:
     return df
 
 
-def _count_kind(kind_codes: tuple[np.ndarray, list], kind: DeviceKind) -> int:
-    codes, cats = kind_codes
-    return int((codes == cats.index(kind.value)).sum()) if kind.value in cats else 0
+def _facts(device: dict | None, api: dict | None, ranges: dict | None) -> Facts:
+    """``Facts`` of a whole read, from its columns."""
+    n_dev = 0 if device is None else len(device["start_ns"])
+    n_api = 0 if api is None else len(api["start_ns"])
+    kinds: dict[str, int] = {}
+    if device is not None and n_dev:
+        cat = device["kind"]
+        counts = np.bincount(np.asarray(cat.codes), minlength=len(cat.categories))
+        kinds = {str(k): int(c) for k, c in zip(cat.categories, counts.tolist())}
+    return Facts(
+        n_dev=n_dev, n_api=n_api, n_rng=0 if ranges is None else len(ranges["start_ns"]),
+        dev_pids=sorted(set(pd.unique(device["pid"]).tolist())) if device is not None and n_dev else [],
+        api_pids=sorted(set(pd.unique(api["pid"]).tolist())) if api is not None and n_api else [],
+        devices=set(pd.unique(device["device"]).tolist()) if device is not None and n_dev else set(),
+        dev_first=int(device["start_ns"].min()) if device is not None and n_dev else None,
+        dev_last=int(device["end_ns"].max()) if device is not None and n_dev else None,
+        kinds=kinds,
+        graph_launches=int((api["kind"] == ApiKind.GRAPH_LAUNCH.value).sum()) if api is not None and n_api else 0,
+        node_rows=int((device["graph_node"] >= 0).sum()) if device is not None and n_dev else 0,
+        spans=[(int(c["start_ns"].min()), int(c["end_ns"].max())) for c in (device, api, ranges)
+               if c is not None and len(c["start_ns"])])
 
 
 def _ranks(pid: np.ndarray, pids: list[int], rank: int) -> np.ndarray:
