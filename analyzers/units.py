@@ -105,3 +105,10 @@ def fmt_pct(part: float, whole: float) -> str:
     if not whole:
         return "-"
     return f"{100.0 * part / whole:.1f}%"
+
+
+def fmt_mem(n: float | int) -> str:
+    """A memory size in binary units, as ``--memory-budget`` takes them: ``512 MiB``, ``9.1 GiB``."""
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.1f} GiB"
+    return f"{max(0, n) / (1 << 20):.0f} MiB"

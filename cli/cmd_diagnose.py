@@ -14,6 +14,8 @@ from rich.console import Console
 from srtscope.cli.contract import SavedDiagnosis
 from srtscope.cli.errors import Exit, fail, one_line
 from srtscope.cli.loading import check_cluster_jobs, load
+from srtscope.cli.memory_budget import HELP as BUDGET_HELP
+from srtscope.cli.memory_budget import Budget, budget_option, parse_budget, plan_reads
 from srtscope.cli.output import OutputError, check_output_path, write_text
 from srtscope.cli.values import MAX_THRESHOLD_US, float_option
 
@@ -46,12 +48,15 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
 
 def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int] | None,
                   console: Console | None, quiet: bool, keep: list | None = None, cache: bool = True,
-                  jobs: int = 1, cluster: str | None = None, reuse: bool = False) -> Any:
+                  jobs: int = 1, cluster: str | None = None, reuse: bool = False,
+                  budget: Budget | None = None) -> Any:
     """Load + diagnose; returns the Diagnosis object (``keep`` receives the Timeline when given).
     ``cache``: use the user's table cache; ``jobs``: rank files read in that many processes;
     ``cluster``: read by the workers of the Dask scheduler at that address. ``reuse`` (with
     ``cache``): the answer may come from the diagnosis cache, as a ``SavedDiagnosis`` of the same
-    JSON document, and a new answer is kept there."""
+    JSON document, and a new answer is kept there. ``budget``: ``--memory-budget`` (default
+    ``auto``): over it, one nsys export is read by time window and the diagnosis says so
+    (``cli/memory_budget.py``), anything else exits 2."""
     from srtscope.analyzers.params import DiagnoseParams
 
     try:
@@ -76,8 +81,18 @@ def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int]
     from srtscope.analyzers.diagnose import DiagnoseInputError, diagnose
     from srtscope.analyzers.readers.cache import deferred_writes
 
+    budget = budget if budget is not None else parse_budget("auto")
+    plan = plan_reads(paths, budget, params, cache, cluster)
     with deferred_writes():             # new table entries are written while the analyses run
-        tl = load(paths, console, quiet, cache=cache, jobs=jobs, cluster=cluster)
+        tl = load(paths, console, quiet, cache=cache, jobs=jobs, cluster=cluster,
+                  window=None if plan is None else (plan.window, plan.rows))
+        if plan is not None and not plan.pushed:
+            from srtscope.analyzers.memory_plan import window_message
+            from srtscope.analyzers.timeline import WarningCode
+
+            # NOTE: a diagnosis of part of the trace: said in the report, never kept as the answer
+            tl.meta.warn(WarningCode.WINDOW_CUT, window_message(plan, budget.bytes or 0, tl.meta.window_start_ns))
+            key = None
         if keep is not None:
             keep.append(tl)
         try:
@@ -131,6 +146,8 @@ def register(app: typer.Typer) -> None:
         cluster: str | None = typer.Option(None, "--cluster", metavar="ADDRESS", help=CLUSTER_HELP),
         full: bool = typer.Option(False, "--full", help="Print every table (the default is one "
                                                         "screen: verdict, what-ifs, the main tables)."),
+        memory_budget: str = typer.Option("auto", "--memory-budget", metavar="SIZE",
+                                             callback=budget_option, help=BUDGET_HELP),
     ) -> None:
         """Diagnose traces: verdict (scheduler / prep / kernel), bubbles, steps, communication."""
         check_cluster_jobs(cluster, jobs)
@@ -146,7 +163,7 @@ def register(app: typer.Typer) -> None:
         # from the diagnosis cache (``keep`` turns it off)
         diag = run_diagnosis(list(traces), threshold_us, parse_steps(steps), console, as_json,
                              kept if perfetto is not None else None, cache=not no_cache, jobs=jobs,
-                             cluster=cluster, reuse=True)
+                             cluster=cluster, reuse=True, budget=parse_budget(memory_budget))
         doc = diag.to_json()
         title = "srtscope diagnosis: " + ", ".join(p.name for p in traces[:3]) + (" …" if len(traces) > 3 else "")
         errors = write_outputs(doc, diag, markdown=markdown, html=html, perfetto=perfetto,

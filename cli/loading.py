@@ -77,12 +77,13 @@ def check_cluster_jobs(cluster: str | None, jobs: int) -> None:
 
 
 def load(paths: list[Path], console: Console | None = None, quiet: bool = False, cache: bool = True,
-         jobs: int = 1, cluster: str | None = None) -> Any:
+         jobs: int = 1, cluster: str | None = None, window: tuple[tuple[int, int], int] | None = None) -> Any:
     """Read one or more trace files into a Timeline; bad input exits 2 with one line. ``cache``: the
     user's table cache (``analyzers/readers/cache.py``); ``jobs``: files read in that many processes;
     ``cluster``: a Dask scheduler's address, whose workers read the files (``readers/cluster.py``).
     NOTE: with ``cluster`` the paths are the workers' to check (they need not exist here), and the
-    progress bar shows whenever there is a console: remote reads are slow to start whatever the size."""
+    progress bar shows whenever there is a console: remote reads are slow to start whatever the size.
+    ``window``: one nsys export's rows in a time window only (``readers.load_timeline``)."""
     from srtscope.analyzers.readers import TraceError, load_timeline
     from srtscope.analyzers.readers.cluster import ClusterError  # cheap: distributed comes later
 
@@ -94,7 +95,7 @@ def load(paths: list[Path], console: Console | None = None, quiet: bool = False,
     total = LARGE_BYTES if cluster is not None else sum(check_input_file(p).st_size for p in paths)
     try:
         if quiet or console is None or total < LARGE_BYTES:
-            return load_timeline([str(p) for p in paths], cache=cache, jobs=jobs, cluster=cluster)
+            return load_timeline([str(p) for p in paths], cache=cache, jobs=jobs, cluster=cluster, window=window)
         with Progress(TextColumn("[bold]reading[/] {task.description}"), BarColumn(),
                       TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
                       console=console, transient=True) as prog:
@@ -104,7 +105,7 @@ def load(paths: list[Path], console: Console | None = None, quiet: bool = False,
                 prog.update(task, completed=max(0.0, min(1.0, fraction)))
 
             return load_timeline([str(p) for p in paths], progress=progress, cache=cache, jobs=jobs,
-                                 cluster=cluster)
+                                 cluster=cluster, window=window)
     except TraceError as exc:
         fail(str(exc))
     except PermissionError as exc:

@@ -36,10 +36,18 @@ def rank_from_name(path: str | Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _read_format(path: Path, fmt: SourceFormat, rank: int) -> Timeline:
+#: a windowed read of an nsys export: ((lo, hi) ns, rows expected in it); see ``read_nsys``
+Window = tuple[tuple[int, int], int]
+
+
+def _read_format(path: Path, fmt: SourceFormat, rank: int, window: Window | None = None) -> Timeline:
     if fmt is SourceFormat.NSYS_SQLITE:
         from srtscope.analyzers.readers.nsys_sqlite import read_nsys
+        if window is not None:
+            return read_nsys(path, rank, window=window[0], expect_rows=window[1])
         return read_nsys(path, rank)
+    if window is not None:
+        raise ValueError("only nsys exports are read by time window")
     if fmt is SourceFormat.KINETO:
         from srtscope.analyzers.readers.kineto import read_kineto
         return read_kineto(path, rank)
@@ -48,16 +56,20 @@ def _read_format(path: Path, fmt: SourceFormat, rank: int) -> Timeline:
 
 
 def read_one(path: str | Path, rank: int = 0, allow_no_kernels: bool = False, cache: bool = False,
-             fmt: SourceFormat | None = None) -> Timeline:
+             fmt: SourceFormat | None = None, window: Window | None = None) -> Timeline:
     """Read one file of any supported format; ``rank`` is the fallback when the file has none.
     ``cache``: take the tables from the user's cache when it holds this file, else store them
     there (``readers/cache.py``; the results are the same either way). ``fmt``: the file's format
-    when the caller has detected it already (each file's format is detected once)."""
+    when the caller has detected it already (each file's format is detected once). ``window``: an
+    nsys export's rows in that time window only (``read_nsys``), never through the cache: its
+    entries hold whole files, and a window's read scans the file anyway."""
     path = Path(path)
     try:
         fmt = fmt or detect_format(path)
         from srtscope.analyzers.readers.cache import cache_enabled_for, cached_read
-        if cache and cache_enabled_for(path):
+        if window is not None:
+            tl = _read_format(path, fmt, rank, window)
+        elif cache and cache_enabled_for(path):
             if fmt is SourceFormat.NSYS_SQLITE:
                 from srtscope.analyzers.readers.sqlite_integrity import check_side_files
                 check_side_files(path)      # a -wal beside it changes what a read would see
@@ -228,7 +240,7 @@ def _read_parallel(files: list[Path], hints: list[int], allow_no_kernels: bool, 
 
 def load_timeline(paths: Sequence[str | Path] | str | Path, progress: Progress | None = None,
                   allow_no_kernels: bool = False, cache: bool = False, jobs: int = 1,
-                  cluster: str | None = None) -> Timeline:
+                  cluster: str | None = None, window: Window | None = None) -> Timeline:
     """Read and merge trace files (a directory stands for its files).
 
     Rank of each file: Kineto ``distributedInfo.rank`` / probe ``meta.rank`` when present, else
@@ -240,6 +252,7 @@ def load_timeline(paths: Sequence[str | Path] | str | Path, progress: Progress |
     ``cluster``: the address of a Dask scheduler whose workers read every file instead (by path; the
     ``srtscope[cluster]`` extra; ``readers/cluster.py``): the same Timeline again, with ``cache`` the
     workers' own; ``ClusterError`` when the cluster cannot do it. Not with ``jobs`` > 1 (ValueError).
+    ``window``: one nsys export read by time window (``read_one``); not with several files or a cluster.
     """
     if cluster is not None and jobs > 1:
         raise ValueError("load_timeline: cluster= and jobs > 1 exclude each other")
@@ -248,6 +261,15 @@ def load_timeline(paths: Sequence[str | Path] | str | Path, progress: Progress |
     files = _expand(list(paths))
     if not files:
         raise TraceError("<no input>", "no trace files given")
+    if window is not None:
+        if len(files) != 1 or cluster is not None:
+            raise ValueError("load_timeline: window= reads one file, here")
+        fmt = detect_format_quiet(files[0])
+        with _scan_progress(progress, files[0], 0, 1, fmt):
+            tl = read_one(files[0], rank_from_name(files[0]) or 0, allow_no_kernels, False, fmt, window)
+        if progress is not None:
+            progress(1.0, "done")
+        return tl
     if cluster is None:
         return _load_files(files, progress, allow_no_kernels, cache, jobs, None)
     from srtscope.analyzers.readers.cluster import connect

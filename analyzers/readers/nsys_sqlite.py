@@ -739,3 +739,24 @@ def _ranks(pid: np.ndarray, pids: list[int], rank: int) -> np.ndarray:
     arr = np.asarray(pids, np.int64)
     pos = np.clip(np.searchsorted(arr, pid), 0, len(arr) - 1)
     return np.where(arr[pos] == pid, rank + pos, rank).astype(np.int64)
+
+
+def read_ranges(path: str | Path, rank: int = 0, pids: list[int] | None = None) -> pd.DataFrame:
+    """The NVTX ranges of an export alone (the Timeline's ``ranges`` table, as a whole read gives
+    it), ranks given by ``pids`` (sorted: the processes with device rows, else every range's own
+    rank). Reads the NVTX table only: the steps of a huge export are found before its big tables."""
+    path = Path(path)
+    check_side_files(path)
+    con = connect_readonly(path)
+    try:
+        r = _Reader(path, con)
+        try:
+            ranges, _ = r.nvtx()
+        finally:
+            r.close()
+    finally:
+        con.close()
+    ranges = sort_columns(ranges)
+    if ranges is not None:
+        ranges["rank"] = _ranks(ranges["pid"], sorted(pids or []), rank)
+    return _validated(ranges, "ranges")

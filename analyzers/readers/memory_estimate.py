@@ -1,0 +1,140 @@
+"""The peak memory a whole-trace diagnosis of a file would need, from facts known before reading it.
+
+    est = estimate(Path("big.sqlite"))      # MemoryEstimate; est.peak_bytes
+
+nsys exports: the rowid spans of the tables the reader scans (``max(rowid) - min(rowid) + 1``, each
+answered from the b-tree's edge, O(1): no scan) times a measured cost per row, plus the interpreter
+with its libraries. Kineto and probe traces (JSON, read as a stream): their text size (a gzip file's
+from its trailer) times a measured cost per byte, plus the same base. Conservative by construction
+(each coefficient is the largest measured, plus a margin).
+
+Calibration (2026-12-02, 06:30-07:40 UTC, 2 cores, python 3.11; peak RSS of one whole
+``srtscope diagnose --json`` process, wait4, table cache filling, the allocator settings of
+``cli/app.py``; ``benchmarks/budget_calibration.py`` prints the table again):
+
+- interpreter, numpy, pandas, pyarrow, the analyses: 135-173 MiB on every real trace of a few MB
+  (7 nsys exports, 7 Kineto traces): ``BASE_BYTES`` = 180 MiB;
+- nsys, per row scanned (kernels, copies, sets, graphs, runtime/driver API, OS runtime, NVTX):
+  generated exports of 309 MB / 1006 MB / 3010 MB (5.5 M / 17.8 M / 52.3 M rows) peaked at 755 /
+  1660 / 4263 MiB: the first rows cost the most (the analyses' fixed-size tables grow to their size),
+  ~113 B each up to 5.5 M rows, ~80 B each after: ``NSYS_ROW_BYTES`` and ``NSYS_BULK_ROW_BYTES``
+  give 803 / 1738 / 4413 MiB, +6% / +5% / +4% over the measured peaks;
+- a windowed read (``nsys_window.py``) scans the whole file and holds the window's rows and the
+  whole NVTX table only: the same per-row costs apply to those rows (measured in
+  ``benchmarks/README.md``, "Memory budget");
+- Kineto JSON: 1.4 bytes per byte of JSON text at most (25.8 MB of torchrec JSON: 166 MiB, 35 MB of
+  resnet50: 152 MiB): ``JSON_BYTE_BYTES`` = 2.0.
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from srtscope.analyzers.timeline import SourceFormat
+
+MiB = 1 << 20
+#: the process with its libraries and the analyses' fixed tables (bytes)
+BASE_BYTES = 180 * MiB
+#: nsys: bytes per scanned row for the first ``NSYS_SMALL_ROWS`` rows, and per row after them
+NSYS_ROW_BYTES = 118
+NSYS_BULK_ROW_BYTES = 82
+NSYS_SMALL_ROWS = 5_500_000
+#: Kineto / probe JSON: bytes per byte of JSON text
+JSON_BYTE_BYTES = 2.0
+#: the device and host tables a whole read holds (NVTX apart: a windowed read holds it whole)
+WINDOWED_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                   "CUPTI_ACTIVITY_KIND_GRAPH_TRACE", "CUPTI_ACTIVITY_KIND_RUNTIME", "OSRT_API")
+NVTX_TABLE = "NVTX_EVENTS"
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """A file's estimated peak (bytes) for a whole diagnosis. nsys: ``rows`` per scanned table
+    (rowid spans); a windowed read's peak is ``nsys_peak(nvtx rows + rows in the window)``."""
+
+    path: str
+    format: SourceFormat
+    peak_bytes: int
+    rows: dict[str, int]
+
+    @property
+    def windowable(self) -> bool:
+        """Only nsys exports can be read by time window (their tables are scanned in SQL)."""
+        return self.format is SourceFormat.NSYS_SQLITE
+
+    @property
+    def nvtx_rows(self) -> int:
+        return self.rows.get(NVTX_TABLE, 0)
+
+    @property
+    def windowed_rows(self) -> int:
+        """Rows of the tables a windowed read cuts to its window."""
+        return sum(self.rows.get(t, 0) for t in WINDOWED_TABLES)
+
+
+def nsys_peak(rows: float) -> int:
+    """Peak bytes of a diagnosis that holds ``rows`` rows of an nsys export."""
+    rows = max(0.0, rows)
+    small = min(rows, NSYS_SMALL_ROWS)
+    return int(BASE_BYTES + small * NSYS_ROW_BYTES + (rows - small) * NSYS_BULK_ROW_BYTES)
+
+
+def nsys_rows_within(budget_bytes: int) -> int:
+    """The most rows ``nsys_peak`` allows within ``budget_bytes`` (0 when not even the base fits)."""
+    left = budget_bytes - BASE_BYTES
+    if left <= 0:
+        return 0
+    if left <= NSYS_SMALL_ROWS * NSYS_ROW_BYTES:
+        return int(left // NSYS_ROW_BYTES)
+    return int(NSYS_SMALL_ROWS + (left - NSYS_SMALL_ROWS * NSYS_ROW_BYTES) // NSYS_BULK_ROW_BYTES)
+
+
+def table_rows(path: Path) -> dict[str, int]:
+    """Rowid span of each scanned table of an nsys export (O(1) each); absent tables left out."""
+    from srtscope.analyzers.readers.columnar import rowid_bounds
+    from srtscope.analyzers.readers.nsys_sqlite import connect_readonly
+
+    con = connect_readonly(path)
+    try:
+        have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        out: dict[str, int] = {}
+        for t in (*WINDOWED_TABLES, NVTX_TABLE):
+            if t in have:
+                lo, hi = rowid_bounds(con, t)
+                out[t] = 0 if lo is None or hi is None else max(0, hi - lo + 1)
+        return out
+    finally:
+        con.close()
+
+
+def json_text_bytes(path: Path) -> int:
+    """Bytes of JSON text in a trace file: its size, or for gzip the uncompressed size from the
+    trailer (ISIZE, modulo 2^32: the smallest size at least the compressed one)."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        if fh.read(2) != b"\x1f\x8b" or size < 18:
+            return size
+        fh.seek(-4, os.SEEK_END)
+        isize = int.from_bytes(fh.read(4), "little")
+    while isize < size:
+        isize += 1 << 32
+    return isize
+
+
+def estimate(path: Path, fmt: SourceFormat) -> MemoryEstimate:
+    """The peak memory a whole diagnosis of ``path`` (of format ``fmt``) would need. OSError or
+    sqlite3.Error when the file cannot be looked at (the read then says why)."""
+    if fmt is SourceFormat.NSYS_SQLITE:
+        rows = table_rows(path)
+        return MemoryEstimate(str(path), fmt, nsys_peak(sum(rows.values())), rows)
+    return MemoryEstimate(str(path), fmt, int(BASE_BYTES + JSON_BYTE_BYTES * json_text_bytes(path)), {})
+
+
+def estimate_quiet(path: Path, fmt: SourceFormat) -> MemoryEstimate | None:
+    """``estimate``, or None when the file cannot be looked at (the read reports why)."""
+    try:
+        return estimate(path, fmt)
+    except (OSError, sqlite3.Error, ValueError):
+        return None

@@ -1,0 +1,120 @@
+"""``--memory-budget SIZE``: the most memory a diagnosis may take, and the read that keeps to it.
+
+SIZE: ``2GiB``, ``1500MB``, ``800M``, ``4g`` (binary units for ``K``/``M``/``G``/``T`` with or without
+``iB``; decimal for ``kB``/``MB``/``GB``/``TB``; plain bytes), ``none`` (no limit) or ``auto`` (the
+default: ``AUTO_SHARE`` of ``MemAvailable`` in ``/proc/meminfo``; no limit where there is none).
+Before reading, each file's peak is estimated (``readers/memory_estimate.py``); over the budget, an
+nsys export is read by time window (``analyzers/memory_plan.py``) and anything else refused.
+"""
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from srtscope.cli.errors import fail
+
+#: ``auto``: this share of the memory the system says is available now
+AUTO_SHARE = 0.7
+#: the smallest budget taken: below it not even the interpreter with its libraries fits
+MIN_BUDGET = 64 << 20
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*")
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30,
+          "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+HELP = ("The most memory the diagnosis may take: 2GiB, 1500MB, 800M; 'none' for no limit; 'auto' "
+        "(default): 70% of the available memory. Over it, an nsys export is diagnosed over a window of "
+        "whole steps in the middle of the capture (a window_cut warning says which); other traces are "
+        "refused.")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """``bytes``: the limit (None: none); ``text``: what the user gave (for messages)."""
+
+    bytes: int | None
+    text: str
+
+
+def mem_available() -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes; None where there is no such file or line."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def parse_budget(text: str | None) -> Budget:
+    """``--memory-budget``'s value; ValueError with the reason for anything else."""
+    t = (text or "auto").strip()
+    if t.lower() == "none":
+        return Budget(None, "none")
+    if t.lower() == "auto":
+        avail = mem_available()
+        return Budget(None if avail is None else max(MIN_BUDGET, int(avail * AUTO_SHARE)), "auto")
+    m = _SIZE.fullmatch(t)
+    if m is None or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"{text!r}: expected a size such as 2GiB, 1500MB or 800M, or none, or auto")
+    n = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if n < MIN_BUDGET:
+        raise ValueError(f"{text!r}: at least 64MiB (the program alone takes more)")
+    if n > 1 << 60:
+        raise ValueError(f"{text!r}: at most 1EiB")
+    return Budget(int(n), t)
+
+
+def budget_option(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str:
+    """A typer callback: ``--memory-budget`` as given, checked (``parse_budget``: bad values exit 2
+    with one line); parsed where it is used (``auto`` reads the memory available then)."""
+    try:
+        parse_budget(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value or "auto"
+
+
+def plan_reads(paths: list[Path], budget: Budget, params: Any, cache: bool,
+               cluster: str | None) -> Any:
+    """The ``memory_plan.ReadPlan`` of a windowed read of ``paths``, or None to read them whole;
+    exits 2 with one line when the diagnosis cannot keep to the budget. Reads by a cluster's
+    workers are theirs to bound (None)."""
+    if cluster is not None:
+        return None
+    from srtscope.analyzers.memory_plan import BudgetError, plan_read
+    from srtscope.analyzers.readers import detect_format_quiet, rank_from_name
+    from srtscope.analyzers.readers.memory_estimate import BASE_BYTES, estimate_quiet
+    from srtscope.analyzers.timeline import SourceFormat
+    from srtscope.analyzers.units import fmt_mem
+
+    ests = []
+    for p in paths:
+        fmt = detect_format_quiet(p) if p.is_file() else None
+        est = estimate_quiet(p, fmt) if fmt is not None else None
+        if est is None:
+            return None                 # the read says what is wrong with it
+        ests.append(est)
+    if len(ests) > 1:
+        total = sum(e.peak_bytes for e in ests) - BASE_BYTES * (len(ests) - 1)
+        if budget.bytes is not None and total > budget.bytes:
+            fail(f"{len(paths)} files: a diagnosis needs ~{fmt_mem(total)}, over --memory-budget "
+                 f"{fmt_mem(budget.bytes)}; raise it (--memory-budget {-(-total // (1 << 30))}GiB) or "
+                 "diagnose each file alone")
+        return None
+    (path,), (est,) = paths, ests
+    # --steps on an export the table cache would not keep anyway: read only those steps
+    from srtscope.analyzers.cache_store import cache_enabled_for
+
+    push = est.format is SourceFormat.NSYS_SQLITE and (not cache or not cache_enabled_for(path))
+    try:
+        return plan_read(path, rank_from_name(path) or 0, est, budget.bytes, params, push_steps=push)
+    except BudgetError as exc:
+        fail(str(exc))
+    except (OSError, ValueError, sqlite3.Error) as exc:
+        fail(f"{path}: cannot plan a read within --memory-budget: {exc}")
