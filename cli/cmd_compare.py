@@ -19,6 +19,8 @@ from srtscope.cli.cmd_diagnose import CLUSTER_HELP, report_output_errors
 from srtscope.cli.contract import MAX_SAVED_BYTES, SavedDiagnosis
 from srtscope.cli.errors import Exit, fail
 from srtscope.cli.loading import check_cluster_jobs, check_input_file
+from srtscope.cli.memory_budget import HELP as BUDGET_HELP
+from srtscope.cli.memory_budget import budget_option, parse_budget
 from srtscope.cli.output import OutputError, check_output_path, write_text
 from srtscope.cli.values import MAX_REGRESSION_PCT, MAX_THRESHOLD_US, float_option
 
@@ -43,7 +45,7 @@ def _saved(path: Path) -> SavedDiagnosis | None:
 
 
 def _diagnosis(arg: str, threshold_us: float, console: Console, cache: bool = True, jobs: int = 1,
-               cluster: str | None = None) -> Any:
+               cluster: str | None = None, budget: str = "auto") -> Any:
     from srtscope.cli.cmd_diagnose import run_diagnosis
 
     paths = [Path(p) for p in arg.split(",") if p]
@@ -57,7 +59,7 @@ def _diagnosis(arg: str, threshold_us: float, console: Console, cache: bool = Tr
         if saved is not None:
             return saved
     return run_diagnosis(paths, threshold_us, None, console, True, cache=cache, jobs=jobs, cluster=cluster,
-                         reuse=True)
+                         reuse=True, budget=parse_budget(budget))
 
 
 def register(app: typer.Typer) -> None:
@@ -82,6 +84,8 @@ def register(app: typer.Typer) -> None:
         cluster: str | None = typer.Option(None, "--cluster", metavar="ADDRESS", help=CLUSTER_HELP),
         markdown: Path | None = typer.Option(None, "--markdown", help="Also write the comparison as Markdown."),
         html: Path | None = typer.Option(None, "--html", help="Also write the comparison as an HTML page."),
+        memory_budget: str = typer.Option("auto", "--memory-budget", metavar="SIZE", callback=budget_option,
+                                          help=BUDGET_HELP + " Each side is diagnosed within it."),
     ) -> None:
         """Diagnose two captures: what got better or worse and why, figures by impact, kernels and
         ranges per step."""
@@ -95,8 +99,8 @@ def register(app: typer.Typer) -> None:
                 except OutputError as exc:
                     fail(str(exc))
         console = Console(stderr=as_json)
-        b = _diagnosis(before, threshold_us, console, not no_cache, jobs, cluster)
-        a = _diagnosis(after, threshold_us, console, not no_cache, jobs, cluster)
+        b = _diagnosis(before, threshold_us, console, not no_cache, jobs, cluster, memory_budget)
+        a = _diagnosis(after, threshold_us, console, not no_cache, jobs, cluster, memory_budget)
         diff = compare(b, a)
         known = {f.name for f in diff.figures}
         unknown = [f for f in figure if f not in known]
