@@ -74,7 +74,8 @@ def measure(size_mb: int, runs: int) -> list[list[str]] | None:
     cache = C.CACHE / f"scale-memory-cache-{size_mb}"
     shutil.rmtree(cache, ignore_errors=True)
     env = dict(os.environ, SRTSCOPE_CACHE_DIR=str(cache))
-    diag = [str(C.ROOT / ".venv" / "bin" / "srtscope"), "diagnose", "--json"]
+    # the whole-trace path, whatever the memory available (``--memory-budget``: benchmarks/memory_budget.py)
+    diag = [str(C.ROOT / ".venv" / "bin" / "srtscope"), "diagnose", "--json", "--memory-budget", "none"]
     floor = _series(C.floor_command(path), runs, json_out=False)
     first = _series(diag + ["--no-cache", str(path)], runs, env)
     fill = _series(diag + [str(path)], 1, env)

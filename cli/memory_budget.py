@@ -53,7 +53,7 @@ def mem_available() -> int | None:
 
 def parse_budget(text: str | None) -> Budget:
     """``--memory-budget``'s value; ValueError with the reason for anything else."""
-    t = (text or "auto").strip()
+    t = "auto" if text is None else text.strip()
     if t.lower() == "none":
         return Budget(None, "none")
     if t.lower() == "auto":
@@ -77,7 +77,7 @@ def budget_option(ctx: typer.Context, param: typer.CallbackParam, value: str | N
         parse_budget(value)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    return value or "auto"
+    return "auto" if value is None else value
 
 
 def plan_reads(paths: list[Path], budget: Budget, params: Any, cache: bool,

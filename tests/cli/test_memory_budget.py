@@ -1,0 +1,121 @@
+"""``--memory-budget``: sizes parsed or refused in one line, the same JSON when the trace fits, a
+diagnosis over a window that fits said in every report, ``--steps`` read alone with the same JSON."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from benchmarks.gen_nsys import generate
+from srtscope.analyzers.readers.memory_estimate import estimate
+from srtscope.analyzers.timeline import SourceFormat
+from srtscope.cli.app import app
+from srtscope.cli.memory_budget import AUTO_SHARE, mem_available, parse_budget
+from tests.conftest import REPO
+
+SAMPLES = REPO / "sample_traces"
+runner = CliRunner()
+
+
+def invoke(*args: object, env: dict | None = None):
+    return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "100", **(env or {})})
+
+
+def _one_error_line(r, *needles: str) -> str:
+    lines = [ln for ln in r.output.strip().splitlines() if ln.strip()]
+    assert r.exit_code == 2, r.output
+    assert len(lines) == 1 and lines[0].startswith("srtscope: error: "), r.output
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("gen") / "gen_20mb.sqlite"
+    generate(out, 20)
+    return out
+
+
+@pytest.mark.parametrize("text,size", [("2GiB", 2 << 30), ("1500MB", 1_500_000_000), ("800M", 800 << 20),
+                                       ("4g", 4 << 30), (" 1.5 GiB ", 3 << 29), ("100000000", 100_000_000),
+                                       ("none", None), ("NONE", None)])
+def test_sizes(text: str, size: int | None) -> None:
+    assert parse_budget(text).bytes == size
+
+
+def test_auto_is_a_share_of_the_available_memory() -> None:
+    avail = mem_available()
+    got = parse_budget("auto").bytes
+    if avail is None:
+        assert got is None
+    else:       # the available memory moves between the two reads: within 5%
+        assert got == pytest.approx(AUTO_SHARE * avail, rel=0.05)
+
+
+@pytest.mark.parametrize("text,says", [("1x", "expected a size such as 2GiB"), ("10M", "at least 64MiB"),
+                                       ("-2G", "expected a size"), ("2 GiB GiB", "expected a size"),
+                                       ("", "expected a size"), ("9" * 30, "at most 1EiB")])
+def test_bad_sizes_exit_2_with_one_line(text: str, says: str) -> None:
+    r = invoke("diagnose", SAMPLES / "healthy.sqlite", "--memory-budget", text)
+    _one_error_line(r, "--memory-budget", says)
+
+
+@pytest.mark.parametrize("trace", ["healthy.sqlite", "vllm_instrument_clean.json.gz"])
+def test_within_budget_the_json_is_the_same(trace: str) -> None:
+    plain = invoke("diagnose", SAMPLES / trace, "--json", "--no-cache")
+    for budget in ("none", "auto", "64GiB"):
+        r = invoke("diagnose", SAMPLES / trace, "--json", "--no-cache", "--memory-budget", budget)
+        assert r.exit_code == 0 and r.stdout == plain.stdout, budget
+
+
+def test_over_budget_diagnoses_a_window_and_every_report_says_so(export: Path, tmp_path: Path) -> None:
+    est = estimate(export, SourceFormat.NSYS_SQLITE)
+    budget = str(est.peak_bytes - (1 << 20))
+    md, html = tmp_path / "r.md", tmp_path / "r.html"
+    r = invoke("diagnose", export, "--json", "--no-cache", "--memory-budget", budget, "--markdown", md,
+               "--html", html)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    cut = [w["message"] for w in doc["capture"]["warnings"] if w["code"] == "window_cut"]
+    assert len(cut) == 1 and cut[0].startswith("memory budget: only ") and " s of the capture" in cut[0]
+    assert "whole step(s)" in cut[0] and "--memory-budget 1GiB for all" in cut[0] and "--steps A:B" in cut[0]
+    whole = json.loads(invoke("diagnose", export, "--json", "--no-cache", "--memory-budget", "none").stdout)
+    assert 0 < doc["steps"]["count"] < whole["steps"]["count"]
+    assert "memory budget: only" in md.read_text() and "memory budget: only" in html.read_text()
+    text = invoke("diagnose", export, "--no-cache", "--memory-budget", budget)
+    assert text.exit_code == 0 and "window_cut" in text.stdout
+
+
+def test_a_windowed_answer_is_never_kept_as_the_whole_one(export: Path, tmp_path: Path) -> None:
+    env = {"SRTSCOPE_CACHE_DIR": str(tmp_path / "cache")}
+    est = estimate(export, SourceFormat.NSYS_SQLITE)
+    cut = invoke("diagnose", export, "--json", "--memory-budget", str(est.peak_bytes - (1 << 20)), env=env)
+    assert cut.exit_code == 0 and "window_cut" in cut.stdout
+    whole = invoke("diagnose", export, "--json", "--memory-budget", "none", env=env)
+    assert whole.exit_code == 0 and "memory budget: only" not in whole.stdout
+
+
+def test_kineto_over_budget_is_refused_in_one_line() -> None:
+    r = invoke("diagnose", SAMPLES / "vllm_instrument_clean.json.gz", "--memory-budget", "64MiB")
+    _one_error_line(r, "vllm_instrument_clean.json.gz: a diagnosis needs ~", "over --memory-budget 64 MiB",
+                    "raise it (--memory-budget 1GiB)", "only nsys exports can be read by time window")
+
+
+def test_compare_takes_the_budget_for_each_side() -> None:
+    r = invoke("compare", SAMPLES / "healthy.sqlite", SAMPLES / "prep_bound.sqlite", "--memory-budget", "64MiB")
+    _one_error_line(r, "healthy.sqlite: a diagnosis needs ~", "over --memory-budget 64 MiB")
+
+
+@pytest.mark.parametrize("trace,steps", [("healthy.sqlite", "3:8"), ("eager_fallback.sqlite", "2:5"),
+                                         ("scheduler_bound.sqlite", "5:")])
+def test_steps_read_alone_print_the_same_json(trace: str, steps: str, tmp_path: Path) -> None:
+    # with the cache on (every file cached: min bytes 0) --steps crops the whole read, as ever;
+    # with --no-cache only the steps' window is read
+    cached = invoke("diagnose", SAMPLES / trace, "--json", "--steps", steps,
+                    env={"SRTSCOPE_CACHE_MIN_BYTES": "0", "SRTSCOPE_CACHE_DIR": str(tmp_path / "c")})
+    alone = invoke("diagnose", SAMPLES / trace, "--json", "--steps", steps, "--no-cache")
+    assert cached.exit_code == alone.exit_code == 0
+    assert alone.stdout == cached.stdout
