@@ -139,7 +139,7 @@ def window_message(plan: ReadPlan, budget: int, capture_start_ns: int) -> str:
     capture, its steps, the estimates and the budget, and how to see more."""
     lo, hi = plan.window
     where = f"{(lo - capture_start_ns) / 1e9:.3f}-{(hi - capture_start_ns) / 1e9:.3f} s of the capture"
-    held = (f", {plan.steps[2]} whole step(s) {plan.steps[0]}..{plan.steps[1]} of {plan.of_steps}"
+    held = (f", {plan.steps[2]} whole step(s) of {plan.of_steps}, from step {plan.steps[0]} to step {plan.steps[1]}"
             if plan.steps else " (a time window: no step ranges in the trace)")
     return (f"memory budget: only {where} was diagnosed{held}: the whole trace needs "
             f"~{fmt_mem(plan.estimate.peak_bytes)}, over --memory-budget {fmt_mem(budget)} "

@@ -100,11 +100,13 @@ def clip_words(text: str, width: int) -> str:
 
 
 def capture_panel(d: dict[str, Any], width: int = 80, full: bool = True) -> Text:
-    """The capture line and the caveats; the default view gives each caveat one line."""
+    """The capture line and the caveats; the default view gives each caveat one line, but a
+    diagnosis of a window of the trace (``window_cut: memory budget: ...``) says it whole."""
     out = capture_line(d, width)
     for c in caveat_lines(d):
         out.append("\n! ", style="bold yellow")
-        out.append(c if full else clip_words(c, width - 2), style="yellow")
+        out.append(c if full or c.startswith("window_cut: memory budget:") else clip_words(c, width - 2),
+                   style="yellow")
     return out
 
 

@@ -478,7 +478,7 @@ def _read_host(path: Path, window: Window | None = None) -> tuple[dict | None, t
         r = _Reader(path, con, window)
         try:
             api = concat_sorted([narrow_ids(p) for t, p in (("CUPTI_ACTIVITY_KIND_RUNTIME", r.api()),
-                                                            ("OSRT_API", r.osrt())) if r.holds(t, p)])
+                                                            ("OSRT_API", r.osrt())) if p is not None and r.holds(t, p)])
             ranges, marks = r.nvtx()
         finally:
             r.close()
@@ -572,7 +572,7 @@ def _read(path: Path, r: _Reader, rank: int, checked: bool = False) -> Timeline:
             ("CUPTI_ACTIVITY_KIND_KERNEL", r.kernels()),
             ("CUPTI_ACTIVITY_KIND_MEMCPY", r.copies("CUPTI_ACTIVITY_KIND_MEMCPY", DeviceKind.MEMCPY)),
             ("CUPTI_ACTIVITY_KIND_MEMSET", r.copies("CUPTI_ACTIVITY_KIND_MEMSET", DeviceKind.MEMSET)),
-            ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", r.graph_execs())) if r.holds(t, p)]
+            ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", r.graph_execs())) if p is not None and r.holds(t, p)]
         device = concat_sorted(parts)
         del parts
         if r.window is not None:

@@ -57,8 +57,8 @@ def _same_frame(a: pd.DataFrame, b: pd.DataFrame) -> str:
     return ""
 
 
-def _doc(tl: Timeline, params: DiagnoseParams = DiagnoseParams()) -> str:
-    return json.dumps(diagnose(tl, params).to_json(), sort_keys=True)
+def _doc(tl: Timeline, params: DiagnoseParams | None = None) -> str:
+    return json.dumps(diagnose(tl, params or DiagnoseParams()).to_json(), sort_keys=True)
 
 
 @pytest.mark.parametrize("path", WINDOW_TRACES, ids=lambda p: p.name)
