@@ -171,3 +171,15 @@ def test_steps_read_alone_on_a_generated_export(export: Path) -> None:
     plan = plan_read(export, 0, est, None, params, push_steps=True)
     assert plan is not None and plan.pushed and plan.rows < 0.9 * est.windowed_rows
     assert _doc(read_nsys(export, window=plan.window), params) == _doc(read_nsys(export), params)
+
+
+@pytest.mark.parametrize("path", [SAMPLES / "prep_bound.sqlite", SAMPLES / "host_sync_bound.sqlite"]
+                         + sorted((REAL_TRACES / "nsys").glob("*.sqlite")), ids=lambda p: p.name)
+def test_steps_without_numbers_of_their_own_are_read_whole(path: Path) -> None:
+    # SGLang's steps and the API-derived ones (every real export here) are numbered by their order
+    # in what was read: a window alone would number them from 0 again, so the whole file is read
+    est = estimate(path, NSYS)
+    params = DiagnoseParams(step_range=(1, 2))
+    assert plan_read(path, 0, est, None, params, push_steps=True) is None
+    with pytest.raises(BudgetError, match="cannot be read alone: they have no numbers of their own"):
+        plan_read(path, 0, est, est.peak_bytes - 1, params, push_steps=True)
