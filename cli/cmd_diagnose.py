@@ -85,7 +85,7 @@ def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int]
     plan = plan_reads(paths, budget, params, cache, cluster)
     with deferred_writes():             # new table entries are written while the analyses run
         tl = load(paths, console, quiet, cache=cache, jobs=jobs, cluster=cluster,
-                  window=None if plan is None else (plan.window, plan.rows))
+                  window=None if plan is None else (plan.window, plan.rows + plan.rows // 8 + 4096))
         if plan is not None and not plan.pushed:
             from srtscope.analyzers.memory_plan import window_message
             from srtscope.analyzers.timeline import WarningCode

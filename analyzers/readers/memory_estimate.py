@@ -8,22 +8,21 @@ with its libraries. Kineto and probe traces (JSON, read as a stream): their text
 from its trailer) times a measured cost per byte, plus the same base. Conservative by construction
 (each coefficient is the largest measured, plus a margin).
 
-Calibration (2026-12-02, 06:30-07:40 UTC, 2 cores, python 3.11; peak RSS of one whole
-``srtscope diagnose --json`` process, wait4, table cache filling, the allocator settings of
-``cli/app.py``; ``benchmarks/budget_calibration.py`` prints the table again):
+Calibration (2026-12-02, 06:35-06:50 UTC, 2 cores shared, python 3.11; peak RSS of one whole
+``srtscope diagnose --json`` process, wait4; ``python -m benchmarks.memory_budget`` prints it again):
 
-- interpreter, numpy, pandas, pyarrow, the analyses: 135-173 MiB on every real trace of a few MB
-  (7 nsys exports, 7 Kineto traces): ``BASE_BYTES`` = 180 MiB;
-- nsys, per row scanned (kernels, copies, sets, graphs, runtime/driver API, OS runtime, NVTX):
-  generated exports of 309 MB / 1006 MB / 3010 MB (5.5 M / 17.8 M / 52.3 M rows) peaked at 755 /
-  1660 / 4263 MiB: the first rows cost the most (the analyses' fixed-size tables grow to their size),
-  ~113 B each up to 5.5 M rows, ~80 B each after: ``NSYS_ROW_BYTES`` and ``NSYS_BULK_ROW_BYTES``
-  give 803 / 1738 / 4413 MiB, +6% / +5% / +4% over the measured peaks;
-- a windowed read (``nsys_window.py``) scans the whole file and holds the window's rows and the
-  whole NVTX table only: the same per-row costs apply to those rows (measured in
-  ``benchmarks/README.md``, "Memory budget");
-- Kineto JSON: 1.4 bytes per byte of JSON text at most (25.8 MB of torchrec JSON: 166 MiB, 35 MB of
-  resnet50: 152 MiB): ``JSON_BYTE_BYTES`` = 2.0.
+- nsys exports of ``gen_nsys.py``, 309 MB / 1006 MB / 3010 MB (5.54 M / 17.84 M / 52.28 M rows
+  scanned): 771 / 1676 / 4241 MiB filling the table cache (the default), 659 / 1577 / 4253 MiB with
+  ``--no-cache``. The first rows cost the most (the analyses' tables per step and per name grow to
+  their size): 118 B each up to 5.5 M rows, 82 B each after, on a base of 180 MiB (the interpreter,
+  numpy, pandas, pyarrow): estimates 802 / 1764 / 4457 MiB, 1.04 / 1.05 / 1.05x the peaks;
+- the 7 real nsys exports (a few MB each): 147-168 MiB, estimates 180-184 MiB (1.10-1.23x);
+- a windowed read (``nsys_window.py``) holds the window's rows and the whole NVTX table: the same
+  costs per row (3010 MB export, ``--memory-budget 2GiB``: window estimated 1.8 GiB, peak 1724 MiB);
+- Kineto JSON: ``gen_kineto.py`` with 400 k kernels (263 MiB of JSON, 26 MB gzip): 727 MiB, 2.25
+  bytes per byte of JSON over a base of ~136 MiB; the 7 real Kineto traces (up to 35 MB of JSON):
+  136-166 MiB. 150 MiB + 2.5 bytes per byte: 808 MiB (1.11x) on the large one, 1.1-1.5x on the
+  small ones (where the base is all there is).
 """
 from __future__ import annotations
 
@@ -41,8 +40,9 @@ BASE_BYTES = 180 * MiB
 NSYS_ROW_BYTES = 118
 NSYS_BULK_ROW_BYTES = 82
 NSYS_SMALL_ROWS = 5_500_000
-#: Kineto / probe JSON: bytes per byte of JSON text
-JSON_BYTE_BYTES = 2.0
+#: Kineto / probe JSON: the process reading it (bytes), and bytes per byte of JSON text
+JSON_BASE_BYTES = 150 * MiB
+JSON_BYTE_BYTES = 2.5
 #: the device and host tables a whole read holds (NVTX apart: a windowed read holds it whole)
 WINDOWED_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
                    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE", "CUPTI_ACTIVITY_KIND_RUNTIME", "OSRT_API")
@@ -129,7 +129,7 @@ def estimate(path: Path, fmt: SourceFormat) -> MemoryEstimate:
     if fmt is SourceFormat.NSYS_SQLITE:
         rows = table_rows(path)
         return MemoryEstimate(str(path), fmt, nsys_peak(sum(rows.values())), rows)
-    return MemoryEstimate(str(path), fmt, int(BASE_BYTES + JSON_BYTE_BYTES * json_text_bytes(path)), {})
+    return MemoryEstimate(str(path), fmt, int(JSON_BASE_BYTES + JSON_BYTE_BYTES * json_text_bytes(path)), {})
 
 
 def estimate_quiet(path: Path, fmt: SourceFormat) -> MemoryEstimate | None:

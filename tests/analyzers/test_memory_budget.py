@@ -17,6 +17,7 @@ from srtscope.analyzers.memory_plan import BudgetError, plan_read
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.readers.memory_estimate import (
     BASE_BYTES,
+    JSON_BASE_BYTES,
     JSON_BYTE_BYTES,
     estimate,
     nsys_peak,
@@ -104,7 +105,7 @@ def test_estimate_of_json_traces_reads_the_gzip_trailer(tmp_path: Path) -> None:
     plain = tmp_path / "t.json"
     plain.write_bytes(text)
     for p in (src, plain):
-        assert estimate(p, SourceFormat.KINETO).peak_bytes == int(BASE_BYTES + JSON_BYTE_BYTES * len(text))
+        assert estimate(p, SourceFormat.KINETO).peak_bytes == int(JSON_BASE_BYTES + JSON_BYTE_BYTES * len(text))
 
 
 @pytest.mark.parametrize("rows", [0, 1_000, 5_500_000, 60_000_000])
@@ -183,3 +184,13 @@ def test_steps_without_numbers_of_their_own_are_read_whole(path: Path) -> None:
     assert plan_read(path, 0, est, None, params, push_steps=True) is None
     with pytest.raises(BudgetError, match="cannot be read alone: they have no numbers of their own"):
         plan_read(path, 0, est, est.peak_bytes - 1, params, push_steps=True)
+
+
+@pytest.mark.parametrize("name,fmt", [("healthy.sqlite", NSYS), ("vllm_instrument_clean.json.gz", SourceFormat.KINETO),
+                                      ("profiler_steps.json.gz", SourceFormat.KINETO)])
+def test_estimate_covers_the_peak_on_sample_traces(name: str, fmt: SourceFormat) -> None:
+    est = estimate(SAMPLES / name, fmt)
+    run = srtscope("diagnose", SAMPLES / name, "--json", "--no-cache", "--memory-budget", "none")
+    assert run.code == 0, run.stderr
+    # small traces: the interpreter and its libraries are the peak; the estimate's base covers them
+    assert run.peak_rss_mb * 2**20 <= est.peak_bytes <= 2 * run.peak_rss_mb * 2**20
