@@ -109,6 +109,9 @@ def plan_read(path: Path, rank: int, est: MemoryEstimate, budget: int | None, pa
                                       f"--memory-budget {fmt_mem(budget)}; raise it (--memory-budget "
                                       f"{_gib_up(peak)}) or diagnose fewer steps (--steps A:B)")
                 return ReadPlan((lo, hi), int(rows), peak, est, (a, b, len(sel)), len(steps), True)
+        if over and source in OWN_NUMBERS and len(steps) and not len(sel):
+            raise BudgetError(f"{Path(est.path).name}: step range {a}..{b} selects no step (the trace has steps "
+                              f"{int(steps['step'].min())}..{int(steps['step'].max())})")
         if over:
             raise BudgetError(over_message(est, budget or 0, steps=False) + f" (the steps of --steps {a}:{b + 1} "
                               "cannot be read alone: they have no numbers of their own in the trace)")

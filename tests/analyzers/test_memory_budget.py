@@ -194,3 +194,11 @@ def test_estimate_covers_the_peak_on_sample_traces(name: str, fmt: SourceFormat)
     assert run.code == 0, run.stderr
     # small traces: the interpreter and its libraries are the peak; the estimate's base covers them
     assert run.peak_rss_mb * 2**20 <= est.peak_bytes <= 2 * run.peak_rss_mb * 2**20
+
+
+def test_steps_that_select_nothing_over_budget_say_so() -> None:
+    path = SAMPLES / "healthy.sqlite"
+    est = estimate(path, NSYS)
+    with pytest.raises(BudgetError, match=r"healthy.sqlite: step range 100..200 selects no step \(the trace "
+                                          r"has steps 0..39\)"):
+        plan_read(path, 0, est, est.peak_bytes - 1, DiagnoseParams(step_range=(100, 200)), push_steps=True)
