@@ -2,7 +2,8 @@
 
 SIZE: ``2GiB``, ``1500MB``, ``800M``, ``4g`` (binary units for ``K``/``M``/``G``/``T`` with or without
 ``iB``; decimal for ``kB``/``MB``/``GB``/``TB``; plain bytes), ``none`` (no limit) or ``auto`` (the
-default: ``AUTO_SHARE`` of ``MemAvailable`` in ``/proc/meminfo``; no limit where there is none).
+default: ``AUTO_SHARE`` of ``MemAvailable`` in ``/proc/meminfo``, at least 1 GiB; no limit where
+there is no such file).
 Before reading, each file's peak is estimated (``readers/memory_estimate.py``); over the budget, an
 nsys export is read by time window (``analyzers/memory_plan.py``) and anything else refused.
 """
@@ -18,15 +19,17 @@ import typer
 
 from srtscope.cli.errors import fail
 
-#: ``auto``: this share of the memory the system says is available now
+#: ``auto``: this share of the memory the system says is available now, at least ``AUTO_FLOOR``
+#: (below it the budget would refuse small traces on a busy machine rather than protect it)
 AUTO_SHARE = 0.7
+AUTO_FLOOR = 1 << 30
 #: the smallest budget taken: below it not even the interpreter with its libraries fits
 MIN_BUDGET = 64 << 20
 _SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*")
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30,
           "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 HELP = ("The most memory the diagnosis may take: 2GiB, 1500MB, 800M; 'none' for no limit; 'auto' "
-        "(default): 70% of the available memory. Over it, an nsys export is diagnosed over a window of "
+        "(default): 70% of the available memory, at least 1GiB. Over it, an nsys export is diagnosed over a window of "
         "whole steps in the middle of the capture (a window_cut warning says which); other traces are "
         "refused.")
 
@@ -58,7 +61,7 @@ def parse_budget(text: str | None) -> Budget:
         return Budget(None, "none")
     if t.lower() == "auto":
         avail = mem_available()
-        return Budget(None if avail is None else max(MIN_BUDGET, int(avail * AUTO_SHARE)), "auto")
+        return Budget(None if avail is None else max(AUTO_FLOOR, int(avail * AUTO_SHARE)), "auto")
     m = _SIZE.fullmatch(t)
     if m is None or m.group(2).lower() not in _UNITS:
         raise ValueError(f"{text!r}: expected a size such as 2GiB, 1500MB or 800M, or none, or auto")
