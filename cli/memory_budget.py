@@ -98,7 +98,10 @@ def plan_reads(paths: list[Path], budget: Budget, params: Any, cache: bool,
 
     ests = []
     for p in paths:
-        fmt = detect_format_quiet(p) if p.is_file() else None
+        try:
+            fmt = detect_format_quiet(p) if p.is_file() else None
+        except OSError:                 # e.g. a folder on its path that cannot be searched
+            fmt = None
         est = estimate_quiet(p, fmt) if fmt is not None else None
         if est is None:
             return None                 # the read says what is wrong with it
