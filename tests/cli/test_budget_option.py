@@ -94,6 +94,8 @@ def test_a_windowed_answer_is_never_kept_as_the_whole_one(export: Path, tmp_path
     est = estimate(export, SourceFormat.NSYS_SQLITE)
     cut = invoke("diagnose", export, "--json", "--memory-budget", str(est.peak_bytes - (1 << 20)), env=env)
     assert cut.exit_code == 0 and "window_cut" in cut.stdout
+    # neither the window's tables nor its answer are kept: both are the whole file's entries
+    assert not list((tmp_path / "cache").rglob("*.arrow")) and not list((tmp_path / "cache").rglob("*.json*"))
     whole = invoke("diagnose", export, "--json", "--memory-budget", "none", env=env)
     assert whole.exit_code == 0 and "memory budget: only" not in whole.stdout
 
