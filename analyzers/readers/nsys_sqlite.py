@@ -211,8 +211,7 @@ class _Reader:
         seen = self.window.seen.get(table) if self.window is not None else None
         if seen is not None:
             uniq = seen.values("name")
-            pos = np.searchsorted(uniq, ids) if len(uniq) else np.zeros(len(ids), np.int64)
-            inv = pos
+            inv = np.searchsorted(uniq, ids) if len(uniq) else np.zeros(len(ids), np.int64)
         else:
             inv, uniq = factorize(ids)
         lut = self.strings(uniq)
