@@ -21,8 +21,10 @@ import pandas as pd
 from srtscope.analyzers.analyses.steps import find_steps
 from srtscope.analyzers.diagnose import crop
 from srtscope.analyzers.params import DiagnoseParams
-from srtscope.analyzers.readers.memory_estimate import MemoryEstimate, nsys_peak, nsys_rows_within
+from srtscope.analyzers.readers import rank_from_name
+from srtscope.analyzers.readers.memory_estimate import BASE_BYTES, MemoryEstimate, nsys_peak, nsys_rows_within
 from srtscope.analyzers.readers.window_plan import (
+    Sample,
     device_pids,
     middle_steps,
     middle_time,
@@ -31,6 +33,7 @@ from srtscope.analyzers.readers.window_plan import (
     sample_tables,
     span_of,
 )
+from srtscope.analyzers.timeline import Timeline, merge_timelines
 from srtscope.analyzers.units import fmt_mem
 from srtscope.analyzers.vocab import StepSource
 
@@ -65,13 +68,14 @@ def _gib_up(n: int) -> str:
 
 
 def over_message(est: MemoryEstimate, budget: int, steps: bool = True) -> str:
+    """The one line of a diagnosis over ``budget``: what it needs, and the options that help."""
     name = Path(est.path).name
     more = " or diagnose fewer steps (--steps A:B)" if steps else ""
     return (f"{name}: a diagnosis needs ~{fmt_mem(est.peak_bytes)}, over --memory-budget {fmt_mem(budget)}; "
             f"raise it (--memory-budget {_gib_up(est.peak_bytes)}){more}")
 
 
-def _numbers_hold(pv, params: DiagnoseParams, sel: pd.DataFrame, lo: int, hi: int) -> bool:  # type: ignore[no-untyped-def]
+def _numbers_hold(pv: Timeline, params: DiagnoseParams, sel: pd.DataFrame, lo: int, hi: int) -> bool:
     """Whether the steps found in the window alone carry the numbers they carry in the whole trace."""
     a, b = params.step_range or (0, 0)
     _, again = find_steps(crop(pv, lo, hi), params.step_rule)
@@ -80,11 +84,50 @@ def _numbers_hold(pv, params: DiagnoseParams, sel: pd.DataFrame, lo: int, hi: in
         sorted(zip(sel["rank"].tolist(), sel["step"].tolist()))
 
 
+def combined(ests: list[MemoryEstimate]) -> MemoryEstimate:
+    """The estimate of a diagnosis of several files (one per rank) in one process: one base."""
+    if len(ests) == 1:
+        return ests[0]
+    rows: dict[str, int] = {}
+    for e in ests:
+        for t, n in e.rows.items():
+            rows[t] = rows.get(t, 0) + n
+    fmt = next((e.format for e in ests if not e.windowable), ests[0].format)
+    return MemoryEstimate(f"{len(ests)} files", fmt,
+                          sum(e.peak_bytes for e in ests) - BASE_BYTES * (len(ests) - 1), rows)
+
+
 def plan_read(path: Path, rank: int, est: MemoryEstimate, budget: int | None, params: DiagnoseParams,
               push_steps: bool = False) -> ReadPlan | None:
-    """How to read ``path`` (estimated ``est``) within ``budget`` bytes (None: no limit); None = whole.
-    ``push_steps``: read ``params.step_range`` alone even within the budget. BudgetError when it
-    cannot be done."""
+    """How to read ``path`` (estimated ``est``, its first process rank ``rank``) within ``budget``
+    bytes (None: no limit); None = whole. ``push_steps``: read ``params.step_range`` alone even within
+    the budget. BudgetError when it cannot be done."""
+    return plan_files([path], [est], budget, params, push_steps, ranks=[rank])
+
+
+def _previews(paths: list[Path], ests: list[MemoryEstimate], ranks: list[int] | None
+              ) -> tuple[list[Sample], Timeline]:
+    """The big tables' samples of every file, and their NVTX ranges as one Timeline, ranked as
+    ``load_timeline`` ranks them (a rank in the file name, else the next after the previous file's)."""
+    samples: list[Sample] = []
+    views = []
+    next_rank = 0
+    for i, (p, e) in enumerate(zip(paths, ests)):
+        mine = sample_tables(p, e)
+        pids = device_pids(mine, e)
+        named = rank_from_name(p)
+        rank = ranks[i] if ranks is not None else (named if named is not None else next_rank)
+        next_rank = rank + max(1, len(pids))
+        samples += mine
+        views.append(preview(p, rank, pids))
+    return samples, merge_timelines(views)
+
+
+def plan_files(paths: list[Path], ests: list[MemoryEstimate], budget: int | None, params: DiagnoseParams,
+               push_steps: bool = False, ranks: list[int] | None = None) -> ReadPlan | None:
+    """``plan_read`` of one or more files read together (one per rank): one window for all of them
+    (their Timeline's clock). ``ranks``: each file's first rank (default: as ``load_timeline``)."""
+    est = combined(ests)
     over = budget is not None and est.peak_bytes > budget
     if not est.windowable:
         if over:
@@ -93,8 +136,7 @@ def plan_read(path: Path, rank: int, est: MemoryEstimate, budget: int | None, pa
         return None
     if not over and (params.step_range is None or not push_steps):
         return None
-    samples = sample_tables(path, est)
-    pv = preview(path, rank, device_pids(samples, est))
+    samples, pv = _previews(paths, ests, ranks)
     source, steps = find_steps(pv, params.step_rule)
     if params.step_range is not None:
         a, b = params.step_range

@@ -90,12 +90,15 @@ def plan_reads(paths: list[Path], budget: Budget, params: Any, cache: bool,
     workers are theirs to bound (None)."""
     if cluster is not None:
         return None
-    from srtscope.analyzers.memory_plan import BudgetError, plan_read
-    from srtscope.analyzers.readers import detect_format_quiet, rank_from_name
-    from srtscope.analyzers.readers.memory_estimate import BASE_BYTES, estimate_quiet
+    from srtscope.analyzers.memory_plan import BudgetError, plan_files
+    from srtscope.analyzers.readers import TraceError, detect_format_quiet, expand_paths
+    from srtscope.analyzers.readers.memory_estimate import estimate_quiet
     from srtscope.analyzers.timeline import SourceFormat
-    from srtscope.analyzers.units import fmt_mem
 
+    try:
+        paths = expand_paths(paths)     # a folder stands for its files, as the read takes it
+    except (TraceError, OSError):
+        return None                     # the read says what is wrong
     ests = []
     for p in paths:
         try:
@@ -106,21 +109,14 @@ def plan_reads(paths: list[Path], budget: Budget, params: Any, cache: bool,
         if est is None:
             return None                 # the read says what is wrong with it
         ests.append(est)
-    if len(ests) > 1:
-        total = sum(e.peak_bytes for e in ests) - BASE_BYTES * (len(ests) - 1)
-        if budget.bytes is not None and total > budget.bytes:
-            fail(f"{len(paths)} files: a diagnosis needs ~{fmt_mem(total)}, over --memory-budget "
-                 f"{fmt_mem(budget.bytes)}; raise it (--memory-budget {-(-total // (1 << 30))}GiB) or "
-                 "diagnose each file alone")
-        return None
-    (path,), (est,) = paths, ests
-    # --steps on an export the table cache would not keep anyway: read only those steps
+    # --steps on exports the table cache would not keep anyway: read only those steps
     from srtscope.analyzers.cache_store import cache_enabled_for
 
-    push = est.format is SourceFormat.NSYS_SQLITE and (not cache or not cache_enabled_for(path))
+    push = all(e.format is SourceFormat.NSYS_SQLITE for e in ests) and (
+        not cache or not any(cache_enabled_for(p) for p in paths))
     try:
-        return plan_read(path, rank_from_name(path) or 0, est, budget.bytes, params, push_steps=push)
+        return plan_files(paths, ests, budget.bytes, params, push_steps=push)
     except BudgetError as exc:
         fail(str(exc))
     except (OSError, ValueError, sqlite3.Error) as exc:
-        fail(f"{path}: cannot plan a read within --memory-budget: {exc}")
+        fail(f"{', '.join(p.name for p in paths)}: cannot plan a read within --memory-budget: {exc}")

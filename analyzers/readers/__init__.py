@@ -121,6 +121,12 @@ def check_times(path: str | Path, tl: Timeline) -> None:
                                "timestamps are corrupt or from another clock")
 
 
+def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
+    """The trace files ``paths`` stand for (a directory: its files, sorted); TraceError for an
+    empty directory."""
+    return _expand(paths)
+
+
 def _expand(paths: Sequence[str | Path]) -> list[Path]:
     out: list[Path] = []
     for p in paths:
@@ -252,7 +258,7 @@ def load_timeline(paths: Sequence[str | Path] | str | Path, progress: Progress |
     ``cluster``: the address of a Dask scheduler whose workers read every file instead (by path; the
     ``srtscope[cluster]`` extra; ``readers/cluster.py``): the same Timeline again, with ``cache`` the
     workers' own; ``ClusterError`` when the cluster cannot do it. Not with ``jobs`` > 1 (ValueError).
-    ``window``: one nsys export read by time window (``read_one``); not with several files or a cluster.
+    ``window``: nsys exports read by time window (``read_one``), one after the other; not with a cluster.
     """
     if cluster is not None and jobs > 1:
         raise ValueError("load_timeline: cluster= and jobs > 1 exclude each other")
@@ -261,17 +267,12 @@ def load_timeline(paths: Sequence[str | Path] | str | Path, progress: Progress |
     files = _expand(list(paths))
     if not files:
         raise TraceError("<no input>", "no trace files given")
-    if window is not None:
-        if len(files) != 1 or cluster is not None:
-            raise ValueError("load_timeline: window= reads one file, here")
-        fmt = detect_format_quiet(files[0])
-        with _scan_progress(progress, files[0], 0, 1, fmt):
-            tl = read_one(files[0], rank_from_name(files[0]) or 0, allow_no_kernels, False, fmt, window)
-        if progress is not None:
-            progress(1.0, "done")
-        return tl
+    if window is not None and cluster is not None:
+        raise ValueError("load_timeline: window= reads here, not on a cluster")
     if cluster is None:
-        return _load_files(files, progress, allow_no_kernels, cache, jobs, None)
+        # NOTE: windowed reads one file at a time: each scan's memory is the window's, not N of them
+        return _load_files(files, progress, allow_no_kernels, cache, 1 if window is not None else jobs, None,
+                           window)
     from srtscope.analyzers.readers.cluster import connect
 
     with connect(cluster) as reads:
@@ -283,8 +284,9 @@ RemoteRead = Callable[[Sequence[Path], Sequence[int], bool, bool, Progress | Non
 
 
 def _load_files(files: list[Path], progress: Progress | None, allow_no_kernels: bool, cache: bool,
-                jobs: int, remote: RemoteRead | None) -> Timeline:
-    """``load_timeline`` on expanded ``files``; ``remote`` (a cluster's reads) reads every file when given."""
+                jobs: int, remote: RemoteRead | None, window: Window | None = None) -> Timeline:
+    """``load_timeline`` on expanded ``files``; ``remote`` (a cluster's reads) reads every file when
+    given; ``window``: each file read by that time window (``read_one``)."""
     parts: list[Timeline] = []
     next_rank = 0
     early: list[Timeline] | None = None
@@ -307,7 +309,7 @@ def _load_files(files: list[Path], progress: Progress | None, allow_no_kernels: 
                 progress(i / len(files), f"reading {path.name}")
             fmt = detect_format_quiet(path) if progress is not None else None   # detected once
             with _scan_progress(progress, path, i, len(files), fmt):
-                tl = read_one(path, rank, allow_no_kernels, cache, fmt)
+                tl = read_one(path, rank, allow_no_kernels, cache, fmt, window)
         next_rank = max(tl.meta.ranks) + 1
         parts.append(tl)
     ranks = [r for p in parts for r in p.meta.ranks]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 
@@ -13,8 +14,9 @@ import pytest
 
 from benchmarks.gen_nsys import generate
 from srtscope.analyzers.diagnose import crop, diagnose
-from srtscope.analyzers.memory_plan import BudgetError, plan_read
+from srtscope.analyzers.memory_plan import BudgetError, combined, plan_files, plan_read
 from srtscope.analyzers.params import DiagnoseParams
+from srtscope.analyzers.readers import load_timeline
 from srtscope.analyzers.readers.memory_estimate import (
     BASE_BYTES,
     JSON_BASE_BYTES,
@@ -202,3 +204,31 @@ def test_steps_that_select_nothing_over_budget_say_so() -> None:
     with pytest.raises(BudgetError, match=r"healthy.sqlite: step range 100..200 selects no step \(the trace "
                                           r"has steps 0..39\)"):
         plan_read(path, 0, est, est.peak_bytes - 1, DiagnoseParams(step_range=(100, 200)), push_steps=True)
+
+
+PAIR = [SAMPLES / "comm_straggler.rank0.sqlite", SAMPLES / "comm_straggler.rank1.sqlite"]
+
+
+@pytest.mark.parametrize("steps", [(3, 7), (0, 0), (10, 29)])
+def test_steps_of_several_rank_files_read_alone_give_the_same_diagnosis(steps: tuple[int, int]) -> None:
+    params = DiagnoseParams(step_range=steps)
+    plan = plan_files(PAIR, [estimate(p, NSYS) for p in PAIR], None, params, push_steps=True)
+    assert plan is not None and plan.pushed
+    whole = load_timeline(PAIR)
+    alone = load_timeline(PAIR, window=(plan.window, plan.rows))
+    assert len(alone.device) < len(whole.device)
+    assert _doc(alone, params) == _doc(whole, params)
+
+
+def test_several_files_over_budget_share_one_window(export: Path, tmp_path: Path) -> None:
+    files = [tmp_path / "run.rank0.sqlite", tmp_path / "run.rank1.sqlite"]
+    for f in files:
+        shutil.copyfile(export, f)
+    ests = [estimate(f, NSYS) for f in files]
+    total = combined(ests)
+    assert total.peak_bytes == 2 * ests[0].peak_bytes - BASE_BYTES
+    plan = plan_files(files, ests, total.peak_bytes - 2**20, DiagnoseParams())
+    assert plan is not None and not plan.pushed and plan.steps is not None
+    tl = load_timeline(files, window=(plan.window, plan.rows))
+    assert tl.meta.ranks == [0, 1] and sorted(set(tl.device["rank"].tolist())) == [0, 1]
+    assert tl.device["start_ns"].min() >= plan.window[0] and tl.device["end_ns"].max() <= plan.window[1]

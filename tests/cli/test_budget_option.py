@@ -3,13 +3,14 @@ diagnosis over a window that fits said in every report, ``--steps`` read alone w
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from benchmarks.gen_nsys import generate
-from srtscope.analyzers.readers.memory_estimate import estimate
+from srtscope.analyzers.readers.memory_estimate import BASE_BYTES, estimate
 from srtscope.analyzers.timeline import SourceFormat
 from srtscope.cli.app import app
 from srtscope.cli.memory_budget import AUTO_FLOOR, AUTO_SHARE, mem_available, parse_budget
@@ -121,3 +122,16 @@ def test_steps_read_alone_print_the_same_json(trace: str, steps: str, tmp_path: 
     alone = invoke("diagnose", SAMPLES / trace, "--json", "--steps", steps, "--no-cache")
     assert cached.exit_code == alone.exit_code == 0
     assert alone.stdout == cached.stdout
+
+
+def test_rank_files_over_budget_are_diagnosed_over_one_window(export: Path, tmp_path: Path) -> None:
+    files = [tmp_path / "job.rank0.sqlite", tmp_path / "job.rank1.sqlite"]
+    for f in files:
+        shutil.copyfile(export, f)
+    est = estimate(export, SourceFormat.NSYS_SQLITE)
+    r = invoke("diagnose", *files, "--json", "--no-cache", "--jobs", "2", "--memory-budget",
+               str(2 * est.peak_bytes - BASE_BYTES - (1 << 20)))
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert [w["code"] for w in doc["capture"]["warnings"]].count("window_cut") == 1
+    assert doc["capture"]["ranks"] == [0, 1]
