@@ -12,13 +12,16 @@ Per export of ``benchmarks/gen_nsys.py`` (cached under $SRTSCOPE_BENCH_CACHE, de
                 estimate is over BUDGET: a windowed read)
 and the estimate (``readers/memory_estimate.py``) beside the measured peaks: estimate / peak must be
 >= 1 (conservative) and is meant to be <= 1.25. Real traces (``shared/traces/real``): the whole run
-only, calibrating the base. Printed, never asserted.
+only, calibrating the base. Printed, never asserted. This process imports no part of srtscope (the
+estimates come from a child), so every child's peak RSS is its own.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,12 +29,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 import common as C  # noqa: E402
 
 from benchmarks.compare_nsys_scale import generated  # noqa: E402
-from srtscope.analyzers.readers import detect_format  # noqa: E402
-from srtscope.analyzers.readers.memory_estimate import estimate  # noqa: E402
-from srtscope.cli.memory_budget import parse_budget  # noqa: E402
 
 SRTSCOPE = str(C.ROOT / ".venv" / "bin" / "srtscope")
 REAL = C.ROOT.parent / "shared" / "traces" / "real"
+
+
+_ESTIMATE = ("import json, sys; from pathlib import Path; "
+             "from srtscope.analyzers.readers import detect_format; "
+             "from srtscope.analyzers.readers.memory_estimate import estimate; "
+             "from srtscope.cli.memory_budget import parse_budget; "
+             "p = Path(sys.argv[1]); e = estimate(p, detect_format(p)); "
+             "print(json.dumps({'peak': e.peak_bytes, 'rows': sum(e.rows.values()), "
+             "'budget': parse_budget(sys.argv[2]).bytes if sys.argv[2] else None}))")
+
+
+def _estimate(path: Path, budget: str | None) -> dict:
+    """The estimate and the parsed budget, from a child: this process imports nothing of srtscope,
+    so that its own size never shows in a child's peak RSS (a child starts as a copy of it)."""
+    out = subprocess.run([sys.executable, "-c", _ESTIMATE, str(path), budget or ""], check=True,
+                         capture_output=True, text=True, cwd=C.ROOT).stdout
+    return dict(json.loads(out))
 
 
 def _run(cmd: list[str], env: dict[str, str] | None = None) -> C.Run:
@@ -50,9 +67,9 @@ def _warning(r: C.Run) -> str:
 
 
 def measure(path: Path, budget: str | None, fill: bool) -> list[list[str]]:
-    est = estimate(path, detect_format(path))
-    est_mib = est.peak_bytes / 2**20
-    print(f"# {path.name} ({path.stat().st_size / 1e6:.0f} MB, {sum(est.rows.values()) / 1e6:.2f} M rows): "
+    est = _estimate(path, budget)
+    est_mib = est["peak"] / 2**20
+    print(f"# {path.name} ({path.stat().st_size / 1e6:.0f} MB, {est['rows'] / 1e6:.2f} M rows): "
           f"estimate {est_mib:.0f} MiB", flush=True)
     rows = []
     diag = [SRTSCOPE, "diagnose", "--json"]
@@ -67,8 +84,8 @@ def measure(path: Path, budget: str | None, fill: bool) -> list[list[str]]:
     for what, r in runs:
         rows.append([path.name, what, f"{r.wall_s:.2f} s", f"{r.cpu_s:.2f} s", f"{r.maxrss_mb:.0f} MiB",
                      f"{est_mib:.0f} MiB", f"{est_mib / r.maxrss_mb:.2f}" if r.rc == 0 else f"rc={r.rc}", ""])
-    limit = parse_budget(budget).bytes if budget else None
-    if limit is not None and est.peak_bytes > limit:
+    limit = est["budget"]
+    if limit is not None and est["peak"] > limit:
         r = _run(diag + ["--no-cache", "--memory-budget", budget or "", str(path)])
         msg = _warning(r)
         ok = r.rc == 0 and r.maxrss_mb * 2**20 <= limit
