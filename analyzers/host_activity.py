@@ -312,6 +312,16 @@ class HostActivity:
             got = self._cache[key] = self._build(key)
         return got
 
+    def bursts(self, key: Key) -> iv.IntervalSet:
+        """The thread's launch bursts (``launch_bursts``), computed once."""
+        burst = self._bursts.get(key)
+        if burst is None:
+            ai, a_s, a_e = self._thread_rows("api", key), self.tl.api["start_ns"].to_numpy(), self.tl.api["end_ns"].to_numpy()
+            # NOTE: a thread holding the whole table (ascending distinct rows) selects by the mask
+            launches = self._is_launch if len(ai) == len(a_s) else ai[self._is_launch[ai]]
+            burst = self._bursts[key] = launch_bursts(a_s[launches], a_e[launches], self.rule)
+        return burst
+
     def _build(self, key: Key, focus: iv.IntervalSet | None = None) -> ThreadLayers:
         tl, rule = self.tl, self.rule
         rg, api = tl.host_ranges, tl.api
@@ -319,11 +329,7 @@ class HostActivity:
         oi, fi = self._thread_rows("ops", key), self._thread_rows("frames", key)
         r_s, r_e = rg["start_ns"].to_numpy(), rg["end_ns"].to_numpy()
         a_s, a_e = api["start_ns"].to_numpy(), api["end_ns"].to_numpy()
-        burst = self._bursts.get(key)
-        if burst is None:
-            # NOTE: a thread holding the whole table (ascending distinct rows) selects by the mask
-            launches = self._is_launch if len(ai) == len(a_s) else ai[self._is_launch[ai]]
-            burst = self._bursts[key] = launch_bursts(a_s[launches], a_e[launches], rule)
+        burst = self.bursts(key)
         if focus is not None:
             # NOTE: every layer but the bursts is a union of rows (or innermost segments, decided by
             # the rows covering each instant): inside ``focus`` only overlapping rows matter

@@ -52,9 +52,11 @@ def launching_threads(tl: Timeline, rows: np.ndarray) -> tuple[np.ndarray, np.nd
     return pid, tid
 
 
-def launch_calls(tl: Timeline, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def launch_calls(tl: Timeline, rows: np.ndarray, default: dict[int, tuple[int, int]] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pid, tid, end_ns) per given device row: the launching host thread (-1 when unknown) and
-    the end of the correlated API call (-1 when not correlated). One join for both."""
+    the end of the correlated API call (-1 when not correlated). One join for both. ``default``:
+    per rank, the thread taken where no call or range says (``default_threads``; computed when None)."""
     n = len(rows)
     pid = np.full(n, -1, np.int64)
     tid = np.full(n, -1, np.int64)
@@ -86,7 +88,7 @@ def launch_calls(tl: Timeline, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray
         tid[m["i"].to_numpy()] = m["tid"].to_numpy()
     todo = tid < 0
     if todo.any():
-        default = default_threads(tl)
+        default = default_threads(tl) if default is None else default
         ranks = q["rank"].to_numpy()
         for rank in np.unique(ranks[todo]):
             if int(rank) in default:
