@@ -62,6 +62,8 @@ class Context:
     comm_ranks: set[int]
     model: HostActivity                      # the trace's host model: stage names, bursts, threads
     default: dict[int, tuple[int, int]]      # per rank, the launching thread where nothing says
+    calls: pd.DataFrame                      # API rows a device row's launch is looked up in (its
+    #                                          correlation): every launch a window may ask for
 
 
 @dataclass
@@ -162,7 +164,9 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
         {c: pd.Series([], dtype=np.int64) for c in ("rank", "device", "start_ns", "end_ns", "dur_ns", "next_row")})
     for c in bub.columns:
         bub[c] = bub[c].astype(np.int64)
-    pid, tid, ends = launch_calls(tlw, bub["next_row"].to_numpy(), ctx.default)
+    # NOTE: a queued launch can lie before the window's context: looked up in ``ctx.calls``
+    joined = Timeline(tlw.device, ctx.calls, tlw.ranges, tlw.counters, tlw.meta)
+    pid, tid, ends = launch_calls(joined, bub["next_row"].to_numpy(), ctx.default)
     bub["pid"], bub["tid"], bub["queued_ns"] = pid, tid, ends
     from srtscope.analyzers.diagnose import _pieces   # noqa: PLC0415 (one home for the cut)
     pieces = _pieces(bub, steps)

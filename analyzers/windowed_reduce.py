@@ -18,7 +18,7 @@ from srtscope.analyzers.analyses.capture import CaptureFacts, capture_adequacy
 from srtscope.analyzers.analyses.comm import finish
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.analyses.device_split import copy_stat, device_result
-from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons
+from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons, fallback_mask
 from srtscope.analyzers.analyses.io_frames import io_work
 from srtscope.analyzers.analyses.losses import HOST_WAIT, StepLosses, edge_losses, warmup_mask
 from srtscope.analyzers.analyses.overview import DEFAULT_BINS, _spread, bin_edges
@@ -55,7 +55,7 @@ def diagnose_windowed(tl: Timeline, params: DiagnoseParams, max_rows: int) -> Di
             model.bursts((int(k[0]), int(k[1]), int(k[2])))
     keys = sets.keys
     ctx = Context(steps, source, {k: sets.bounds(k) for k in keys}, {k[0]: k[1] for k in keys},
-                  comm_ranks_of(tl, sets.comm), model, default_threads(tl))
+                  comm_ranks_of(tl, sets.comm), model, default_threads(tl), tl.api)
     starts = tl.device["start_ns"].to_numpy()
     parts = []
     for lo, hi in plan(steps, starts, max_rows):
@@ -293,7 +293,12 @@ def _losses(parts: list[Part], ctx: Context, pieces: pd.DataFrame, params: Diagn
     for c in HOST_WAIT:
         lost[c] = lost[c] + edges[c]
         bub[c] = bub[c] + edges[c]
-    return StepLosses(lost, bub, edges, cat(lambda x: x.small), cat(lambda x: x.fallback).astype(bool),
+    # the short gaps of eager-fallback steps are the fallback's: which steps those are, all the steps tell
+    small, fb_part, fb = cat(lambda x: x.small), cat(lambda x: x.fallback).astype(bool), fallback_mask(steps)
+    lb, ef = Cause.LAUNCH_BOUND, Cause.EAGER_FALLBACK
+    lost[lb] = lost[lb] - np.where(fb_part, 0, small) + np.where(fb, 0, small)
+    lost[ef] = lost[ef] - np.where(fb_part, small, 0) + np.where(fb, small, 0)
+    return StepLosses(lost, bub, edges, small, fb,
                       cat(lambda x: x.exposed), cat(lambda x: x.exposed_inline), cat(lambda x: x.skew),
                       cat(lambda x: x.bare_copies), cat(lambda x: x.copy_floor), cat(lambda x: x.kernel),
                       cat(lambda x: x.busy), cat(lambda x: x.wall), warmup_mask(steps))
