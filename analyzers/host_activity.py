@@ -316,14 +316,15 @@ class HostActivity:
         """The thread's launch bursts (``launch_bursts``), computed once."""
         burst = self._bursts.get(key)
         if burst is None:
-            ai, a_s, a_e = self._thread_rows("api", key), self.tl.api["start_ns"].to_numpy(), self.tl.api["end_ns"].to_numpy()
+            ai = self._thread_rows("api", key)
+            a_s, a_e = self.tl.api["start_ns"].to_numpy(), self.tl.api["end_ns"].to_numpy()
             # NOTE: a thread holding the whole table (ascending distinct rows) selects by the mask
             launches = self._is_launch if len(ai) == len(a_s) else ai[self._is_launch[ai]]
             burst = self._bursts[key] = launch_bursts(a_s[launches], a_e[launches], self.rule)
         return burst
 
     def _build(self, key: Key, focus: iv.IntervalSet | None = None) -> ThreadLayers:
-        tl, rule = self.tl, self.rule
+        tl = self.tl
         rg, api = tl.host_ranges, tl.api
         ri, ai = self._thread_rows("rg", key), self._thread_rows("api", key)
         oi, fi = self._thread_rows("ops", key), self._thread_rows("frames", key)

@@ -20,17 +20,16 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.analyses.attribution import BUBBLE_CAUSES, attribute, launch_calls
-from srtscope.analyzers.analyses.budget import BUDGET_COLUMNS, step_budget
+from srtscope.analyzers.analyses.attribution import attribute, launch_calls
+from srtscope.analyzers.analyses.budget import step_budget
 from srtscope.analyzers.analyses.comm import split_compute
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.analyses.eager import fallback_mask
 from srtscope.analyzers.analyses.losses import StepLosses, step_losses
 from srtscope.analyzers.columns import isin, str_codes, sum_by
 from srtscope.analyzers.host_activity import HostActivity
-from srtscope.analyzers.names import comm_mask, copy_direction
+from srtscope.analyzers.names import copy_direction
 from srtscope.analyzers.params import DiagnoseParams
-from srtscope.analyzers.results import BUBBLE_CLASSES
 from srtscope.analyzers.timeline import DeviceKind, Timeline
 from srtscope.analyzers.vocab import Cause
 
@@ -168,7 +167,7 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
     joined = Timeline(tlw.device, ctx.calls, tlw.ranges, tlw.counters, tlw.meta)
     pid, tid, ends = launch_calls(joined, bub["next_row"].to_numpy(), ctx.default)
     bub["pid"], bub["tid"], bub["queued_ns"] = pid, tid, ends
-    from srtscope.analyzers.diagnose import _pieces   # noqa: PLC0415 (one home for the cut)
+    from srtscope.analyzers.diagnose import _pieces  # noqa: PLC0415 (one home for the cut)
     pieces = _pieces(bub, steps)
     pieces = pieces[w.owns(pieces["start_ns"].to_numpy())].reset_index(drop=True)
     pieces["bubble_start_ns"] = bub["start_ns"].to_numpy()[pieces["bubble"].to_numpy()] if len(pieces) \
@@ -206,7 +205,7 @@ def _window_model(tlw: Timeline, ctx: Context, params: DiagnoseParams) -> HostAc
 
 
 def _no_comm():
-    from srtscope.analyzers.results import CommResult   # noqa: PLC0415
+    from srtscope.analyzers.results import CommResult  # noqa: PLC0415
     return CommResult(0, 0, 0, 0, 0, 0, None, None, None, None, None, "none", pd.DataFrame())
 
 
@@ -282,7 +281,7 @@ def _split(tlw: Timeline, w: Window, sets: DeviceSets) -> tuple[dict[str, int], 
 
 def _bins(w: Window, sets: DeviceSets, ctx: Context) -> dict[tuple[Key, str], np.ndarray]:
     """Overview: per device and class, the class's time in each bin inside the window."""
-    from srtscope.analyzers.analyses.overview import DEFAULT_BINS, bin_edges   # noqa: PLC0415
+    from srtscope.analyzers.analyses.overview import DEFAULT_BINS, bin_edges  # noqa: PLC0415
     out = {}
     for key in sets.keys:
         edges = bin_edges(*ctx.bounds[key], DEFAULT_BINS)
@@ -293,7 +292,7 @@ def _bins(w: Window, sets: DeviceSets, ctx: Context) -> dict[tuple[Key, str], np
 
 def _comm(tlw: Timeline, w: Window, sets: DeviceSets) -> list[int]:
     """[collective time, its exposed part] inside the window (``comm.communication``'s totals)."""
-    from srtscope.analyzers.analyses.comm import _instances   # noqa: PLC0415
+    from srtscope.analyzers.analyses.comm import _instances  # noqa: PLC0415
     source, inst = _instances(tlw, sets.comm)
     total = exposed = 0
     if source == "ranges":

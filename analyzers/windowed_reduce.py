@@ -34,8 +34,8 @@ from srtscope.analyzers.results import (
     BUBBLE_CLASSES,
     BubbleResult,
     CaptureInfo,
-    Diagnosis,
     DeviceOverview,
+    Diagnosis,
     OverviewResult,
     StepsResult,
 )
@@ -67,7 +67,7 @@ def diagnose_windowed(tl: Timeline, params: DiagnoseParams, max_rows: int) -> Di
 
 
 def _comm_source(tl: Timeline, sets: DeviceSets) -> tuple[str, pd.DataFrame]:
-    from srtscope.analyzers.analyses.comm import _instances   # noqa: PLC0415
+    from srtscope.analyzers.analyses.comm import _instances  # noqa: PLC0415
     return _instances(tl, sets.comm)
 
 
@@ -241,7 +241,7 @@ def _device(parts: list[Part]):
 
 
 def _facts(parts: list[Part], ctx: Context, span: tuple[int, int]) -> CaptureFacts:
-    from srtscope.analyzers import intervals as iv   # noqa: PLC0415
+    from srtscope.analyzers import intervals as iv  # noqa: PLC0415
     b = np.array(list(ctx.bounds.values()), dtype=np.int64).reshape(-1, 2)
     counts: dict[str, int] = {}
     for p in parts:
