@@ -52,7 +52,9 @@ class Window:
 
 @dataclass
 class Context:
-    """What the whole trace tells and one window cannot: set before the windows are walked."""
+    """What the whole trace tells and one window cannot: set before the windows are walked.
+
+    NOTE: one device (``applies``): every device row is of the one union the context is cut on."""
 
     steps: pd.DataFrame                      # the step table (``find_steps``), index 0..n-1
     source: str
@@ -119,22 +121,13 @@ def plan(steps: pd.DataFrame, starts: np.ndarray, max_rows: int) -> list[tuple[i
     return list(zip(edges[:-1], edges[1:]))
 
 
-def context_of(lo: int, hi: int, sets: DeviceSets, steps: pd.DataFrame) -> tuple[int, int]:
-    """The context of owned time ``[lo, hi)``: widened to the device activity just before and just
-    after it on every device (gaps touching the window are whole) and to its steps' ends."""
-    clo, chi = lo, hi
-    for key in sets.keys:
-        s, e = sets.union(key)
-        if not len(s):
-            continue
-        i = int(np.searchsorted(e, lo, side="right")) - 1        # last interval ending at or before lo
-        clo = min(clo, int(s[i]) if i >= 0 else lo)
-        j = int(np.searchsorted(s, hi, side="left"))             # first interval starting at or after hi
-        chi = max(chi, int(e[j]) if j < len(s) else hi)
-    if len(steps):
-        own = (steps["start_ns"].to_numpy() >= lo) & (steps["start_ns"].to_numpy() < hi)
-        if own.any():
-            chi = max(chi, int(steps["end_ns"].to_numpy()[own].max()))
+def context_of(lo: int, hi: int, running_end: int | None, next_start: int | None) -> tuple[int, int]:
+    """The context of owned time ``[lo, hi)``, ns: widened on the left to just inside the device
+    activity that ends before it (``running_end``: the latest end of the device rows starting
+    before ``lo``) and on the right to just past the first device row starting at or after ``hi``
+    (``next_start``), so that every gap touching the window has both its ends in the context."""
+    clo = lo if running_end is None or running_end > lo else running_end - 1
+    chi = hi if next_start is None else max(hi, next_start + 1)
     return clo, chi
 
 

@@ -56,10 +56,13 @@ def diagnose_windowed(tl: Timeline, params: DiagnoseParams, max_rows: int) -> Di
     keys = sets.keys
     ctx = Context(steps, source, {k: sets.bounds(k) for k in keys}, {k[0]: k[1] for k in keys},
                   comm_ranks_of(tl, sets.comm), model, default_threads(tl), tl.api)
-    starts = tl.device["start_ns"].to_numpy()
+    starts, ends = tl.device["start_ns"].to_numpy(), tl.device["end_ns"].to_numpy()
+    run = np.maximum.accumulate(ends)
     parts = []
     for lo, hi in plan(steps, starts, max_rows):
-        clo, chi = context_of(lo, hi, sets, steps)
+        i = int(np.searchsorted(starts, lo, side="left"))
+        j = int(np.searchsorted(starts, hi, side="left"))
+        clo, chi = context_of(lo, hi, int(run[i - 1]) if i else None, int(starts[j]) if j < len(starts) else None)
         parts.append(window_part(crop_rows(tl, clo, chi), Window(lo, hi, clo, chi), ctx, params))
     facts_tl = Timeline(tl.device.iloc[:0], tl.api.iloc[:0], tl.ranges, tl.counters, tl.meta)
     return reduce(parts, ctx, params, facts_tl, tl.span_ns, lambda lo, hi: crop_rows(tl, lo, hi),
