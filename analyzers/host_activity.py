@@ -173,16 +173,70 @@ def launch_bursts(s: np.ndarray, e: np.ndarray, rule: BurstRule) -> iv.IntervalS
     return iv.union(s[first[keep]], e[last[keep]])
 
 
-def default_threads(tl: Timeline) -> dict[int, tuple[int, int]]:
-    """Per rank, the thread issuing the most launches, else the one with the most stage ranges."""
+def launch_counts(api: pd.DataFrame) -> pd.DataFrame:
+    """Launch and graph-launch calls per (rank, pid, tid): columns rank, pid, tid, n."""
+    launches = api[api["kind"].isin([ApiKind.LAUNCH.value, ApiKind.GRAPH_LAUNCH.value])] if len(api) else api
+    if len(launches) == 0:
+        return pd.DataFrame({c: pd.Series([], dtype=np.int64) for c in ("rank", "pid", "tid", "n")})
+    return launches.groupby(["rank", "pid", "tid"]).size().reset_index(name="n")
+
+
+class BurstTracker:
+    """``launch_bursts`` of one thread fed its start-sorted launch calls a chunk at a time: the
+    same bursts, with one open run carried between chunks."""
+
+    def __init__(self, rule: BurstRule) -> None:
+        self.rule = rule
+        self.open: tuple[int, int, int] | None = None    # (first start, calls, running end)
+        self.starts: list[np.ndarray] = []
+        self.ends: list[np.ndarray] = []
+
+    def add(self, s: np.ndarray, e: np.ndarray) -> None:
+        if len(s) == 0:
+            return
+        s, e = np.asarray(s, np.int64), np.asarray(e, np.int64)
+        prev = self.open[2] if self.open is not None else None
+        run_end = np.maximum.accumulate(e if prev is None else np.maximum(e, prev))
+        new = np.empty(len(s), dtype=bool)
+        new[0] = prev is None or bool(s[0] - prev > self.rule.gap_ns)
+        np.greater(s[1:] - run_end[:-1], self.rule.gap_ns, out=new[1:])
+        first = np.flatnonzero(new)
+        last = np.r_[first[1:], len(s)] - 1
+        counts = np.diff(np.r_[first, len(s)])
+        fs = s[first].copy()
+        if len(first) == 0 or first[0] != 0:            # the carried run goes on into this chunk
+            assert self.open is not None
+            head = int(first[0]) if len(first) else len(s)
+            fs, last, counts = np.r_[self.open[0], fs], np.r_[head - 1, last], np.r_[self.open[1] + head, counts]
+        elif self.open is not None:                      # the carried run ended before this chunk
+            self._close(*self.open)
+        for i in range(len(fs) - 1):
+            self._close(int(fs[i]), int(counts[i]), int(run_end[last[i]]))
+        self.open = (int(fs[-1]), int(counts[-1]), int(run_end[last[-1]]))
+
+    def _close(self, start: int, n: int, end: int) -> None:
+        if n >= self.rule.min_launches:
+            self.starts.append(np.array([start], np.int64))
+            self.ends.append(np.array([end], np.int64))
+
+    def bursts(self) -> iv.IntervalSet:
+        """The bursts of all the calls fed (closes the open run)."""
+        if self.open is not None:
+            self._close(*self.open)
+            self.open = None
+        if not self.starts:
+            return iv.empty()
+        return iv.union(np.concatenate(self.starts), np.concatenate(self.ends))
+
+
+def default_threads(tl: Timeline, counts: pd.DataFrame | None = None) -> dict[int, tuple[int, int]]:
+    """Per rank, the thread issuing the most launches, else the one with the most stage ranges.
+    ``counts``: ``launch_counts`` of the trace's API rows when they are not in ``tl``."""
     out: dict[int, tuple[int, int]] = {}
-    api = tl.api
-    if len(api):
-        launches = api[api["kind"].isin([ApiKind.LAUNCH.value, ApiKind.GRAPH_LAUNCH.value])]
-        if len(launches):
-            top = launches.groupby(["rank", "pid", "tid"]).size().reset_index(name="n")
-            for row in top.sort_values("n").itertuples():
-                out[int(row.rank)] = (int(row.pid), int(row.tid))
+    top = launch_counts(tl.api) if counts is None else counts
+    if len(top):
+        for row in top.sort_values("n").itertuples():
+            out[int(row.rank)] = (int(row.pid), int(row.tid))
     if len(tl.host_ranges):
         _, codes, _ = stage_names(tl.host_ranges)
         st = tl.host_ranges[codes >= 0]

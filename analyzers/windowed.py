@@ -99,24 +99,23 @@ def applies(tl: Timeline, params: DiagnoseParams) -> bool:
     return bool((r == r[0]).all() and (d == d[0]).all())
 
 
-def plan(steps: pd.DataFrame, starts: np.ndarray, max_rows: int) -> list[tuple[int, int]]:
-    """Owned time of each window, ``[(lo, hi)]`` covering all time: cuts at step starts, each window
-    holding about ``max_rows`` device rows (by their sorted ``starts``)."""
+def plan(steps: pd.DataFrame, rows_before: np.ndarray, max_rows: int) -> list[tuple[int, int]]:
+    """Owned time of each window, ``[(lo, hi)]`` covering all time: cut at step starts where no step
+    is open, each window holding about ``max_rows`` device rows. ``rows_before``: per step in start
+    order, the device rows starting before it."""
     if max_rows < 1:
         raise ValueError(f"max_rows must be >= 1, got {max_rows}")
     cuts: list[int] = []
-    st = np.sort(steps["start_ns"].to_numpy(np.int64)) if len(steps) else np.zeros(0, np.int64)
-    ends = steps["end_ns"].to_numpy(np.int64)[np.argsort(steps["start_ns"].to_numpy(), kind="stable")] \
-        if len(steps) else st
-    reach = np.maximum.accumulate(ends) if len(ends) else ends
+    order = np.argsort(steps["start_ns"].to_numpy(), kind="stable") if len(steps) else np.zeros(0, np.int64)
+    st = steps["start_ns"].to_numpy(np.int64)[order]
+    reach = np.maximum.accumulate(steps["end_ns"].to_numpy(np.int64)[order]) if len(st) else st
     last = 0
     for i in range(1, len(st)):
         if reach[i - 1] > st[i]:
             continue                              # a step still open: no cut inside it
-        here = int(np.searchsorted(starts, st[i], side="left"))
-        if here - last >= max_rows:
+        if int(rows_before[i]) - last >= max_rows:
             cuts.append(int(st[i]))
-            last = here
+            last = int(rows_before[i])
     edges = [_MIN, *cuts, _MAX]
     return list(zip(edges[:-1], edges[1:]))
 

@@ -59,7 +59,8 @@ def diagnose_windowed(tl: Timeline, params: DiagnoseParams, max_rows: int) -> Di
     starts, ends = tl.device["start_ns"].to_numpy(), tl.device["end_ns"].to_numpy()
     run = np.maximum.accumulate(ends)
     parts = []
-    for lo, hi in plan(steps, starts, max_rows):
+    rows_before = np.searchsorted(starts, np.sort(steps["start_ns"].to_numpy()), side="left")
+    for lo, hi in plan(steps, rows_before, max_rows):
         i = int(np.searchsorted(starts, lo, side="left"))
         j = int(np.searchsorted(starts, hi, side="left"))
         clo, chi = context_of(lo, hi, int(run[i - 1]) if i else None, int(starts[j]) if j < len(starts) else None)
