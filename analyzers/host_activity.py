@@ -175,10 +175,13 @@ def launch_bursts(s: np.ndarray, e: np.ndarray, rule: BurstRule) -> iv.IntervalS
 
 def launch_counts(api: pd.DataFrame) -> pd.DataFrame:
     """Launch and graph-launch calls per (rank, pid, tid): columns rank, pid, tid, n."""
-    launches = api[api["kind"].isin([ApiKind.LAUNCH.value, ApiKind.GRAPH_LAUNCH.value])] if len(api) else api
-    if len(launches) == 0:
+    m = isin(api["kind"], [ApiKind.LAUNCH, ApiKind.GRAPH_LAUNCH]) if len(api) else np.zeros(0, bool)
+    if not m.any():
         return pd.DataFrame({c: pd.Series([], dtype=np.int64) for c in ("rank", "pid", "tid", "n")})
-    return launches.groupby(["rank", "pid", "tid"]).size().reset_index(name="n")
+    cols = {c: api[c].to_numpy()[m] for c in ("rank", "pid", "tid")}
+    if all((v == v[0]).all() for v in cols.values()):    # one thread launches: no grouping
+        return pd.DataFrame({**{c: np.array([v[0]], np.int64) for c, v in cols.items()}, "n": [int(m.sum())]})
+    return pd.DataFrame(cols).groupby(["rank", "pid", "tid"]).size().reset_index(name="n")
 
 
 class BurstTracker:

@@ -182,7 +182,7 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
     budget = step_budget(tlw, local, lp, mask, ctx.primary, sets)
     lost = step_losses(tlw, local, lp, budget.table, _no_comm(), ctx.primary, thr, model,
                        params.burst_rule, ctx.comm_ranks, sets, edges=False)
-    part = Part(owned_b, pieces, stages, user, busy, gaps, _streams(tlw, w, thr), budget.table, lost,
+    part = Part(owned_b, pieces, stages, user, busy, gaps, _streams(sets, w, thr), budget.table, lost,
                 *_kernels(tlw, w, mask), *_split(tlw, w, sets), _bins(w, sets, ctx))
     part.comm = _comm(tlw, w, sets)
     part.cold = _cold(tlw, w, model, ctx)
@@ -201,24 +201,16 @@ def _no_comm():
     return CommResult(0, 0, 0, 0, 0, 0, None, None, None, None, None, "none", pd.DataFrame())
 
 
-def _streams(tlw: Timeline, w: Window, thr: int) -> dict[tuple[int, int, int], list[int]]:
+def _streams(sets: DeviceSets, w: Window, thr: int) -> dict[tuple[int, int, int], list[int]]:
     """Per (rank, device, stream): [first, last, busy, gap count, gap ns] of its activity clipped to the window."""
-    dev = tlw.device
     out: dict[tuple[int, int, int], list[int]] = {}
-    if len(dev) == 0:
-        return out
-    k = dev[["rank", "device", "stream"]].to_numpy(np.int64)
-    s, e = dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy()
-    keys, inv = np.unique(k, axis=0, return_inverse=True)
-    inv = inv.reshape(-1)
-    for i, key in enumerate(keys):
-        r = np.flatnonzero(inv == i)
-        u = iv.clip(iv.union(s[r], e[r]), w.lo_ns, w.hi_ns)
-        if not len(u[0]):
-            continue
-        gs, ge = iv.gaps(u, thr)
-        out[(int(key[0]), int(key[1]), int(key[2]))] = [int(u[0][0]), int(u[1][-1]), iv.total(u), len(gs),
-                                                          int((ge - gs).sum())]
+    for key in sets.keys:
+        for stream, u in sets.stream_unions(key):
+            u = iv.clip(u, w.lo_ns, w.hi_ns)
+            if not len(u[0]):
+                continue
+            gs, ge = iv.gaps(u, thr)
+            out[(key[0], key[1], stream)] = [int(u[0][0]), int(u[1][-1]), iv.total(u), len(gs), int((ge - gs).sum())]
     return out
 
 
@@ -285,7 +277,14 @@ def _bins(w: Window, sets: DeviceSets, ctx: Context) -> dict[tuple[Key, str], np
 def _comm(tlw: Timeline, w: Window, sets: DeviceSets) -> list[int]:
     """[collective time, its exposed part] inside the window (``comm.communication``'s totals)."""
     from srtscope.analyzers.analyses.comm import _instances  # noqa: PLC0415
-    source, inst = _instances(tlw, sets.comm)
+    mask = sets.comm
+    if mask.any():                            # the collectives' devices, without their rows' table
+        dev = tlw.device
+        stand_in = bool(isin(dev["kind"], [DeviceKind.CPU_FORWARD])[mask].all())
+        source = "stand_in" if stand_in else "kernels"
+        inst = pd.DataFrame({"rank": dev["rank"].to_numpy()[mask], "device": dev["device"].to_numpy()[mask]})
+    else:
+        source, inst = _instances(tlw, mask)
     total = exposed = 0
     if source == "ranges":
         for rank in np.unique(inst["rank"].to_numpy()):
@@ -295,7 +294,10 @@ def _comm(tlw: Timeline, w: Window, sets: DeviceSets) -> list[int]:
             total += iv.total(iv.clip(c, w.lo_ns, w.hi_ns))
             exposed += iv.total(iv.clip(split_compute(k, c, False)[1], w.lo_ns, w.hi_ns))
     elif source != "none":
-        for key in sorted({(int(a), int(b)) for a, b in inst[["rank", "device"]].to_numpy()}):
+        pairs = inst[["rank", "device"]].to_numpy(np.int64)
+        one = bool((pairs == pairs[0]).all())
+        for key in ([(int(pairs[0][0]), int(pairs[0][1]))] if one
+                    else sorted({(int(a), int(b)) for a, b in np.unique(pairs, axis=0)})):
             c, k = sets.union(key, "comm"), sets.union(key, "noncomm")
             total += iv.total(iv.clip(c, w.lo_ns, w.hi_ns))
             exposed += iv.total(iv.clip(split_compute(k, c, source == "stand_in")[1], w.lo_ns, w.hi_ns))

@@ -166,12 +166,18 @@ def _settled(pending: pd.DataFrame, started: pd.DataFrame) -> pd.DataFrame:
     """The calls whose work has not started yet (graph launches stay: many rows share their id)."""
     if len(pending) == 0 or len(started) == 0:
         return pending
-    done = pd.MultiIndex.from_arrays([started["rank"].to_numpy(np.int64), started["pid"].to_numpy(np.int64),
-                                      started["correlation"].to_numpy(np.int64)])
-    key = pd.MultiIndex.from_arrays([pending["rank"].to_numpy(np.int64), pending["pid"].to_numpy(np.int64),
-                                     pending["correlation"].to_numpy(np.int64)])
-    drop = key.isin(done) & ~isin(pending["kind"], [ApiKind.GRAPH_LAUNCH])
+    drop = _in_keys(pending, started) & ~isin(pending["kind"], [ApiKind.GRAPH_LAUNCH])
     return pending[~drop].reset_index(drop=True)
+
+
+def _in_keys(rows: pd.DataFrame, of: pd.DataFrame) -> np.ndarray:
+    """Mask of ``rows`` whose (rank, pid, correlation) some row of ``of`` has."""
+    cols = ("rank", "pid", "correlation")
+    a = [rows[c].to_numpy(np.int64) for c in cols]
+    b = [of[c].to_numpy(np.int64) for c in cols]
+    if all((x == x[0]).all() and (y == x[0]).all() for x, y in zip(a[:2], b[:2])):
+        return np.isin(a[2], b[2])                 # one process: the correlation ids alone
+    return pd.MultiIndex.from_arrays(a).isin(pd.MultiIndex.from_arrays(b))
 
 
 def _overlapping(df: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
@@ -309,9 +315,10 @@ def _first_pass(src: ChunkSource, w: pd.DataFrame, params: DiagnoseParams) -> _F
         hi = int(e_.max()) if hi is None else max(hi, int(e_.max()))
         rows_before += np.searchsorted(s_, ws[order], side="left")
         r_, dv = d["rank"].to_numpy(np.int64), d["device"].to_numpy(np.int64)
-        for k in np.unique(np.c_[r_, dv], axis=0):
+        one = bool((r_ == r_[0]).all() and (dv == dv[0]).all())
+        for k in ([(r_[0], dv[0])] if one else np.unique(np.c_[r_, dv], axis=0)):
             key = (int(k[0]), int(k[1]))
-            m = (r_ == key[0]) & (dv == key[1])
+            m = slice(None) if one else (r_ == key[0]) & (dv == key[1])
             b = bounds.get(key)
             nb = (int(s_[m].min()), int(e_[m].max()))
             bounds[key] = nb if b is None else (min(b[0], nb[0]), max(b[1], nb[1]))
