@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -43,8 +44,8 @@ from srtscope.analyzers.timeline import (
     validate_table,
 )
 
-#: rows per DataFrame of ``iter_device`` / ``iter_api`` (and per bucket on disk): ~50 MB in memory
-DEFAULT_CHUNK_ROWS = 1 << 19
+#: rows per DataFrame of ``iter_device`` / ``iter_api`` (and per bucket on disk): ~25 MB in memory
+DEFAULT_CHUNK_ROWS = 1 << 18
 #: rowids read per chunk of a scan
 SCAN_ROWS = 1 << 18
 _I32 = np.iinfo(np.int32)
@@ -97,8 +98,10 @@ class _ChunkReader(_Reader):
             self._counts[(table, where)] = super().count(table, where)
         return self._counts[(table, where)]
 
-    def scan(self, table: str, read: _Read, spool: TimeSpool, note: Callable[[dict], None]) -> None:
-        """Every rowid chunk of ``table`` read by ``read`` into ``spool`` (``note`` sees each)."""
+    def scan(self, table: str, read: _Read, spool: TimeSpool, note: Callable[[dict], None],
+             stop: threading.Event) -> None:
+        """Every rowid chunk of ``table`` read by ``read`` into ``spool`` (``note`` sees each);
+        ``stop`` set: no further chunk (the other side of the read failed)."""
         if not self.has(table):
             return
         lo, hi = rowid_bounds(self.con, table)
@@ -106,7 +109,7 @@ class _ChunkReader(_Reader):
             return
         spool.start_part()
         at: int | None = lo
-        while at is not None and at <= hi:
+        while at is not None and at <= hi and not stop.is_set():
             end = min(at + self.scan_rows - 1, hi)
             self.rowids = (at, end)
             try:
@@ -155,13 +158,18 @@ class _Spiller:
         self.device, self.api, self.scan_rows = device, api, scan_rows
         # add_device and add_api touch disjoint fields: one object for both threads
         self.facts = TableFacts()
+        self.stop = threading.Event()      # set when either side fails: the other stops early
 
     def __call__(self, path: Path, r: _Reader) -> ScannedTables:
         assert isinstance(r, _ChunkReader)
         with ThreadPoolExecutor(max_workers=1) as pool:
             host = pool.submit(self._host, path)
-            for table, read in DEVICE_TABLES:
-                r.scan(table, read, self.device, self.facts.add_device)
+            try:
+                for table, read in DEVICE_TABLES:
+                    r.scan(table, read, self.device, self.facts.add_device, self.stop)
+            except BaseException:
+                self.stop.set()
+                raise
             ranges, marks, hr = host.result()
         r.missing_strings += hr.missing_strings
         r.named_rows += hr.named_rows
@@ -174,8 +182,11 @@ class _Spiller:
             r = _ChunkReader(path, con, self.scan_rows)
             try:
                 for table, read in API_TABLES:
-                    r.scan(table, read, self.api, self.facts.add_api)
+                    r.scan(table, read, self.api, self.facts.add_api, self.stop)
                 ranges, marks = r.nvtx()
+            except BaseException:
+                self.stop.set()
+                raise
             finally:
                 r.close()
             return sort_columns(ranges), marks, r
@@ -267,9 +278,9 @@ def read_nsys_spilled(path: str | Path, rank: int = 0, *, folder: str | Path,
             api = TimeSpool(folder, "api", chunk_rows, *_plan(con, API_TABLES))
             spiller = _Spiller(device, api, scan_rows)
             tl = _read(path, reader, rank, checked, scan=spiller)
-            for spool, table in ((device, "device"), (api, "api")):
-                if spool.bad_rows:      # as validate_table says it of the whole table
-                    raise TimelineError(f"{table} table has {spool.bad_rows} row(s) with end_ns < start_ns")
+            for table, bad in (("device", device.bad_rows), ("api", api.bad_rows)):
+                if bad:      # as validate_table says it of the whole table
+                    raise TimelineError(f"{table} table has {bad} row(s) with end_ns < start_ns")
         except (sqlite3.DatabaseError, ValueError, TimelineError) as exc:
             if not checked and not isinstance(exc, TraceError):
                 check_integrity(path, con, why=str(exc))
@@ -277,9 +288,9 @@ def read_nsys_spilled(path: str | Path, rank: int = 0, *, folder: str | Path,
         finally:
             reader.close()
     except BaseException:
-        for spool in (device, api):
-            if spool is not None:
-                spool.remove()
+        for made in (device, api):
+            if made is not None:
+                made.remove()
         raise
     finally:
         con.close()

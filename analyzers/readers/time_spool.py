@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.ipc as ipc
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.ipc as ipc  # type: ignore[import-untyped]
 
 #: a bucket of more segments than this is merged into one file (fewer, larger reads)
 MAX_SEGMENTS = 16
