@@ -7,6 +7,10 @@ streaming one segment at a time. ``chunks`` then reads the buckets in time order
 each sorted by (start, arrival order): the rows as a stable sort by start of everything added, in
 pieces of at most ``bucket_rows`` rows (more only where more rows share one start).
 
+NOTE: a bucket's segments hold its rows in arrival order (a chunk's rows keep their order, segments
+are appended, a split or merge streams them in order): a stable sort by start within each bucket
+is the stable sort of all rows, no sequence column needed.
+
 Columns are numpy arrays (kept as given) or categoricals (kept as int32 ids into one label list per
 column; ``categories`` gives each column's categories as ``pandas.api.types.union_categoricals``
 of the parts' categoricals would, in part order: see ``start_part``).
@@ -26,7 +30,6 @@ import pyarrow.ipc as ipc  # type: ignore[import-untyped]
 
 #: a bucket of more segments than this is merged into one file (fewer, larger reads)
 MAX_SEGMENTS = 16
-SEQ = "_seq"        # arrival order of a row (ties of start resolved by it)
 
 
 @dataclass
@@ -116,7 +119,6 @@ class TimeSpool:
                     lo, hi = int(a.min()), int(a.max())
                     old = self.id_range.get(k)
                     self.id_range[k] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
-        arrays[SEQ] = np.arange(self.rows, self.rows + n, dtype=np.int64)
         self.rows += n
         if "end_ns" in arrays:
             self.bad_rows += int((arrays["end_ns"] < start).sum())
@@ -240,7 +242,7 @@ class TimeSpool:
 
     def chunks(self) -> Iterator[dict[str, np.ndarray]]:
         """The rows, sorted by (start, order of ``add``), in pieces of at most ``bucket_rows`` rows
-        (more where one start holds more), as name -> array (categoricals as label ids, no ``SEQ``).
+        (more where one start holds more), as name -> array (categoricals as label ids).
         Each call reads the files again."""
         pending: list[dict[str, np.ndarray]] = []
         n_pending = 0
@@ -273,15 +275,15 @@ class TimeSpool:
     def _sorted(self, bk: _Bucket) -> dict[str, np.ndarray]:
         tables = [_read(p) for p in bk.segments]
         start = np.concatenate([_ints(t, "start_ns") for t in tables])
-        seq = np.concatenate([_ints(t, SEQ) for t in tables])
-        order = np.lexsort((seq, start))
-        del seq
-        out = {"start_ns": start[order]}
+        # the segments hold the bucket's rows in arrival order: a stable sort resolves ties by it
+        order = None if (np.diff(start) >= 0).all() else np.argsort(start, kind="stable")
+        out = {"start_ns": start if order is None else start[order]}
         del start
         assert self._schema is not None
         for name in self._schema.names:
-            if name not in out and name != SEQ:
-                out[name] = np.concatenate([_ints(t, name) for t in tables])[order]
+            if name not in out:
+                col = np.concatenate([_ints(t, name) for t in tables])
+                out[name] = col if order is None else col[order]
         return out
 
     def remove(self) -> None:

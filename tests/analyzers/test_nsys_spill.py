@@ -203,4 +203,3 @@ def test_time_spool_gives_a_stable_sort_in_bounded_pieces(tmp_path, case, starts
     assert np.concatenate([c["start_ns"] for c in got]).tolist() == flat[order].tolist()
     for c in got:
         assert len(c["row"]) <= bucket_rows or c["start_ns"][0] == c["start_ns"][-1], case
-        assert "_seq" not in c
