@@ -130,17 +130,23 @@ class TimeSpool:
         if not self.buckets:
             self._first_buckets(start)
         which = np.searchsorted(np.asarray(self.bounds, np.int64), start, side="right")
-        order = np.argsort(which, kind="stable")
+        # rows mostly come in time order: then each bucket's rows are one slice (no copy)
+        order = None if (np.diff(which) >= 0).all() else np.argsort(which, kind="stable")
         counts = np.bincount(which, minlength=len(self.buckets))
         pos = 0
         touched = []
         for b in np.flatnonzero(counts).tolist():
-            take = order[pos:pos + counts[b]]
-            pos += int(counts[b])
+            k = int(counts[b])
             bk = self.buckets[b]
-            bk.segments.append(self._write(table.take(pa.array(take))))
-            bk.rows += len(take)
-            bk.note(start[take])
+            if order is None:
+                bk.segments.append(self._write(table.slice(pos, k)))
+                bk.note(start[pos:pos + k])
+            else:
+                take = order[pos:pos + k]
+                bk.segments.append(self._write(table.take(pa.array(take))))
+                bk.note(start[take])
+            pos += k
+            bk.rows += k
             touched.append(b)
         for b in reversed(touched):       # from the end: a split shifts the buckets after it
             self._fit(b)
