@@ -28,7 +28,7 @@ import pandas as pd
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.ipc as ipc  # type: ignore[import-untyped]
 
-#: a bucket of more segments than this is merged into one file (fewer, larger reads)
+#: a bucket of more segments than this has its newest half merged into one (fewer, larger reads)
 MAX_SEGMENTS = 16
 
 
@@ -200,8 +200,11 @@ class TimeSpool:
             self._fit(b + 1)
             self._fit(b)
         elif len(bk.segments) > MAX_SEGMENTS:
-            old = bk.segments
-            bk.segments = [self._write(None, (batch for p in old for batch in _read(p).to_batches()))]
+            # the newest half merged (rows spread thin over many buckets, e.g. a later table's):
+            # a row is rewritten about log(segments) times, never once per merge
+            old = bk.segments[-(MAX_SEGMENTS // 2):]
+            merged = self._write(None, (batch for p in old for batch in _read(p).to_batches()))
+            bk.segments = bk.segments[:-len(old)] + [merged]
             self._drop(old)
 
     def _split(self, b: int) -> None:

@@ -19,7 +19,7 @@ from srtscope.analyzers.readers import columnar
 from srtscope.analyzers.readers.errors import TraceError
 from srtscope.analyzers.readers.nsys_spill import read_nsys_spilled
 from srtscope.analyzers.readers.nsys_sqlite import read_nsys
-from srtscope.analyzers.readers.time_spool import TimeSpool
+from srtscope.analyzers.readers.time_spool import MAX_SEGMENTS, TimeSpool
 from srtscope.analyzers.timeline import WIDE_IDS_ENV, TimelineError, empty_table
 from tests.conftest import REAL_TRACES
 
@@ -169,7 +169,7 @@ def test_progress_counts_the_rows_read_nsys_counts(generated, tmp_path):
     assert counts[0] == counts[1] > 400_000
 
 
-def _spool_rows(starts: list[list[int]], bucket_rows: int, tmp_path: Path, hint=None) -> tuple[list, int]:
+def _spool_rows(starts: list[list[int]], bucket_rows: int, tmp_path: Path, hint=None) -> tuple[list, TimeSpool]:
     spool = TimeSpool(tmp_path, "t", bucket_rows, expect_rows=sum(map(len, starts)), hint_ns=hint)
     n = 0
     for part in starts:
@@ -177,26 +177,28 @@ def _spool_rows(starts: list[list[int]], bucket_rows: int, tmp_path: Path, hint=
         spool.add({"start_ns": s, "end_ns": s + 1, "row": np.arange(n, n + len(s))})
         n += len(s)
     got = list(spool.chunks())
-    files = len(spool.files)
+    assert max(len(b.segments) for b in spool.buckets) <= MAX_SEGMENTS
     spool.remove()
     assert not list(tmp_path.iterdir())
-    return got, files
+    return got, spool
 
 
 _RNG = np.random.default_rng(7)
 
 
-@pytest.mark.parametrize("case, starts, hint", [
-    ("arrival in time order", [list(range(0, 500, 1)), list(range(500, 1000))], None),
-    ("arrival in reverse", [list(range(1000, 500, -1)), list(range(500, 0, -1))], None),
-    ("random with many ties", [_RNG.integers(0, 40, 300).tolist() for _ in range(4)], None),
-    ("one start for every row", [[5] * 100, [5] * 77], None),
-    ("first chunk narrow, the rest far later", [[10, 11, 12], list(range(10**9, 10**9 + 600))], None),
-    ("wrong hint", [_RNG.integers(-10**6, 10**6, 700).tolist()], (5, 6)),
+@pytest.mark.parametrize("case, starts, hint, bucket_rows", [
+    ("arrival in time order", [list(range(0, 500, 1)), list(range(500, 1000))], None, 16),
+    ("arrival in reverse", [list(range(1000, 500, -1)), list(range(500, 0, -1))], None, 16),
+    ("random with many ties", [_RNG.integers(0, 40, 300).tolist() for _ in range(4)], None, 16),
+    ("one start for every row", [[5] * 100, [5] * 77], None, 16),
+    ("first chunk narrow, the rest far later", [[10, 11, 12], list(range(10**9, 10**9 + 600))], None, 16),
+    ("wrong hint", [_RNG.integers(-10**6, 10**6, 700).tolist()], (5, 6), 16),
+    # a later table's few rows spread over every bucket, chunk after chunk: segments merged
+    ("thin rows over all buckets", [list(range(0, 2000, 2))] + [_RNG.integers(0, 2000, 12).tolist()
+                                                                for _ in range(80)], None, 400),
 ])
-def test_time_spool_gives_a_stable_sort_in_bounded_pieces(tmp_path, case, starts, hint):
-    bucket_rows = 16
-    got, _ = _spool_rows(starts, bucket_rows, tmp_path, hint)
+def test_time_spool_gives_a_stable_sort_in_bounded_pieces(tmp_path, case, starts, hint, bucket_rows):
+    got, spool = _spool_rows(starts, bucket_rows, tmp_path, hint)
     flat = np.concatenate([np.asarray(p, np.int64) for p in starts])
     order = np.argsort(flat, kind="stable")
     assert np.concatenate([c["row"] for c in got]).tolist() == order.tolist(), case
