@@ -136,17 +136,17 @@ class TimeSpool:
         pos = 0
         touched = []
         for b in np.flatnonzero(counts).tolist():
-            k = int(counts[b])
+            m = int(counts[b])
             bk = self.buckets[b]
             if order is None:
-                bk.segments.append(self._write(table.slice(pos, k)))
-                bk.note(start[pos:pos + k])
+                bk.segments.append(self._write(table.slice(pos, m)))
+                bk.note(start[pos:pos + m])
             else:
-                take = order[pos:pos + k]
+                take = order[pos:pos + m]
                 bk.segments.append(self._write(table.take(pa.array(take))))
                 bk.note(start[take])
-            pos += k
-            bk.rows += k
+            pos += m
+            bk.rows += m
             touched.append(b)
         for b in reversed(touched):       # from the end: a split shifts the buckets after it
             self._fit(b)
