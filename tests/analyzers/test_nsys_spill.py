@@ -20,7 +20,7 @@ from srtscope.analyzers.readers.errors import TraceError
 from srtscope.analyzers.readers.nsys_spill import read_nsys_spilled
 from srtscope.analyzers.readers.nsys_sqlite import read_nsys
 from srtscope.analyzers.readers.time_spool import MAX_SEGMENTS, TimeSpool
-from srtscope.analyzers.timeline import WIDE_IDS_ENV, TimelineError, empty_table
+from srtscope.analyzers.timeline import WIDE_IDS_ENV, TimelineError, WarningCode, empty_table
 from tests.conftest import REAL_TRACES
 
 SAMPLES = Path(scenarios.__file__).resolve().parent
@@ -205,3 +205,35 @@ def test_time_spool_gives_a_stable_sort_in_bounded_pieces(tmp_path, case, starts
     assert np.concatenate([c["start_ns"] for c in got]).tolist() == flat[order].tolist()
     for c in got:
         assert len(c["row"]) <= bucket_rows or c["start_ns"][0] == c["start_ns"][-1], case
+
+
+@pytest.mark.parametrize("table, sql, refused", [
+    # a text where a kernel's start belongs (a chunk may begin with it: its column then reads as text)
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "UPDATE {t} SET start = 'soon' WHERE rowid IN (8, 250)", True),
+    # a real number where an integer belongs
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "UPDATE {t} SET end = 1.5 WHERE rowid = 7", True),
+    # a blob as an NVTX range's end (the NVTX table is read whole, as read_nsys reads it)
+    ("NVTX_EVENTS", "UPDATE {t} SET end = x'00ff' WHERE rowid = 2", True),
+    # kernel names missing from StringIds: most of them (refused), one of them (a warning in meta)
+    ("StringIds", "DELETE FROM {t} WHERE id IN (SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL)", True),
+    ("StringIds", "DELETE FROM {t} WHERE id = (SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                  "WHERE rowid = 5)", False),
+])
+def test_damaged_exports_fail_or_warn_as_read_nsys_does(tmp_path, table, sql, refused):
+    bad = tmp_path / "bad.sqlite"
+    shutil.copy(SAMPLES / "kernel_bound.sqlite", bad)
+    with sqlite3.connect(bad) as con:
+        con.executescript(sql.format(t=table))
+    try:
+        tl = read_nsys(bad)
+    except (sqlite3.DatabaseError, ValueError) as whole:
+        with pytest.raises(type(whole)) as spilled:
+            read_nsys_spilled(bad, folder=tmp_path / "spill", chunk_rows=9, scan_rows=7)
+        assert str(spilled.value).split(":")[0] == str(whole).split(":")[0]
+        assert table in str(spilled.value) or "StringIds" in str(spilled.value)
+        assert not list((tmp_path / "spill").iterdir())
+        assert refused
+        return
+    assert not refused
+    assert tl.meta.has_warning(WarningCode.CORRUPT)
+    assert_same_as_read_nsys(bad, tmp_path / "spill", chunk_rows=9, scan_rows=7)
