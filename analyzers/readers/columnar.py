@@ -121,7 +121,8 @@ class _Columns:
 
 
 def fetch_ints(con: Any, table: str, exprs: list[str], where: str = "",
-               span: list[int] | None = None, max_rows: int = 1 << 24) -> list[np.ndarray]:
+               span: list[int] | None = None, max_rows: int = 1 << 24,
+               rowids: tuple[int, int] | None = None) -> list[np.ndarray]:
     """Integer columns ``exprs`` of ``table`` rows matching ``where`` -> one int64 array each,
     in rowid order, read through the ADBC connection ``con`` (``connect_arrow``).
 
@@ -131,7 +132,8 @@ def fetch_ints(con: Any, table: str, exprs: list[str], where: str = "",
     [rows in the table, lowest rowid, highest rowid] (nothing for an empty table) and progress
     (``report_scans``) advances by rows (as many as rowids in an undamaged table). The columns are
     allocated for the table's rowid span, at most ``max_rows`` (a damaged file's huge rowids cannot
-    make it allocate more).
+    make it allocate more). ``rowids`` (lowest, highest; inclusive): only the rows in that range, a
+    seek in the table's b-tree (a chunk of a table read in pieces); ``span`` then that range's.
     """
     const = {i: int(e) for i, e in enumerate(exprs) if _INT_LITERAL.fullmatch(e.strip())}
     if len(const) == len(exprs):
@@ -139,12 +141,13 @@ def fetch_ints(con: Any, table: str, exprs: list[str], where: str = "",
     asked = [e for i, e in enumerate(exprs) if i not in const]
     keep = [f"COALESCE(({where}), 0) != 0"] if where else []
     first = 1 if where else 0
-    lo, hi = rowid_bounds(con, table)
+    lo, hi = rowid_bounds(con, table) if rowids is None else (int(rowids[0]), int(rowids[1]))
     expect = 0 if lo is None or hi is None else max(0, min(hi - lo + 1, max_rows))
     cols = _Columns(len(asked), expect)
     # NOTE: rowid itself is not selected (~10% of a scan): the bounds come from the b-tree's edges
     # and every row is counted, so a table whose rows do not fill its rowid span still shows
-    sql = f"SELECT {', '.join(keep + asked)} FROM {table} ORDER BY rowid"
+    rng = "" if rowids is None else f" WHERE rowid BETWEEN {lo} AND {hi}"
+    sql = f"SELECT {', '.join(keep + asked)} FROM {table}{rng} ORDER BY rowid"
     rows = 0
     for batch in arrow_query(con, sql, table):
         if not batch.num_rows:

@@ -38,6 +38,7 @@ from srtscope.analyzers.readers.columnar import (
 )
 from srtscope.analyzers.readers.errors import TraceError
 from srtscope.analyzers.readers.labels import split_coded_labels
+from srtscope.analyzers.readers.nsys_facts import TableFacts
 from srtscope.analyzers.readers.sqlite_integrity import check_integrity, check_side_files
 from srtscope.analyzers.timeline import (
     ApiKind,
@@ -473,17 +474,11 @@ _SMALL_TABLES = ("sqlite_master", "StringIds", "META_DATA_EXPORT", "EXPORT_META_
                  "ThreadNames")
 
 
-def _read(path: Path, r: _Reader, rank: int, checked: bool = False) -> Timeline:
-    if "StringIds" not in r.tables:
-        raise TraceError(path, "SQLite database, but not an Nsight Systems export "
-                               "(no StringIds table)")
-    meta_kv = r.meta_kv()
-    capture = r.capture_kv()
-    captured = ([str(v) for (v,) in r.con.execute(
-        "SELECT value FROM META_DATA_CAPTURE WHERE name = 'CAPTURE_EVENT_TYPE'")]
-        if r.has("META_DATA_CAPTURE") else [])
-    # The API and NVTX tables are read on a second connection in a thread: ADBC releases the GIL
-    # while SQLite steps and Arrow fills, so the device and the host scans overlap.
+def _scan_whole(path: Path, r: _Reader) -> ScannedTables:
+    """The device tables through ``r`` and the host tables on a second connection, each whole.
+
+    NOTE: the API and NVTX tables are read in a thread: ADBC releases the GIL while SQLite steps
+    and Arrow fills, so the device and the host scans overlap."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         host = pool.submit(_read_host, path)
         # id columns as int32 where they fit (timeline.narrow_ids) before the sort: ~0.4 GB less per GB
@@ -496,18 +491,33 @@ def _read(path: Path, r: _Reader, rank: int, checked: bool = False) -> Timeline:
     r.missing_strings += hr.missing_strings
     r.named_rows += hr.named_rows
     r.suspect += hr.suspect
-    n_dev = 0 if device is None else len(device["start_ns"])
-    n_api = 0 if api is None else len(api["start_ns"])
+    return device, api, ranges, marks, TableFacts.of(device, api)
+
+
+#: (device columns, API columns, NVTX ranges, NVTX marks, facts of the device and API tables); the
+#: device and API columns None where a scan kept them elsewhere (``nsys_spill``)
+ScannedTables = tuple[dict | None, dict | None, dict | None, int, TableFacts]
+
+
+def _read(path: Path, r: _Reader, rank: int, checked: bool = False,
+          scan: Callable[[Path, _Reader], ScannedTables] = _scan_whole) -> Timeline:
+    if "StringIds" not in r.tables:
+        raise TraceError(path, "SQLite database, but not an Nsight Systems export "
+                               "(no StringIds table)")
+    meta_kv = r.meta_kv()
+    capture = r.capture_kv()
+    captured = ([str(v) for (v,) in r.con.execute(
+        "SELECT value FROM META_DATA_CAPTURE WHERE name = 'CAPTURE_EVENT_TYPE'")]
+        if r.has("META_DATA_CAPTURE") else [])
+    device, api, ranges, marks, facts = scan(path, r)
+    n_dev, n_api = facts.dev_rows, facts.api_rows
     n_rng = 0 if ranges is None else len(ranges["start_ns"])
     if n_dev + n_api + n_rng == 0:
         raise TraceError(path, "nsys export holds no CUDA or NVTX events (empty trace)")
-    dev_cols: dict = device if device is not None else {}     # read only where n_dev / n_api
-    api_cols: dict = api if api is not None else {}
-
     # ranks go to processes with GPU activity (helper processes that only call the API, e.g. a
     # subprocess probing the driver, share the first rank)
-    host_pids = sorted(set(pd.unique(api_cols["pid"]).tolist())) if n_api else []
-    pids = sorted(set(pd.unique(dev_cols["pid"]).tolist())) if n_dev else host_pids
+    host_pids = sorted(facts.api_pids)
+    pids = facts.rank_pids()
     for cols in (device, api, ranges):
         if cols is not None and len(cols["start_ns"]):
             cols["rank"] = _ranks(cols["pid"], pids, rank)
@@ -518,27 +528,26 @@ def _read(path: Path, r: _Reader, rank: int, checked: bool = False) -> Timeline:
                         tool_version=meta_kv.get("EXPORT_PRODUCT_VERSION", ""),
                         ranks=sorted(set(rank_of.values())) or [rank],
                         world_size=max(len(pids), 1))
-    used = set(pd.unique(dev_cols["device"]).tolist()) if n_dev else set()
-    meta.devices, gpus_on_host = r.devices(used)
+    meta.devices, gpus_on_host = r.devices(facts.devices)
     if r.has("ANALYSIS_DETAILS"):
         row = r.con.execute("SELECT startTime, stopTime FROM ANALYSIS_DETAILS").fetchone()
         if row and row[0] is not None and row[1] is not None:
             lo, hi = int(row[0]), int(row[1])
             # NOTE: most exports time events from the session start (0), while ANALYSIS_DETAILS holds
             # the session's own clock: then the session is [0, duration]
-            first = int(dev_cols["start_ns"].min()) if n_dev else lo
+            first = facts.dev_start_ns if facts.dev_start_ns is not None else lo
             if n_dev and not lo <= first <= hi and 0 <= first <= hi - lo:
                 lo, hi = 0, hi - lo
             meta.window_start_ns, meta.window_end_ns = lo, hi
-            if n_dev and (first < lo or int(dev_cols["end_ns"].max()) > hi):
+            if facts.dev_end_ns is not None and (first < lo or facts.dev_end_ns > hi):
                 r.suspect.append("device rows outside the session's bounds (ANALYSIS_DETAILS)")
     if r.has("TARGET_INFO_SESSION_START_TIME"):
         row = r.con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
         if row and row[0]:
             meta.extra["nsys.utc_start_ns"] = int(row[0])
     if meta.window_end_ns <= meta.window_start_ns:      # no session bounds: span of the events
-        spans = [(c["start_ns"].min(), c["end_ns"].max()) for c in (device, api, ranges)
-                 if c is not None and len(c["start_ns"])]
+        spans = facts.spans() + [(c["start_ns"].min(), c["end_ns"].max()) for c in (ranges,)
+                                 if c is not None and len(c["start_ns"])]
         meta.window_start_ns = int(min(a for a, _ in spans))
         meta.window_end_ns = int(max(b for _, b in spans))
     derived = meta_kv.get("DERIVED_WINDOW_NS")
@@ -550,13 +559,10 @@ def _read(path: Path, r: _Reader, rank: int, checked: bool = False) -> Timeline:
             pass
         meta.warn(WarningCode.WINDOW_CUT, f"the export was trimmed to the window {derived} ns: "
                   "work started before it (e.g. launches of its first kernels) is missing")
-    kind_codes = (np.asarray(dev_cols["kind"].codes), list(dev_cols["kind"].categories)) \
-        if n_dev else (np.zeros(0, np.int8), [])
-    n_kern = _count_kind(kind_codes, DeviceKind.KERNEL)
-    n_graph_exec = _count_kind(kind_codes, DeviceKind.GRAPH)
+    n_kern = facts.kind_rows(DeviceKind.KERNEL)
+    n_graph_exec = facts.kind_rows(DeviceKind.GRAPH)
     graph_mode = capture.get("CUDA_GRAPH_TRACE_OPTIONS:MODE", "")
-    n_graph_launch = int((api_cols["kind"] == ApiKind.GRAPH_LAUNCH.value).sum()) if n_api else 0
-    n_node_kernels = int((dev_cols["graph_node"] >= 0).sum()) if n_dev else 0
+    n_graph_launch, n_node_kernels = facts.graph_launches, facts.node_kernels
     meta.extra.update({
         "nsys.schema_version": schema, "nsys.meta_table": next(
             (t for t in ("META_DATA_EXPORT", "EXPORT_META_DATA") if r.has(t)), ""),
@@ -570,7 +576,7 @@ def _read(path: Path, r: _Reader, rank: int, checked: bool = False) -> Timeline:
     })
     if n_kern:
         meta.traced.add(Traced.KERNELS)
-    if _count_kind(kind_codes, DeviceKind.MEMCPY) + _count_kind(kind_codes, DeviceKind.MEMSET):
+    if facts.kind_rows(DeviceKind.MEMCPY) + facts.kind_rows(DeviceKind.MEMSET):
         meta.traced.add(Traced.MEMCPY)
     if n_api:
         meta.traced.add(Traced.API)
@@ -628,11 +634,6 @@ def _validated(cols: dict | None, table: str) -> pd.DataFrame:
     if cols is not None:
         cols.clear()
     return df
-
-
-def _count_kind(kind_codes: tuple[np.ndarray, list], kind: DeviceKind) -> int:
-    codes, cats = kind_codes
-    return int((codes == cats.index(kind.value)).sum()) if kind.value in cats else 0
 
 
 def _ranks(pid: np.ndarray, pids: list[int], rank: int) -> np.ndarray:
