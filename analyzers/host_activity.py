@@ -327,6 +327,9 @@ class HostActivity:
         self._bursts: dict[Key, iv.IntervalSet] = {}
         self._rows: dict[str, dict[Key, np.ndarray]] = {}
         self._spans: dict[tuple[str, Key], tuple[np.ndarray, np.ndarray] | None] = {}
+        # NOTE: a model of one window of a trace is told what only the whole trace shows
+        self.whole_evidence: bool | None = None
+        self.whole_helpers: dict[Key, Key] | None = None
 
     @property
     def cold_calls(self) -> np.ndarray:
@@ -336,7 +339,15 @@ class HostActivity:
     @property
     def has_engine_evidence(self) -> bool:
         """Stage ranges or engine frames anywhere in the trace: scheduler/prep can be named."""
+        if self.whole_evidence is not None:
+            return self.whole_evidence
         return bool((self.stage_codes >= 0).any()) or bool((self._frame_work[1] >= 0).any())
+
+    def helper_threads(self, keys: list[Key]) -> dict[Key, Key]:
+        """``stage_threads`` of ``keys`` over the trace's ranges (or the whole trace's, when given)."""
+        if self.whole_helpers is not None:
+            return {k: self.whole_helpers[k] for k in keys if k in self.whole_helpers}
+        return stage_threads(self.tl.host_ranges, self.stage_codes, keys)
 
     @property
     def has_python_frames(self) -> bool:

@@ -65,6 +65,9 @@ class Context:
     default: dict[int, tuple[int, int]]      # per rank, the launching thread where nothing says
     calls: pd.DataFrame                      # API rows a device row's launch is looked up in (its
     #                                          correlation): every launch a window may ask for
+    evidence: bool                           # stage ranges or engine frames anywhere in the trace
+    helpers: dict[tuple, tuple]              # per thread, the other thread of its process with the
+    #                                          most stage ranges (``host_activity.stage_threads``)
 
 
 @dataclass
@@ -193,6 +196,7 @@ def _window_model(tlw: Timeline, ctx: Context, params: DiagnoseParams) -> HostAc
     """The window's host model, told what only the whole trace knows (bursts, stage names)."""
     m = HostActivity(tlw, params.burst_rule)
     m._bursts.update(ctx.model._bursts)
+    m.whole_evidence, m.whole_helpers = ctx.evidence, ctx.helpers
     return m
 
 
@@ -320,14 +324,18 @@ def walk(windows: Iterable[tuple[Window, Timeline]], ctx: Context, params: Diagn
     return [window_part(tlw, w, ctx, params) for w, tlw in windows]
 
 
+def overlapping(df: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
+    """The rows of ``df`` overlapping ``[lo, hi)``, whole (not clipped), in their order.
+    NOTE: a zero-length row at ``lo`` is kept (it starts in the window)."""
+    s, e = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
+    m = ((e > lo) & (s < hi)) | (s == lo)
+    return df if m.all() else df[m].reset_index(drop=True)
+
+
 def crop_rows(tl: Timeline, lo: int, hi: int) -> Timeline:
-    """The rows of ``tl`` overlapping ``[lo, hi)``, whole (not clipped); all ranges and counters."""
-    def cut(df: pd.DataFrame) -> pd.DataFrame:
-        m = (df["end_ns"].to_numpy() > lo) & (df["start_ns"].to_numpy() < hi)
-        # NOTE: a zero-length row at lo is kept (it starts in the window)
-        m |= (df["start_ns"].to_numpy() == lo)
-        return df[m].reset_index(drop=True)
-    return Timeline(cut(tl.device), cut(tl.api), tl.ranges, tl.counters, tl.meta)
+    """The device, API and range rows of ``tl`` overlapping ``[lo, hi)``, whole; all counters."""
+    return Timeline(overlapping(tl.device, lo, hi), overlapping(tl.api, lo, hi), overlapping(tl.ranges, lo, hi),
+                    tl.counters, tl.meta)
 
 
 Reader = Callable[[int, int], Timeline]

@@ -28,7 +28,7 @@ from srtscope.analyzers.analyses.steps import find_steps
 from srtscope.analyzers.analyses.verdict import decide
 from srtscope.analyzers.analyses.whatif import what_if
 from srtscope.analyzers.diagnose import kernel_table
-from srtscope.analyzers.host_activity import HostActivity, default_threads
+from srtscope.analyzers.host_activity import HostActivity, default_threads, stage_threads
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.results import (
     BUBBLE_CLASSES,
@@ -55,7 +55,8 @@ def diagnose_windowed(tl: Timeline, params: DiagnoseParams, max_rows: int) -> Di
             model.bursts((int(k[0]), int(k[1]), int(k[2])))
     keys = sets.keys
     ctx = Context(steps, source, {k: sets.bounds(k) for k in keys}, {k[0]: k[1] for k in keys},
-                  comm_ranks_of(tl, sets.comm), model, default_threads(tl), tl.api)
+                  comm_ranks_of(tl, sets.comm), model, default_threads(tl), tl.api, model.has_engine_evidence,
+                  whole_helpers(tl, model))
     starts, ends = tl.device["start_ns"].to_numpy(), tl.device["end_ns"].to_numpy()
     run = np.maximum.accumulate(ends)
     parts = []
@@ -70,17 +71,30 @@ def diagnose_windowed(tl: Timeline, params: DiagnoseParams, max_rows: int) -> Di
                   _comm_source(tl, sets))
 
 
+def whole_helpers(tl: Timeline, model: HostActivity, threads: set | None = None) -> dict:
+    """``stage_threads`` of every thread with API rows or ranges (or of ``threads``)."""
+    if threads is None:
+        threads = set()
+        for df in (tl.api, tl.ranges):
+            if len(df):
+                threads |= {tuple(int(x) for x in k) for k in
+                            np.unique(df[["rank", "pid", "tid"]].to_numpy(np.int64), axis=0)}
+    return stage_threads(tl.host_ranges, model.stage_codes, sorted(threads))
+
+
 def _comm_source(tl: Timeline, sets: DeviceSets) -> tuple[str, pd.DataFrame]:
     from srtscope.analyzers.analyses.comm import _instances  # noqa: PLC0415
     return _instances(tl, sets.comm)
 
 
 def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timeline, span: tuple[int, int],
-           rows_of, comm: tuple[str, pd.DataFrame], shrink_ns: Mapping[str, int] | None = None) -> Diagnosis:
+           rows_of, comm: tuple[str, pd.DataFrame], shrink_ns: Mapping[str, int] | None = None,
+           n_comm: int | None = None) -> Diagnosis:
     """The parts of every window added up. ``small``: the trace's metadata, ranges and counters
     (no device or API rows); ``span``: first start and last end of all rows; ``rows_of(lo, hi)``: a
     Timeline of the rows overlapping ``[lo, hi)`` (the steps' edges are attributed on it);
-    ``comm``: (source, rows) of the collectives."""
+    ``comm``: (source, rows) of the collectives (``n_comm``: how many, where ``rows`` holds one
+    per device only)."""
     steps, source, thr = ctx.steps, ctx.source, params.threshold_ns
     keys = sorted(ctx.bounds)
     # bubbles: the owned ones, numbered as the whole trace numbers them (device, then time)
@@ -137,6 +151,8 @@ def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timel
     ctot = [sum(p.comm[i] for p in parts) for i in range(3)]
     sets0 = DeviceSets(small)
     cres = finish(small, csrc, inst, ctot[0], ctot[1], int(params.min_skew_us * 1000), np.zeros(0, bool), sets0)
+    if n_comm is not None:
+        cres = replace(cres, n_kernels=n_comm)
     eres = eager_fallback(steps)
     budget = budget_result(pd.concat([p.budget for p in parts], ignore_index=True)[list(BUDGET_COLUMNS)]) \
         if parts else budget_result(pd.DataFrame({c: pd.Series([], dtype=np.int64) for c in BUDGET_COLUMNS}))

@@ -32,8 +32,8 @@ from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.results import Diagnosis
 from srtscope.analyzers.timeline import ApiKind, DeviceKind, Timeline, TimelineMeta, validate_table
 from srtscope.analyzers.vocab import StepSource
-from srtscope.analyzers.windowed import Context, Window, context_of, plan, window_part
-from srtscope.analyzers.windowed_reduce import reduce
+from srtscope.analyzers.windowed import Context, Window, context_of, overlapping, plan, window_part
+from srtscope.analyzers.windowed_reduce import reduce, whole_helpers
 
 #: step sources the ranges alone give (the others need the device and API rows whole)
 RANGE_SOURCES = ("loop.step", StepSource.PROFILER_STEP.value, StepSource.VLLM.value)
@@ -104,9 +104,10 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int) -
     model = HostActivity(small, params.burst_rule)
     model._bursts.update(first.bursts)
     keys = sorted(first.bounds)
-    comm = (first.comm_source, first.comm_rows) if len(first.comm_rows) else _instances(small, np.zeros(0, bool))
+    comm = (first.comm_source, first.comm_rows) if first.comm_n else _instances(small, np.zeros(0, bool))
     ctx = Context(steps, source, first.bounds, {k[0]: k[1] for k in keys}, first.comm_ranks, model,
-                  default_threads(small, first.launches), _empty_calls())
+                  default_threads(small, first.launches), _empty_calls(), model.has_engine_evidence,
+                  whole_helpers(small, model, first.threads))
     rows_before = first.rows_before
     edges_q = _edge_ranges(steps, first.bounds)
     kept: list[pd.DataFrame] = []
@@ -118,8 +119,8 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int) -
     for lo, hi in plan(steps, rows_before, max_rows):
         clo, chi = context_of(lo, hi, running, dev.first_at_or_after(hi))
         new_a = api.before(chi)
-        d = _overlapping(_cat(carry_d, dev.before(chi)), clo, chi)
-        a = _overlapping(_cat(carry_a, new_a), clo, chi)
+        d = overlapping(_cat(carry_d, dev.before(chi)), clo, chi)
+        a = overlapping(_cat(carry_a, new_a), clo, chi)
         before = d["start_ns"].to_numpy() < hi
         if before.any():
             top = int(d["end_ns"].to_numpy()[before].max())
@@ -129,7 +130,7 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int) -
                           & (new_a["correlation"].to_numpy() >= 0)]
             pending = _cat(pending, calls[list(pending.columns)])
         ctx.calls = pending
-        tlw = Timeline(d, a, src.ranges, src.counters, src.meta)
+        tlw = Timeline(d, a, overlapping(src.ranges, clo, chi), src.counters, src.meta)
         parts.append(window_part(tlw, Window(lo, hi, clo, chi), ctx, params))
         if edges_q and len(new_a):
             ns_, ne_ = new_a["start_ns"].to_numpy(), new_a["end_ns"].to_numpy()
@@ -145,7 +146,7 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int) -
         m = (edge_api["end_ns"].to_numpy() > lo) & (edge_api["start_ns"].to_numpy() < hi)
         return Timeline(validate_table(None, "device"), edge_api[m].reset_index(drop=True), src.ranges,
                         src.counters, src.meta)
-    return reduce(parts, ctx, params, small, first.span, rows_of, comm)
+    return reduce(parts, ctx, params, small, first.span, rows_of, comm, n_comm=first.comm_n)
 
 
 def _empty_calls() -> pd.DataFrame:
@@ -178,12 +179,6 @@ def _in_keys(rows: pd.DataFrame, of: pd.DataFrame) -> np.ndarray:
     if all((x == x[0]).all() and (y == x[0]).all() for x, y in zip(a[:2], b[:2])):
         return np.isin(a[2], b[2])                 # one process: the correlation ids alone
     return pd.MultiIndex.from_arrays(a).isin(pd.MultiIndex.from_arrays(b))
-
-
-def _overlapping(df: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
-    s, e = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
-    m = ((e > lo) & (s < hi)) | (s == lo)
-    return df if m.all() else df[m].reset_index(drop=True)
 
 
 def _edge_ranges(steps: pd.DataFrame, bounds: dict) -> list[tuple[int, int]]:
@@ -254,10 +249,12 @@ class _First:
     any_api: bool
     launches: pd.DataFrame
     bursts: dict
-    comm_rows: pd.DataFrame
+    comm_rows: pd.DataFrame             # one row per (rank, device) with collectives
+    comm_n: int                         # collective rows
     comm_source: str
     comm_ranks: set[int]
     rows_before: np.ndarray
+    threads: set                        # (rank, pid, tid) of every thread with API rows
 
 
 def _first_pass(src: ChunkSource, w: pd.DataFrame, params: DiagnoseParams) -> _First:
@@ -274,6 +271,7 @@ def _first_pass(src: ChunkSource, w: pd.DataFrame, params: DiagnoseParams) -> _F
     lc: list[pd.DataFrame] = []
     glaunch: list[pd.DataFrame] = []
     any_api = False
+    threads: set = set()
     for a in src.iter_api():
         if len(a) == 0:
             continue
@@ -281,6 +279,11 @@ def _first_pass(src: ChunkSource, w: pd.DataFrame, params: DiagnoseParams) -> _F
         lo = int(a["start_ns"].min()) if lo is None else min(lo, int(a["start_ns"].min()))
         hi = int(a["end_ns"].max()) if hi is None else max(hi, int(a["end_ns"].max()))
         lc.append(launch_counts(a))
+        tk = a[["rank", "pid", "tid"]].to_numpy(np.int64)
+        if (tk == tk[0]).all():
+            threads.add(tuple(int(x) for x in tk[0]))
+        else:
+            threads |= {tuple(int(x) for x in k) for k in np.unique(tk, axis=0)}
         is_l = isin(a["kind"], [ApiKind.LAUNCH])
         is_g = isin(a["kind"], [ApiKind.GRAPH_LAUNCH])
         s_, r_ = a["start_ns"].to_numpy(), a["rank"].to_numpy()
@@ -304,7 +307,7 @@ def _first_pass(src: ChunkSource, w: pd.DataFrame, params: DiagnoseParams) -> _F
     bounds: dict[tuple[int, int], tuple[int, int]] = {}
     order = np.argsort(ws, kind="stable")
     rows_before = np.zeros(n, np.int64)
-    comm_parts: list[pd.DataFrame] = []
+    comm_n, comm_pairs = 0, set()
     stand_in_only = True
     open_iv: dict[int, tuple[int, int]] = {}
     for d in src.iter_device():
@@ -324,7 +327,9 @@ def _first_pass(src: ChunkSource, w: pd.DataFrame, params: DiagnoseParams) -> _F
             bounds[key] = nb if b is None else (min(b[0], nb[0]), max(b[1], nb[1]))
         cm = comm_mask(d)
         if cm.any():
-            comm_parts.append(d.loc[cm, ["rank", "device", "start_ns", "end_ns", "name"]])
+            # NOTE: one device: the collectives are matched with no peer; their count and devices do
+            comm_n += int(cm.sum())
+            comm_pairs |= {(int(x), int(y)) for x, y in np.unique(np.c_[r_[cm], dv[cm]], axis=0)}
             stand_in_only &= bool(isin(d["kind"], [DeviceKind.CPU_FORWARD])[cm].all())
         gk = ((d["graph_id"].to_numpy() >= 0) | (d["graph_node"].to_numpy() >= 0)
               | isin(d["kind"], [DeviceKind.GRAPH]))
@@ -346,12 +351,13 @@ def _first_pass(src: ChunkSource, w: pd.DataFrame, params: DiagnoseParams) -> _F
     for rank, (a_, b_) in open_iv.items():
         on = wr == rank
         counts["busy_ns"][on] += iv.overlap((np.array([a_]), np.array([b_])), ws[on], we[on])
-    comm_rows = pd.concat(comm_parts, ignore_index=True) if comm_parts else pd.DataFrame(
-        columns=["rank", "device", "start_ns", "end_ns", "name"])
+    pairs = sorted(comm_pairs)
+    comm_rows = pd.DataFrame({"rank": [p[0] for p in pairs], "device": [p[1] for p in pairs],
+                              "start_ns": 0, "end_ns": 0, "name": ""}).astype(
+        {"rank": np.int64, "device": np.int64, "start_ns": np.int64, "end_ns": np.int64})
     return _First(bounds, (lo or 0, hi or 0), counts, any_api, launches, {k: t.bursts() for k, t in trackers.items()},
-                  comm_rows, "stand_in" if stand_in_only else "kernels",
-                  set(np.unique(comm_rows["rank"].to_numpy()).tolist()) if len(comm_rows) else set(),
-                  rows_before)
+                  comm_rows, comm_n, "stand_in" if stand_in_only else "kernels", {p[0] for p in pairs},
+                  rows_before, threads)
 
 
 def _count_in(times: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:

@@ -29,7 +29,6 @@ from srtscope.analyzers.host_activity import (
     default_threads,
     innermost_segments,
     stage_names,
-    stage_threads,
 )
 from srtscope.analyzers.names import comm_mask, range_family
 from srtscope.analyzers.timeline import Timeline
@@ -141,7 +140,7 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = _DEFAULT_RU
     comm_ranks = _comm_ranks(tl) if comm_ranks is None else comm_ranks
     qgroups = queries.reset_index(drop=True).groupby(["rank", "pid", "tid"]).indices if n else {}
     keys = [k for k in qgroups if k[2] >= 0]
-    helper = stage_threads(rg, codes, keys)
+    helper = model.helper_threads(keys)
     model.prefetch(keys + sorted(set(helper.values())))
     r_s, r_e = rg["start_ns"].to_numpy(), rg["end_ns"].to_numpy()
     for key, qi in qgroups.items():
