@@ -124,11 +124,15 @@ def top_kernels(tl: Timeline, n: int, comm: np.ndarray | None = None) -> pd.Data
     dur = dev["end_ns"].to_numpy()[m] - dev["start_ns"].to_numpy()[m]
     count = np.bincount(codes, minlength=len(names))
     used = count > 0
+    return kernel_table(names[used], count[used], sum_by(codes, dur, len(names))[used], int(dur.sum()), n)
+
+
+def kernel_table(names: np.ndarray, count: np.ndarray, sums: np.ndarray, total: int, n: int) -> pd.DataFrame:
+    """The n names with the most summed time: ``names`` sorted, each with its row count and summed
+    ns; ``total``: the time of all of them (the shares' base)."""
     # per name, in name order: what a groupby on the names gives, before the sort by time
-    g = pd.DataFrame({"count": count[used], "sum": sum_by(codes, dur, len(names))[used]},
-                     index=pd.Index(names[used], name="name"))
+    g = pd.DataFrame({"count": count, "sum": sums}, index=pd.Index(names, name="name"))
     g = g.sort_values("sum", ascending=False).head(n)
-    total = int(dur.sum())
     return pd.DataFrame({"name": g.index.to_numpy(), "count": g["count"].to_numpy(np.int64),
                          "total_ns": g["sum"].to_numpy(np.int64),
                          "mean_ns": (g["sum"] // g["count"]).to_numpy(np.int64),

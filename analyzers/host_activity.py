@@ -173,16 +173,73 @@ def launch_bursts(s: np.ndarray, e: np.ndarray, rule: BurstRule) -> iv.IntervalS
     return iv.union(s[first[keep]], e[last[keep]])
 
 
-def default_threads(tl: Timeline) -> dict[int, tuple[int, int]]:
-    """Per rank, the thread issuing the most launches, else the one with the most stage ranges."""
+def launch_counts(api: pd.DataFrame) -> pd.DataFrame:
+    """Launch and graph-launch calls per (rank, pid, tid): columns rank, pid, tid, n."""
+    m = isin(api["kind"], [ApiKind.LAUNCH, ApiKind.GRAPH_LAUNCH]) if len(api) else np.zeros(0, bool)
+    if not m.any():
+        return pd.DataFrame({c: pd.Series([], dtype=np.int64) for c in ("rank", "pid", "tid", "n")})
+    cols = {c: api[c].to_numpy()[m] for c in ("rank", "pid", "tid")}
+    if all((v == v[0]).all() for v in cols.values()):    # one thread launches: no grouping
+        return pd.DataFrame({**{c: np.array([v[0]], np.int64) for c, v in cols.items()}, "n": [int(m.sum())]})
+    return pd.DataFrame(cols).groupby(["rank", "pid", "tid"]).size().reset_index(name="n")
+
+
+class BurstTracker:
+    """``launch_bursts`` of one thread fed its start-sorted launch calls a chunk at a time: the
+    same bursts, with one open run carried between chunks."""
+
+    def __init__(self, rule: BurstRule) -> None:
+        self.rule = rule
+        self.open: tuple[int, int, int] | None = None    # (first start, calls, running end)
+        self.starts: list[np.ndarray] = []
+        self.ends: list[np.ndarray] = []
+
+    def add(self, s: np.ndarray, e: np.ndarray) -> None:
+        if len(s) == 0:
+            return
+        s, e = np.asarray(s, np.int64), np.asarray(e, np.int64)
+        prev = self.open[2] if self.open is not None else None
+        run_end = np.maximum.accumulate(e if prev is None else np.maximum(e, prev))
+        new = np.empty(len(s), dtype=bool)
+        new[0] = prev is None or bool(s[0] - prev > self.rule.gap_ns)
+        np.greater(s[1:] - run_end[:-1], self.rule.gap_ns, out=new[1:])
+        first = np.flatnonzero(new)
+        last = np.r_[first[1:], len(s)] - 1
+        counts = np.diff(np.r_[first, len(s)])
+        fs = s[first].copy()
+        if len(first) == 0 or first[0] != 0:            # the carried run goes on into this chunk
+            assert self.open is not None
+            head = int(first[0]) if len(first) else len(s)
+            fs, last, counts = np.r_[self.open[0], fs], np.r_[head - 1, last], np.r_[self.open[1] + head, counts]
+        elif self.open is not None:                      # the carried run ended before this chunk
+            self._close(*self.open)
+        for i in range(len(fs) - 1):
+            self._close(int(fs[i]), int(counts[i]), int(run_end[last[i]]))
+        self.open = (int(fs[-1]), int(counts[-1]), int(run_end[last[-1]]))
+
+    def _close(self, start: int, n: int, end: int) -> None:
+        if n >= self.rule.min_launches:
+            self.starts.append(np.array([start], np.int64))
+            self.ends.append(np.array([end], np.int64))
+
+    def bursts(self) -> iv.IntervalSet:
+        """The bursts of all the calls fed (closes the open run)."""
+        if self.open is not None:
+            self._close(*self.open)
+            self.open = None
+        if not self.starts:
+            return iv.empty()
+        return iv.union(np.concatenate(self.starts), np.concatenate(self.ends))
+
+
+def default_threads(tl: Timeline, counts: pd.DataFrame | None = None) -> dict[int, tuple[int, int]]:
+    """Per rank, the thread issuing the most launches, else the one with the most stage ranges.
+    ``counts``: ``launch_counts`` of the trace's API rows when they are not in ``tl``."""
     out: dict[int, tuple[int, int]] = {}
-    api = tl.api
-    if len(api):
-        launches = api[api["kind"].isin([ApiKind.LAUNCH.value, ApiKind.GRAPH_LAUNCH.value])]
-        if len(launches):
-            top = launches.groupby(["rank", "pid", "tid"]).size().reset_index(name="n")
-            for row in top.sort_values("n").itertuples():
-                out[int(row.rank)] = (int(row.pid), int(row.tid))
+    top = launch_counts(tl.api) if counts is None else counts
+    if len(top):
+        for row in top.sort_values("n").itertuples():
+            out[int(row.rank)] = (int(row.pid), int(row.tid))
     if len(tl.host_ranges):
         _, codes, _ = stage_names(tl.host_ranges)
         st = tl.host_ranges[codes >= 0]
@@ -270,6 +327,9 @@ class HostActivity:
         self._bursts: dict[Key, iv.IntervalSet] = {}
         self._rows: dict[str, dict[Key, np.ndarray]] = {}
         self._spans: dict[tuple[str, Key], tuple[np.ndarray, np.ndarray] | None] = {}
+        # NOTE: a model of one window of a trace is told what only the whole trace shows
+        self.whole_evidence: bool | None = None
+        self.whole_helpers: dict[Key, Key] | None = None
 
     @property
     def cold_calls(self) -> np.ndarray:
@@ -279,7 +339,15 @@ class HostActivity:
     @property
     def has_engine_evidence(self) -> bool:
         """Stage ranges or engine frames anywhere in the trace: scheduler/prep can be named."""
+        if self.whole_evidence is not None:
+            return self.whole_evidence
         return bool((self.stage_codes >= 0).any()) or bool((self._frame_work[1] >= 0).any())
+
+    def helper_threads(self, keys: list[Key]) -> dict[Key, Key]:
+        """``stage_threads`` of ``keys`` over the trace's ranges (or the whole trace's, when given)."""
+        if self.whole_helpers is not None:
+            return {k: self.whole_helpers[k] for k in keys if k in self.whole_helpers}
+        return stage_threads(self.tl.host_ranges, self.stage_codes, keys)
 
     @property
     def has_python_frames(self) -> bool:
@@ -312,18 +380,25 @@ class HostActivity:
             got = self._cache[key] = self._build(key)
         return got
 
+    def bursts(self, key: Key) -> iv.IntervalSet:
+        """The thread's launch bursts (``launch_bursts``), computed once."""
+        burst = self._bursts.get(key)
+        if burst is None:
+            ai = self._thread_rows("api", key)
+            a_s, a_e = self.tl.api["start_ns"].to_numpy(), self.tl.api["end_ns"].to_numpy()
+            # NOTE: a thread holding the whole table (ascending distinct rows) selects by the mask
+            launches = self._is_launch if len(ai) == len(a_s) else ai[self._is_launch[ai]]
+            burst = self._bursts[key] = launch_bursts(a_s[launches], a_e[launches], self.rule)
+        return burst
+
     def _build(self, key: Key, focus: iv.IntervalSet | None = None) -> ThreadLayers:
-        tl, rule = self.tl, self.rule
+        tl = self.tl
         rg, api = tl.host_ranges, tl.api
         ri, ai = self._thread_rows("rg", key), self._thread_rows("api", key)
         oi, fi = self._thread_rows("ops", key), self._thread_rows("frames", key)
         r_s, r_e = rg["start_ns"].to_numpy(), rg["end_ns"].to_numpy()
         a_s, a_e = api["start_ns"].to_numpy(), api["end_ns"].to_numpy()
-        burst = self._bursts.get(key)
-        if burst is None:
-            # NOTE: a thread holding the whole table (ascending distinct rows) selects by the mask
-            launches = self._is_launch if len(ai) == len(a_s) else ai[self._is_launch[ai]]
-            burst = self._bursts[key] = launch_bursts(a_s[launches], a_e[launches], rule)
+        burst = self.bursts(key)
         if focus is not None:
             # NOTE: every layer but the bursts is a union of rows (or innermost segments, decided by
             # the rows covering each instant): inside ``focus`` only overlapping rows matter

@@ -29,7 +29,6 @@ from srtscope.analyzers.host_activity import (
     default_threads,
     innermost_segments,
     stage_names,
-    stage_threads,
 )
 from srtscope.analyzers.names import comm_mask, range_family
 from srtscope.analyzers.timeline import Timeline
@@ -52,9 +51,11 @@ def launching_threads(tl: Timeline, rows: np.ndarray) -> tuple[np.ndarray, np.nd
     return pid, tid
 
 
-def launch_calls(tl: Timeline, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def launch_calls(tl: Timeline, rows: np.ndarray, default: dict[int, tuple[int, int]] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pid, tid, end_ns) per given device row: the launching host thread (-1 when unknown) and
-    the end of the correlated API call (-1 when not correlated). One join for both."""
+    the end of the correlated API call (-1 when not correlated). One join for both. ``default``:
+    per rank, the thread taken where no call or range says (``default_threads``; computed when None)."""
     n = len(rows)
     pid = np.full(n, -1, np.int64)
     tid = np.full(n, -1, np.int64)
@@ -86,7 +87,7 @@ def launch_calls(tl: Timeline, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray
         tid[m["i"].to_numpy()] = m["tid"].to_numpy()
     todo = tid < 0
     if todo.any():
-        default = default_threads(tl)
+        default = default_threads(tl) if default is None else default
         ranks = q["rank"].to_numpy()
         for rank in np.unique(ranks[todo]):
             if int(rank) in default:
@@ -139,7 +140,7 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = _DEFAULT_RU
     comm_ranks = _comm_ranks(tl) if comm_ranks is None else comm_ranks
     qgroups = queries.reset_index(drop=True).groupby(["rank", "pid", "tid"]).indices if n else {}
     keys = [k for k in qgroups if k[2] >= 0]
-    helper = stage_threads(rg, codes, keys)
+    helper = model.helper_threads(keys)
     model.prefetch(keys + sorted(set(helper.values())))
     r_s, r_e = rg["start_ns"].to_numpy(), rg["end_ns"].to_numpy()
     for key, qi in qgroups.items():

@@ -60,8 +60,14 @@ def step_budget(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, comm: n
     out["other_ns"] = wall - used
     table = pd.DataFrame({"step": steps["step"].to_numpy() if n else np.zeros(0, np.int64),
                           "rank": steps["rank"].to_numpy() if n else np.zeros(0, np.int64), **out})
-    table = table[list(BUDGET_COLUMNS)]
-    return BudgetResult(steps=n, wall_ns=int(wall.sum()), compute_ns=int(out["compute_ns"].sum()),
-                        exposed_comm_ns=int(out["exposed_comm_ns"].sum()),
-                        bubbles_ns={c: int(out[f"{c}_ns"].sum()) for c in BUBBLE_CLASSES},
-                        other_ns=int(out["other_ns"].sum()), table=table)
+    return budget_result(table[list(BUDGET_COLUMNS)])
+
+
+def budget_result(table: pd.DataFrame) -> BudgetResult:
+    """The budget of a step table (``BUDGET_COLUMNS``, one row per step): its totals."""
+    def total(c: str) -> int:
+        return int(table[c].sum())
+    return BudgetResult(steps=len(table), wall_ns=total("wall_ns"), compute_ns=total("compute_ns"),
+                        exposed_comm_ns=total("exposed_comm_ns"),
+                        bubbles_ns={c: total(f"{c}_ns") for c in BUBBLE_CLASSES},
+                        other_ns=total("other_ns"), table=table)

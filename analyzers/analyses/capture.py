@@ -12,6 +12,8 @@ Warnings (``WarningCode``), so scripts can rely on the codes:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from srtscope.analyzers import intervals as iv
@@ -32,28 +34,27 @@ MARKER_SOURCES = (StepSource.LOOP_STEP.value, StepSource.SGLANG.value, StepSourc
                   StepSource.VLLM.value)
 
 
-def capture_adequacy(tl: Timeline, model: HostActivity, device: DeviceResult, steps: StepsResult,
-                     bubbles: BubbleResult, sets: DeviceSets | None = None) -> tuple[Coverage, list[CaptureWarning]]:
-    """``sets``: the trace's device sets (built when None)."""
-    meta = tl.meta
-    lo, hi = tl.span_ns
-    c_lo = meta.window_start_ns if meta.window_end_ns > meta.window_start_ns else lo
-    c_hi = meta.window_end_ns if meta.window_end_ns > meta.window_start_ns else hi
-    capture = max(c_hi - c_lo, 0)
+@dataclass(frozen=True)
+class CaptureFacts:
+    """What capture adequacy reads from the trace's rows, ns (``capture_facts``)."""
+
+    span: tuple[int, int]           # first start, last end over the device, API and range rows
+    first: int | None               # first device activity (None: no device rows)
+    last: int | None                # last device activity
+    active: int                     # union over devices of their active windows
+    startup: int                    # start-up calls' summed time
+    in_window: int                  # ... inside [first, last]
+    cpu_free: bool                  # no CPU stand-in rows
+    kernel_counts: np.ndarray       # kernel rows per kernel name (names with any)
+
+
+def capture_facts(tl: Timeline, model: HostActivity, sets: DeviceSets | None = None) -> CaptureFacts:
     dev = tl.device
-    n_dev = max(len(bubbles.by_device), 1)
     if len(dev):
         first, last = int(dev["start_ns"].min()), int(dev["end_ns"].max())
         sets = DeviceSets.of(tl, sets)
         lo_hi = np.array([sets.bounds(k) for k in sets.keys], dtype=np.int64)   # each device's active window
         active = iv.total(iv.union(lo_hi[:, 0], lo_hi[:, 1]))
-    else:
-        first = last = c_lo
-        active = 0
-    # NOTE: session bounds that do not hold the device activity are widened to it (host rows can
-    # carry stray timestamps; device rows are what the capture is about)
-    c_lo, c_hi = min(c_lo, first), max(c_hi, last)
-    capture = max(c_hi - c_lo, 0)
     api = tl.api
     cold = model.cold_calls
     cs, ce = (api["start_ns"].to_numpy()[cold], api["end_ns"].to_numpy()[cold]) if len(api) else ((), ())
@@ -61,9 +62,39 @@ def capture_adequacy(tl: Timeline, model: HostActivity, device: DeviceResult, st
     # start-up calls inside the device's active window: those are what the bubbles there wait on
     in_window = (int(np.clip(np.minimum(ce, last) - np.maximum(cs, first), 0, None).sum())
                  if len(api) and len(dev) else 0)
+    kmask = isin(dev["kind"], [DeviceKind.KERNEL]) if len(dev) else np.zeros(0, bool)
+    per_name = np.zeros(0, np.int64)
+    if kmask.any():
+        codes, _ = str_codes(dev["name"])
+        per_name = np.bincount(codes[kmask])
+        per_name = per_name[per_name > 0]
+    return CaptureFacts(tl.span_ns, first if len(dev) else None, last if len(dev) else None,
+                        active if len(dev) else 0, startup, in_window, _cpu_free(dev) if len(dev) else True,
+                        per_name)
+
+
+def capture_adequacy(tl: Timeline, model: HostActivity, device: DeviceResult, steps: StepsResult,
+                     bubbles: BubbleResult, sets: DeviceSets | None = None,
+                     facts: CaptureFacts | None = None) -> tuple[Coverage, list[CaptureWarning]]:
+    """``sets``: the trace's device sets (built when None); ``facts``: ``capture_facts`` (read from
+    ``tl`` when None: ``tl`` gives the metadata only when they are given)."""
+    meta = tl.meta
+    f = facts or capture_facts(tl, model, sets)
+    lo, hi = f.span
+    c_lo = meta.window_start_ns if meta.window_end_ns > meta.window_start_ns else lo
+    c_hi = meta.window_end_ns if meta.window_end_ns > meta.window_start_ns else hi
+    n_dev = max(len(bubbles.by_device), 1)
+    has_dev = f.first is not None and f.last is not None
+    first = f.first if f.first is not None else c_lo
+    last = f.last if f.last is not None else c_lo
+    active, startup, in_window = f.active, f.startup, f.in_window
+    # NOTE: session bounds that do not hold the device activity are widened to it (host rows can
+    # carry stray timestamps; device rows are what the capture is about)
+    c_lo, c_hi = min(c_lo, first), max(c_hi, last)
+    capture = max(c_hi - c_lo, 0)
     share = device.busy_ns / (capture * n_dev) if capture else 0.0
-    cov = Coverage(capture, active, share, max(first - c_lo, 0) if len(dev) else 0,
-                   max(c_hi - last, 0) if len(dev) else 0, startup)
+    cov = Coverage(capture, active, share, max(first - c_lo, 0) if has_dev else 0,
+                   max(c_hi - last, 0) if has_dev else 0, startup)
     out: list[CaptureWarning] = []
     if meta.world_size > len(set(meta.ranks)):
         out.append(CaptureWarning(WarningCode.PARTIAL_RANKS,
@@ -71,7 +102,7 @@ def capture_adequacy(tl: Timeline, model: HostActivity, device: DeviceResult, st
                                   f"({sorted(set(meta.ranks))}): cross-rank skew and the straggler cannot be told"))
     # NOTE: a device idle in its own active window is the verdict's subject, not a capture problem:
     # coverage is low when the active window itself is a small part of the capture
-    if capture and len(dev) and _cpu_free(dev) and (active < LOW_ACTIVE_SHARE * capture or (
+    if capture and has_dev and f.cpu_free and (active < LOW_ACTIVE_SHARE * capture or (
             share < LOW_DEVICE_SHARE and active < ACTIVE_SHARE * capture * n_dev)):
         out.append(CaptureWarning(WarningCode.LOW_DEVICE_COVERAGE,
                                   f"the device was busy {100 * share:.1f}% of the {fmt_ns(capture)} capture and "
@@ -91,13 +122,8 @@ def capture_adequacy(tl: Timeline, model: HostActivity, device: DeviceResult, st
     per_rank = steps.per_rank
     one_step = steps.source in MARKER_SOURCES and per_rank and max(per_rank.values()) <= 1
     # one pass: most kernel names ran once (an iterating program repeats each of them)
-    kmask = isin(dev["kind"], [DeviceKind.KERNEL]) if len(dev) else np.zeros(0, bool)
-    n_kern = int(kmask.sum())
-    one_pass = False
-    if n_kern:
-        codes, _ = str_codes(dev["name"])
-        per_name = np.bincount(codes[kmask])
-        one_pass = float(np.median(per_name[per_name > 0])) <= 1
+    n_kern = int(f.kernel_counts.sum())
+    one_pass = bool(n_kern) and float(np.median(f.kernel_counts)) <= 1
     if one_step or one_pass:
         why = (f"one {steps.source} step per rank" if one_step
                else f"most of the {n_kern} kernels ran once (one pass)")

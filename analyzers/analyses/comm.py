@@ -77,6 +77,13 @@ def communication(tl: Timeline, mask: np.ndarray | None = None, min_skew_ns: int
             k = sets.union((rank, device), "noncomm") if device >= 0 else sets.rank_union(rank, "noncomm")
             total += iv.total(c)
             exposed += iv.total(split_compute(k, c, source == "stand_in")[1])
+    return finish(tl, source, inst, total, exposed, min_skew_ns, mask, sets)
+
+
+def finish(tl: Timeline, source: str, inst: pd.DataFrame, total: int, exposed: int, min_skew_ns: int,
+           mask: np.ndarray, sets: DeviceSets) -> CommResult:
+    """The result from the collectives' rows (``_instances``) and their summed and exposed time:
+    matched across participants, skew, transfer, the straggler."""
     coll, parts, arrive_ns = _match(inst)
     strag_rank = strag_dev = share = stage = busy_before = None
     offset = np.zeros(0, np.int64)

@@ -44,10 +44,21 @@ def device_split(tl: Timeline, comm: np.ndarray, sets: DeviceSets | None = None)
                           "bytes": dev["bytes"].to_numpy()[is_copy], "pageable": pageable[codes]})
         for d, g in c.groupby("dir"):
             known = g["bytes"].to_numpy() >= 0
-            nbytes = int(g["bytes"].to_numpy()[known].sum()) if known.any() else -1
-            ns_known = int(g["ns"].to_numpy()[known].sum())
-            gbps = round(nbytes / ns_known, 3) if known.any() and ns_known > 0 else None
-            by_kind[str(d)] = CopyStat(int(g["ns"].sum()), int(len(g)), nbytes, gbps,
-                                       int(g["ns"].to_numpy()[g["pageable"].to_numpy()].sum()))
+            by_kind[str(d)] = copy_stat(int(g["ns"].sum()), int(len(g)), int(g["bytes"].to_numpy()[known].sum()),
+                                        int(g["ns"].to_numpy()[known].sum()),
+                                        int(g["ns"].to_numpy()[g["pageable"].to_numpy()].sum()), bool(known.any()))
+    return device_result(totals, by_kind)
+
+
+def copy_stat(ns: int, count: int, known_bytes: int, known_ns: int, pageable_ns: int, any_known: bool) -> CopyStat:
+    """One copy direction's figures: ``known_bytes`` moved by the copies whose size is known, in
+    ``known_ns`` of their time (GB/s from those only); bytes -1 when no copy's size is known."""
+    gbps = round(known_bytes / known_ns, 3) if any_known and known_ns > 0 else None
+    return CopyStat(ns, count, known_bytes if any_known else -1, gbps, pageable_ns)
+
+
+def device_result(totals: dict[str, int], by_kind: dict[str, CopyStat]) -> DeviceResult:
+    """``totals``: busy, kernel, comm, memcpy, memset, exposed (ns); ``by_kind``: per copy direction
+    in name order (shown by time, largest first)."""
     return DeviceResult(totals["busy"], totals["kernel"], totals["comm"], totals["memcpy"], totals["memset"],
                         totals["exposed"], dict(sorted(by_kind.items(), key=lambda kv: -kv[1].ns)))

@@ -104,14 +104,16 @@ class StepLosses:
 def step_losses(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.DataFrame, comm: CommResult,
                 primary: Mapping[int, int], threshold_ns: int, model: HostActivity,
                 rule: BurstRule | None = None, comm_ranks: set[int] | None = None,
-                sets: DeviceSets | None = None) -> StepLosses:
-    """The accounting of ``steps`` (reset to a 0..n-1 index by the caller, as ``pieces.step_row``)."""
+                sets: DeviceSets | None = None, edges: bool = True) -> StepLosses:
+    """The accounting of ``steps`` (reset to a 0..n-1 index by the caller, as ``pieces.step_row``).
+    ``edges`` False: no step time outside the device's active window is counted (a part of the
+    steps, whose edges ``edge_losses`` gives over all of them)."""
     n = len(steps)
     sets = DeviceSets.of(tl, sets)
     s, e = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
     b = bubbles_by_cause(pieces, primary, n)
-    edge = bubbles_by_cause(_edges(tl, steps, pieces, primary, model, rule, comm_ranks, sets), primary, n) \
-        if n else {c: np.zeros(0, np.int64) for c in Cause}
+    edge = edge_losses(tl, steps, pieces, primary, model, rule, comm_ranks, sets) if n and edges \
+        else {c: np.zeros(n, np.int64) for c in Cause}
     for c in HOST_WAIT:
         b[c] = b[c] + edge[c]
     small = _short_gaps(steps, primary, threshold_ns, sets)
@@ -220,11 +222,20 @@ def _per_device(tl: Timeline, steps: pd.DataFrame, primary: Mapping[int, int],
     return out
 
 
+def edge_losses(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, primary: Mapping[int, int],
+                model: HostActivity, rule: BurstRule | None, comm_ranks: set[int] | None,
+                sets: DeviceSets, launcher: Mapping[int, tuple[int, int]] | None = None) -> dict[Cause, np.ndarray]:
+    """Per cause, per step: the step time outside the primary device's active window, attributed."""
+    return bubbles_by_cause(_edges(tl, steps, pieces, primary, model, rule, comm_ranks, sets, launcher),
+                            primary, len(steps))
+
+
 def _edges(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, primary: Mapping[int, int],
            model: HostActivity, rule: BurstRule | None, comm_ranks: set[int] | None,
-           sets: DeviceSets) -> pd.DataFrame:
+           sets: DeviceSets, launcher: Mapping[int, tuple[int, int]] | None = None) -> pd.DataFrame:
     """Step time outside the primary device's active window, attributed like bubble pieces (by the
-    rank's launching thread: the one most bubble time waits on, else the step's own thread)."""
+    rank's launching thread: the one most bubble time waits on, else the step's own thread).
+    ``launcher``: per rank, that thread when known already (from all the trace's pieces)."""
     rows = []
     for rank, idx in by_rank(steps):
         dev = primary.get(int(rank))
@@ -232,7 +243,9 @@ def _edges(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, primary: Map
             continue
         w0, w1 = sets.bounds((int(rank), dev))
         q = pieces[(pieces["rank"].to_numpy() == rank) & (pieces["tid"].to_numpy() >= 0)] if len(pieces) else pieces
-        if len(q):
+        if launcher is not None and int(rank) in launcher:
+            key = launcher[int(rank)]
+        elif len(q):
             key = (q["end_ns"] - q["start_ns"]).groupby([q["pid"], q["tid"]]).sum().idxmax()
         else:
             key = steps.iloc[idx].groupby(["pid", "tid"]).size().idxmax()

@@ -34,8 +34,8 @@ def overview(tl: Timeline, bubbles: pd.DataFrame, steps: pd.DataFrame, comm: np.
     out = []
     for rank, device in sets.keys:
         lo, hi = sets.bounds((rank, device))
-        width = max(-(-(hi - lo) // bins), 1)                   # ceil: the bins cover the window
-        edges = lo + width * np.arange(bins + 1, dtype=np.int64)
+        edges = bin_edges(lo, hi, bins)
+        width = int(edges[1] - edges[0])
 
         def per_bin(cls: str, key: tuple[int, int] = (rank, device), edges: np.ndarray = edges) -> list[int]:
             return np.diff(iv.covered_upto(sets.union(key, cls), edges)).astype(int).tolist()
@@ -47,6 +47,12 @@ def overview(tl: Timeline, bubbles: pd.DataFrame, steps: pd.DataFrame, comm: np.
                                   per_bin("comm"), {c: v for c, v in by_class.items() if any(v)},
                                   [int(x) for x in st[(st >= lo) & (st < hi)]]))
     return OverviewResult(bins, tuple(out))
+
+
+def bin_edges(lo: int, hi: int, bins: int) -> np.ndarray:
+    """``bins + 1`` edges of equal bins from ``lo`` covering ``[lo, hi)``, ns (at least 1 ns wide)."""
+    width = max(-(-(hi - lo) // bins), 1)                       # ceil: the bins cover the window
+    return lo + width * np.arange(bins + 1, dtype=np.int64)
 
 
 def _spread(b: pd.DataFrame, col: str, edges: np.ndarray) -> list[int]:

@@ -265,10 +265,45 @@ def _blank_attrs(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def find_steps(tl: Timeline, rule: StepRule = StepRule(), sets: DeviceSets | None = None
+#: per step, what the device and API rows say (``step_counts``): busy time, graph kernels, launches
+COUNT_COLUMNS = ("busy_ns", "graph_kernels", "launches", "graph_launches")
+
+
+def step_windows(tl: Timeline, rule: StepRule = StepRule()) -> tuple[str, pd.DataFrame]:
+    """(source, the steps' rank, pid, tid, start_ns, end_ns, step, mode, bs, tokens), sorted by rank
+    then start, before ``find_steps`` counts and classifies them."""
+    source, w = _windows(tl, _resolved(tl.host_ranges), rule)
+    return source, w.sort_values(["rank", "start_ns"], ignore_index=True)
+
+
+def step_counts(tl: Timeline, w: pd.DataFrame, sets: DeviceSets | None = None) -> dict[str, np.ndarray]:
+    """Per step of ``w`` (``step_windows``), ``COUNT_COLUMNS``: the rank's device busy time inside it,
+    the graph kernels and the launch and graph-launch calls that start in it."""
+    n = len(w)
+    cols = {c: np.zeros(n, np.int64) for c in COUNT_COLUMNS}
+    dev, api = tl.device, tl.api
+    sets = DeviceSets.of(tl, sets)
+    graph_kernel = _graph_kernel_mask(tl)
+    is_launch = isin(api["kind"], [ApiKind.LAUNCH]) if len(api) else np.zeros(0, bool)
+    is_glaunch = isin(api["kind"], [ApiKind.GRAPH_LAUNCH]) if len(api) else np.zeros(0, bool)
+    for rank, idx in (w.groupby("rank").indices.items() if n else []):
+        s, e = w["start_ns"].to_numpy()[idx], w["end_ns"].to_numpy()[idx]
+        d = dev["rank"].to_numpy() == rank
+        cols["busy_ns"][idx] = iv.overlap(sets.rank_union(int(rank)), s, e)
+        cols["graph_kernels"][idx] = _count_in(dev["start_ns"].to_numpy()[d & graph_kernel], s, e)
+        if len(api):
+            on = api["rank"].to_numpy() == rank
+            cols["launches"][idx] = _count_in(api["start_ns"].to_numpy()[on & is_launch], s, e)
+            cols["graph_launches"][idx] = _count_in(api["start_ns"].to_numpy()[on & is_glaunch], s, e)
+    return cols
+
+
+def find_steps(tl: Timeline, rule: StepRule = StepRule(), sets: DeviceSets | None = None,
+               counts: dict[str, np.ndarray] | None = None, any_api: bool | None = None
                ) -> tuple[str, pd.DataFrame]:
     """(source, table with ``STEP_COLUMNS``), sorted by rank then start. ``sets``: the trace's
-    device sets (built when None)."""
+    device sets (built when None). ``counts`` (``step_counts`` of ``step_windows``) and ``any_api``
+    (the trace has API rows): given when the device and API rows are not in ``tl``."""
     stages = _resolved(tl.host_ranges)
     source, w = _windows(tl, stages, rule)
     if len(w) == 0:
@@ -281,26 +316,15 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule(), sets: DeviceSets | Non
     ordinal = w.groupby("rank").cumcount().to_numpy()
     w["step"] = np.where(w["step"].to_numpy() >= 0, w["step"].to_numpy(), ordinal)
     n = len(w)
-    cols = {c: np.zeros(n, np.int64) for c in ("busy_ns", "launches", "graph_launches", "graph_kernels",
-                                                "n_eager", "n_graph")}
+    cols = {c: np.zeros(n, np.int64) for c in ("n_eager", "n_graph")}
+    cols.update(step_counts(tl, w, sets) if counts is None else counts)
     padded = np.full(n, -1, np.int64)
     run_bs = np.full(n, -1, np.int64)
     reason = np.full(n, "", dtype=object)
-    dev, api, rg = tl.device, tl.api, tl.host_ranges
-    sets = DeviceSets.of(tl, sets)
-    graph_kernel = _graph_kernel_mask(tl)
-    is_launch = isin(api["kind"], [ApiKind.LAUNCH]) if len(api) else np.zeros(0, bool)
-    is_glaunch = isin(api["kind"], [ApiKind.GRAPH_LAUNCH]) if len(api) else np.zeros(0, bool)
+    rg = tl.host_ranges
     run = (stages == Stage.RUN_EAGER.value) | (stages == Stage.RUN_GRAPH_REPLAY.value)
     for rank, idx in w.groupby("rank").indices.items():
         s, e = w["start_ns"].to_numpy()[idx], w["end_ns"].to_numpy()[idx]
-        d = dev["rank"].to_numpy() == rank
-        cols["busy_ns"][idx] = iv.overlap(sets.rank_union(int(rank)), s, e)
-        cols["graph_kernels"][idx] = _count_in(dev["start_ns"].to_numpy()[d & graph_kernel], s, e)
-        if len(api):
-            on = api["rank"].to_numpy() == rank
-            cols["launches"][idx] = _count_in(api["start_ns"].to_numpy()[on & is_launch], s, e)
-            cols["graph_launches"][idx] = _count_in(api["start_ns"].to_numpy()[on & is_glaunch], s, e)
         if len(run) and run.any():
             rr = np.flatnonzero(run & (rg["rank"].to_numpy() == rank))
             rs = rg["start_ns"].to_numpy()[rr]
@@ -321,7 +345,7 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule(), sets: DeviceSets | Non
     # NOTE: device activity alone (busy time, graph kernels) classifies a step only when nothing says
     # what was launched when; with forward ranges or launch calls, a step that launched nothing is
     # idle even if the device still ran earlier work (an overlap loop's forward outlives its step)
-    evidence = (run.any() if len(run) else False) or bool(len(api))
+    evidence = (run.any() if len(run) else False) or (bool(len(tl.api)) if any_api is None else any_api)
     graph = (cols["graph_launches"] > 0) | (cols["n_graph"] > 0) \
         | ((cols["graph_kernels"] > 0) & (not evidence))
     eager = ~graph & ((cols["launches"] > 0) | (cols["n_eager"] > 0)

@@ -127,7 +127,8 @@ Keep = Callable[[list[np.ndarray]], "np.ndarray | None"]
 
 def fetch_ints(con: Any, table: str, exprs: list[str], where: str = "",
                span: list[int] | None = None, max_rows: int = 1 << 24,
-               keep: Keep | None = None, expect_rows: int | None = None) -> list[np.ndarray]:
+               keep: Keep | None = None, expect_rows: int | None = None,
+               rowids: tuple[int, int] | None = None) -> list[np.ndarray]:
     """Integer columns ``exprs`` of ``table`` rows matching ``where`` -> one int64 array each,
     in rowid order, read through the ADBC connection ``con`` (``connect_arrow``).
 
@@ -139,7 +140,9 @@ def fetch_ints(con: Any, table: str, exprs: list[str], where: str = "",
     allocated for the table's rowid span, at most ``max_rows`` (a damaged file's huge rowids cannot
     make it allocate more) or ``expect_rows`` when given (grown when more come).
     ``keep``: sees every batch's rows (after ``where``) and says which to keep: a time window's
-    read sees the whole table, holds only its rows (``readers/nsys_window.py``).
+    read sees the whole table, holds only its rows (``readers/nsys_window.py``). ``rowids``
+    (lowest, highest; inclusive): only the rows in that range, a seek in the table's b-tree (a
+    chunk of a table read in pieces); ``span`` then that range's.
     """
     const = {i: int(e) for i, e in enumerate(exprs) if _INT_LITERAL.fullmatch(e.strip())}
     if len(const) == len(exprs):
@@ -147,14 +150,15 @@ def fetch_ints(con: Any, table: str, exprs: list[str], where: str = "",
     asked = [e for i, e in enumerate(exprs) if i not in const]
     cond = [f"COALESCE(({where}), 0) != 0"] if where else []
     first = 1 if where else 0
-    lo, hi = rowid_bounds(con, table)
+    lo, hi = rowid_bounds(con, table) if rowids is None else (int(rowids[0]), int(rowids[1]))
     expect = 0 if lo is None or hi is None else max(0, min(hi - lo + 1, max_rows))
     if expect_rows is not None:
         expect = min(expect, max(0, expect_rows))
     cols = _Columns(len(asked), expect)
     # NOTE: rowid itself is not selected (~10% of a scan): the bounds come from the b-tree's edges
     # and every row is counted, so a table whose rows do not fill its rowid span still shows
-    sql = f"SELECT {', '.join(cond + asked)} FROM {table} ORDER BY rowid"
+    rng = "" if rowids is None else f" WHERE rowid BETWEEN {lo} AND {hi}"
+    sql = f"SELECT {', '.join(cond + asked)} FROM {table}{rng} ORDER BY rowid"
     rows = 0
     for batch in arrow_query(con, sql, table):
         if not batch.num_rows:

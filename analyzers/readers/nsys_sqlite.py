@@ -38,6 +38,7 @@ from srtscope.analyzers.readers.columnar import (
 )
 from srtscope.analyzers.readers.errors import TraceError
 from srtscope.analyzers.readers.labels import split_coded_labels
+from srtscope.analyzers.readers.nsys_facts import TableFacts
 from srtscope.analyzers.readers.nsys_window import Facts, Track, Window, crop_columns, window_facts
 from srtscope.analyzers.readers.sqlite_integrity import check_integrity, check_side_files
 from srtscope.analyzers.timeline import (
@@ -553,17 +554,12 @@ _SMALL_TABLES = ("sqlite_master", "StringIds", "META_DATA_EXPORT", "EXPORT_META_
                  "ThreadNames")
 
 
-def _read(path: Path, r: _Reader, rank: int, checked: bool = False) -> Timeline:
-    if "StringIds" not in r.tables:
-        raise TraceError(path, "SQLite database, but not an Nsight Systems export "
-                               "(no StringIds table)")
-    meta_kv = r.meta_kv()
-    capture = r.capture_kv()
-    captured = ([str(v) for (v,) in r.con.execute(
-        "SELECT value FROM META_DATA_CAPTURE WHERE name = 'CAPTURE_EVENT_TYPE'")]
-        if r.has("META_DATA_CAPTURE") else [])
-    # The API and NVTX tables are read on a second connection in a thread: ADBC releases the GIL
-    # while SQLite steps and Arrow fills, so the device and the host scans overlap.
+def _scan_whole(path: Path, r: _Reader) -> ScannedTables:
+    """The device tables through ``r`` and the host tables on a second connection, whole (or the
+    rows of ``r.window``), with the facts the metadata is built from.
+
+    NOTE: the API and NVTX tables are read in a thread: ADBC releases the GIL while SQLite steps
+    and Arrow fills, so the device and the host scans overlap."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         host = pool.submit(_read_host, path, r.window)
         # id columns as int32 where they fit (timeline.narrow_ids) before the sort: ~0.4 GB less per GB
@@ -582,6 +578,29 @@ def _read(path: Path, r: _Reader, rank: int, checked: bool = False) -> Timeline:
     r.suspect += hr.suspect
     f = _facts(device, api, ranges) if r.window is None else window_facts(
         r.window, r.window.ranges_rows, r.window.ranges_span, r.graph_launch_rows)
+    return device, api, ranges, marks, f
+
+
+#: (device columns, API columns, NVTX ranges, NVTX marks, the facts of the tables: ``Facts``, or
+#: ``TableFacts`` with the device and API columns None where a scan kept them elsewhere)
+ScannedTables = tuple[dict | None, dict | None, dict | None, int, "Facts | TableFacts"]
+
+
+def _read(path: Path, r: _Reader, rank: int, checked: bool = False,
+          scan: Callable[[Path, _Reader], ScannedTables] | None = None) -> Timeline:
+    if "StringIds" not in r.tables:
+        raise TraceError(path, "SQLite database, but not an Nsight Systems export "
+                               "(no StringIds table)")
+    meta_kv = r.meta_kv()
+    capture = r.capture_kv()
+    captured = ([str(v) for (v,) in r.con.execute(
+        "SELECT value FROM META_DATA_CAPTURE WHERE name = 'CAPTURE_EVENT_TYPE'")]
+        if r.has("META_DATA_CAPTURE") else [])
+    # the device and host tables, each whole or windowed (``_scan_whole``) unless ``scan`` reads
+    # them otherwise (``nsys_spill``: into time buckets on disk, the columns None here)
+    device, api, ranges, marks, f = (scan or _scan_whole)(path, r)
+    if isinstance(f, TableFacts):
+        f = f.as_facts(ranges)
     n_dev, n_api, n_rng = f.n_dev, f.n_api, f.n_rng
     if n_dev + n_api + n_rng == 0:
         raise TraceError(path, "nsys export holds no CUDA or NVTX events (empty trace)")

@@ -1,0 +1,341 @@
+"""A diagnosis walked window by window: ``diagnose``'s figures with one window's rows in hand at a time.
+
+A window owns the time ``[lo_ns, hi_ns)``: the steps, the bubble pieces and the device and API rows
+that start in it. Windows are cut at step starts, so a step and every bubble piece (pieces are cut
+at step boundaries) lie in one window. Each window is analysed on a Timeline holding the rows that
+overlap its context ``[ctx_lo_ns, ctx_hi_ns)`` — its own time widened to the device activity on each
+side, so the gaps that touch its edges are whole — with what only the whole trace can tell given as
+``Context`` (the steps, each device's active window, the launch bursts of each thread, the threads
+that launch and that emit stages). The parts are then added up (``reduce``) into the same
+``Diagnosis`` as the whole-trace one, figure for figure.
+
+Scope: one rank, one device (``applies``); other traces take the whole-trace path.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.analyses.attribution import attribute, launch_calls
+from srtscope.analyzers.analyses.budget import step_budget
+from srtscope.analyzers.analyses.comm import split_compute
+from srtscope.analyzers.analyses.device_sets import DeviceSets
+from srtscope.analyzers.analyses.eager import fallback_mask
+from srtscope.analyzers.analyses.losses import StepLosses, step_losses
+from srtscope.analyzers.columns import isin, str_codes, sum_by
+from srtscope.analyzers.host_activity import HostActivity
+from srtscope.analyzers.names import copy_direction
+from srtscope.analyzers.params import DiagnoseParams
+from srtscope.analyzers.timeline import DeviceKind, Timeline
+from srtscope.analyzers.vocab import Cause
+
+Key = tuple[int, int]
+_MIN, _MAX = int(np.iinfo(np.int64).min) // 2, int(np.iinfo(np.int64).max) // 2
+
+
+@dataclass(frozen=True)
+class Window:
+    """Owned time ``[lo_ns, hi_ns)``; rows overlapping ``[ctx_lo_ns, ctx_hi_ns)`` are read for it."""
+
+    lo_ns: int
+    hi_ns: int
+    ctx_lo_ns: int
+    ctx_hi_ns: int
+
+    def owns(self, t: np.ndarray) -> np.ndarray:
+        return (t >= self.lo_ns) & (t < self.hi_ns)
+
+
+@dataclass
+class Context:
+    """What the whole trace tells and one window cannot: set before the windows are walked.
+
+    NOTE: one device (``applies``): every device row is of the one union the context is cut on."""
+
+    steps: pd.DataFrame                      # the step table (``find_steps``), index 0..n-1
+    source: str
+    bounds: dict[Key, tuple[int, int]]       # each device's (first start, last end), ns
+    primary: dict[int, int]
+    comm_ranks: set[int]
+    model: HostActivity                      # the trace's host model: stage names, bursts, threads
+    default: dict[int, tuple[int, int]]      # per rank, the launching thread where nothing says
+    calls: pd.DataFrame                      # API rows a device row's launch is looked up in (its
+    #                                          correlation): every launch a window may ask for
+    evidence: bool                           # stage ranges or engine frames anywhere in the trace
+    helpers: dict[tuple, tuple]              # per thread, the other thread of its process with the
+    #                                          most stage ranges (``host_activity.stage_threads``)
+
+
+@dataclass
+class Part:
+    """One window's share of every figure (see ``reduce``)."""
+
+    bubbles: pd.DataFrame                    # owned bubbles: rank, device, start_ns, end_ns, dur_ns
+    pieces: pd.DataFrame                     # owned pieces, attributed, with their bubble's start
+    stages: pd.DataFrame                     # per owned piece, innermost stage time by stage name
+    user_ranges: dict[str, int]
+    busy: dict[Key, int]                     # device busy time inside the window
+    gaps: dict[Key, int]                     # gaps of the device's activity that start in it
+    streams: dict[tuple[int, int, int], list[int]]   # first, last, busy, gap count, gap ns (clipped)
+    budget: pd.DataFrame                     # the owned steps' budget rows
+    losses: StepLosses                       # the owned steps' accounting (warm-up: recomputed)
+    kernels: dict[str, list[int]]            # top-kernel candidates: name -> [count, total ns]
+    kernel_counts: dict[str, int]            # kernel rows per name (one-pass check)
+    split: dict[str, int]                    # device split totals (unions inside the window)
+    copies: dict[str, list[int]]             # direction -> [ns, count, bytes, ns with bytes, pageable ns, any bytes]
+    bins: dict[tuple[Key, str], np.ndarray]  # overview: per device and class, ns per bin
+    comm: list[int] = field(default_factory=lambda: [0, 0, 0])   # collectives: total, exposed, rows
+    cold: list[int] = field(default_factory=lambda: [0, 0])      # start-up calls: all, inside the active window
+    piece_threads: dict[tuple[int, int, int, int], int] = field(default_factory=dict)
+
+
+def applies(tl: Timeline, params: DiagnoseParams) -> bool:
+    """Whether the windowed path covers this trace: one rank, one device, no step range."""
+    dev = tl.device
+    if params.step_range is not None or len(dev) == 0:
+        return False
+    r, d = dev["rank"].to_numpy(), dev["device"].to_numpy()
+    return bool((r == r[0]).all() and (d == d[0]).all())
+
+
+def plan(steps: pd.DataFrame, rows_before: np.ndarray, max_rows: int) -> list[tuple[int, int]]:
+    """Owned time of each window, ``[(lo, hi)]`` covering all time: cut at step starts where no step
+    is open, each window holding about ``max_rows`` device rows. ``rows_before``: per step in start
+    order, the device rows starting before it."""
+    if max_rows < 1:
+        raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+    cuts: list[int] = []
+    order = np.argsort(steps["start_ns"].to_numpy(), kind="stable") if len(steps) else np.zeros(0, np.int64)
+    st = steps["start_ns"].to_numpy(np.int64)[order]
+    reach = np.maximum.accumulate(steps["end_ns"].to_numpy(np.int64)[order]) if len(st) else st
+    last = 0
+    for i in range(1, len(st)):
+        if reach[i - 1] > st[i]:
+            continue                              # a step still open: no cut inside it
+        if int(rows_before[i]) - last >= max_rows:
+            cuts.append(int(st[i]))
+            last = int(rows_before[i])
+    edges = [_MIN, *cuts, _MAX]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def context_of(lo: int, hi: int, running_end: int | None, next_start: int | None) -> tuple[int, int]:
+    """The context of owned time ``[lo, hi)``, ns: widened on the left to just inside the device
+    activity that ends before it (``running_end``: the latest end of the device rows starting
+    before ``lo``) and on the right to just past the first device row starting at or after ``hi``
+    (``next_start``), so that every gap touching the window has both its ends in the context."""
+    clo = lo if running_end is None or running_end > lo else running_end - 1
+    chi = hi if next_start is None else max(hi, next_start + 1)
+    return clo, chi
+
+
+def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) -> Part:
+    """One window's share of every figure, from ``tlw``: the rows overlapping ``w``'s context."""
+    thr = params.threshold_ns
+    sets = DeviceSets(tlw)
+    sets._bounds.update(ctx.bounds)          # NOTE: the device's active window is the whole trace's
+    mask = sets.comm
+    steps = ctx.steps
+    own_steps = np.flatnonzero(w.owns(steps["start_ns"].to_numpy()))
+    # bubbles: gaps of each device's activity over the threshold that touch the owned time
+    rows, busy, gaps = [], {}, {}
+    for key in sets.keys:
+        u = sets.union(key)
+        busy[key] = int(iv.overlap(u, [w.lo_ns], [w.hi_ns])[0]) if len(u[0]) else 0
+        gs_all, _ = iv.gaps(u, 0)
+        gaps[key] = int(w.owns(gs_all).sum())
+        gs, ge = iv.gaps(u, thr)
+        near = (ge > w.lo_ns) & (gs < w.hi_ns)
+        gs, ge = gs[near], ge[near]
+        nxt = sets.next_rows(key, ge) if len(ge) else np.zeros(0, np.int64)
+        rows.append(pd.DataFrame({"rank": key[0], "device": key[1], "start_ns": gs, "end_ns": ge,
+                                  "dur_ns": ge - gs, "next_row": nxt}))
+    bub = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
+        {c: pd.Series([], dtype=np.int64) for c in ("rank", "device", "start_ns", "end_ns", "dur_ns", "next_row")})
+    for c in bub.columns:
+        bub[c] = bub[c].astype(np.int64)
+    # NOTE: a queued launch can lie before the window's context: looked up in ``ctx.calls``
+    joined = Timeline(tlw.device, ctx.calls, tlw.ranges, tlw.counters, tlw.meta)
+    pid, tid, ends = launch_calls(joined, bub["next_row"].to_numpy(), ctx.default)
+    bub["pid"], bub["tid"], bub["queued_ns"] = pid, tid, ends
+    from srtscope.analyzers.diagnose import _pieces  # noqa: PLC0415 (one home for the cut)
+    pieces = _pieces(bub, steps)
+    pieces = pieces[w.owns(pieces["start_ns"].to_numpy())].reset_index(drop=True)
+    pieces["bubble_start_ns"] = bub["start_ns"].to_numpy()[pieces["bubble"].to_numpy()] if len(pieces) \
+        else np.zeros(0, np.int64)
+    model = _window_model(tlw, ctx, params)
+    classes, stages, user = attribute(tlw, pieces, params.burst_rule, model, ctx.comm_ranks)
+    fb_rows = steps.index.to_numpy()[fallback_mask(steps)]
+    in_fb = np.isin(pieces["step_row"].to_numpy(), fb_rows) if len(fb_rows) else np.zeros(len(pieces), bool)
+    lb, ef = f"cause.{Cause.LAUNCH_BOUND.value}_ns", f"cause.{Cause.EAGER_FALLBACK.value}_ns"
+    classes.loc[in_fb, ef] += classes.loc[in_fb, lb]
+    classes.loc[in_fb, lb] = 0
+    pieces = pd.concat([pieces.drop(columns=["queued_ns"]), classes], axis=1)
+    owned_b = bub[w.owns(bub["start_ns"].to_numpy())].drop(columns=["next_row", "queued_ns"])
+    # the owned steps' budget and accounting, on local rows 0..m-1
+    local = steps.iloc[own_steps].reset_index(drop=True)
+    remap = np.full(len(steps) + 1, -1, np.int64)
+    remap[own_steps] = np.arange(len(own_steps))
+    lp = pieces.copy()
+    lp["step_row"] = remap[lp["step_row"].to_numpy()]      # -1 stays -1 (remap[-1] is -1)
+    budget = step_budget(tlw, local, lp, mask, ctx.primary, sets)
+    lost = step_losses(tlw, local, lp, budget.table, _no_comm(), ctx.primary, thr, model,
+                       params.burst_rule, ctx.comm_ranks, sets, edges=False)
+    part = Part(owned_b, pieces, stages, user, busy, gaps, _streams(sets, w, thr), budget.table, lost,
+                *_kernels(tlw, w, mask), *_split(tlw, w, sets), _bins(w, sets, ctx))
+    part.comm = _comm(tlw, w, sets)
+    part.cold = _cold(tlw, w, model, ctx)
+    return part
+
+
+def _window_model(tlw: Timeline, ctx: Context, params: DiagnoseParams) -> HostActivity:
+    """The window's host model, told what only the whole trace knows (bursts, stage names)."""
+    m = HostActivity(tlw, params.burst_rule)
+    m._bursts.update(ctx.model._bursts)
+    m.whole_evidence, m.whole_helpers = ctx.evidence, ctx.helpers
+    return m
+
+
+def _no_comm():
+    from srtscope.analyzers.results import CommResult  # noqa: PLC0415
+    return CommResult(0, 0, 0, 0, 0, 0, None, None, None, None, None, "none", pd.DataFrame())
+
+
+def _streams(sets: DeviceSets, w: Window, thr: int) -> dict[tuple[int, int, int], list[int]]:
+    """Per (rank, device, stream): [first, last, busy, gap count, gap ns] of its activity clipped to the window."""
+    out: dict[tuple[int, int, int], list[int]] = {}
+    for key in sets.keys:
+        for stream, u in sets.stream_unions(key):
+            u = iv.clip(u, w.lo_ns, w.hi_ns)
+            if not len(u[0]):
+                continue
+            gs, ge = iv.gaps(u, thr)
+            out[(key[0], key[1], stream)] = [int(u[0][0]), int(u[1][-1]), iv.total(u), len(gs), int((ge - gs).sum())]
+    return out
+
+
+def _kernels(tlw: Timeline, w: Window, comm: np.ndarray) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """Owned rows: per name, [count, total ns] of the top-kernel candidates; kernel rows per name."""
+    dev = tlw.device
+    if len(dev) == 0:
+        return {}, {}
+    own = w.owns(dev["start_ns"].to_numpy())
+    codes, names = str_codes(dev["name"])
+    dur = dev["end_ns"].to_numpy() - dev["start_ns"].to_numpy()
+    m = own & isin(dev["kind"], [DeviceKind.KERNEL, DeviceKind.CPU_FORWARD, DeviceKind.GRAPH]) & ~comm
+    cnt = np.bincount(codes[m], minlength=len(names))
+    tot = sum_by(codes[m], dur[m], len(names))
+    top = {str(names[i]): [int(cnt[i]), int(tot[i])] for i in np.flatnonzero(cnt)}
+    km = own & isin(dev["kind"], [DeviceKind.KERNEL])
+    kc = np.bincount(codes[km], minlength=len(names))
+    return top, {str(names[i]): int(kc[i]) for i in np.flatnonzero(kc)}
+
+
+def _split(tlw: Timeline, w: Window, sets: DeviceSets) -> tuple[dict[str, int], dict[str, list[int]]]:
+    """Device split totals inside the window, and per copy direction the owned copies' figures."""
+    tot = dict.fromkeys(("busy", "kernel", "comm", "memcpy", "memset", "exposed"), 0)
+
+    def t(s: iv.IntervalSet) -> int:
+        return iv.total(iv.clip(s, w.lo_ns, w.hi_ns))
+    for key in sets.keys:
+        copies = sets.union(key, "copy")
+        tot["busy"] += t(sets.union(key))
+        tot["kernel"] += t(sets.union(key, "kernel"))
+        tot["comm"] += t(sets.union(key, "comm"))
+        tot["memcpy"] += t(copies)
+        tot["memset"] += t(sets.union(key, "memset"))
+        tot["exposed"] += t(iv.subtract(copies, sets.union(key, "compute")))
+    dev = tlw.device
+    copies_out: dict[str, list[int]] = {}
+    if len(dev):
+        m = sets.mask("copy") & w.owns(dev["start_ns"].to_numpy())
+        if m.any():
+            codes, names = str_codes(dev["name"][m])
+            direction = np.array([copy_direction(str(n)) for n in names], dtype=object)[codes]
+            pageable = np.array(["pageable" in str(n).lower() for n in names], dtype=bool)[codes]
+            ns = dev["end_ns"].to_numpy()[m] - dev["start_ns"].to_numpy()[m]
+            nb = dev["bytes"].to_numpy()[m]
+            for d in np.unique(direction):
+                g = direction == d
+                known = g & (nb >= 0)
+                copies_out[str(d)] = [int(ns[g].sum()), int(g.sum()), int(nb[known].sum()), int(ns[known].sum()),
+                                      int(ns[g & pageable].sum()), int(known.any())]
+    return tot, copies_out
+
+
+def _bins(w: Window, sets: DeviceSets, ctx: Context) -> dict[tuple[Key, str], np.ndarray]:
+    """Overview: per device and class, the class's time in each bin inside the window."""
+    from srtscope.analyzers.analyses.overview import DEFAULT_BINS, bin_edges  # noqa: PLC0415
+    out = {}
+    for key in sets.keys:
+        edges = bin_edges(*ctx.bounds[key], DEFAULT_BINS)
+        for cls in ("kernel", "copyset", "comm"):
+            out[(key, cls)] = np.diff(iv.covered_upto(iv.clip(sets.union(key, cls), w.lo_ns, w.hi_ns), edges))
+    return out
+
+
+def _comm(tlw: Timeline, w: Window, sets: DeviceSets) -> list[int]:
+    """[collective time, its exposed part] inside the window (``comm.communication``'s totals)."""
+    from srtscope.analyzers.analyses.comm import _instances  # noqa: PLC0415
+    mask = sets.comm
+    if mask.any():                            # the collectives' devices, without their rows' table
+        dev = tlw.device
+        stand_in = bool(isin(dev["kind"], [DeviceKind.CPU_FORWARD])[mask].all())
+        source = "stand_in" if stand_in else "kernels"
+        inst = pd.DataFrame({"rank": dev["rank"].to_numpy()[mask], "device": dev["device"].to_numpy()[mask]})
+    else:
+        source, inst = _instances(tlw, mask)
+    total = exposed = 0
+    if source == "ranges":
+        for rank in np.unique(inst["rank"].to_numpy()):
+            r = inst["rank"].to_numpy() == rank
+            c = iv.union(inst["start_ns"].to_numpy()[r], inst["end_ns"].to_numpy()[r])
+            k = sets.rank_union(int(rank), "noncomm")
+            total += iv.total(iv.clip(c, w.lo_ns, w.hi_ns))
+            exposed += iv.total(iv.clip(split_compute(k, c, False)[1], w.lo_ns, w.hi_ns))
+    elif source != "none":
+        pairs = inst[["rank", "device"]].to_numpy(np.int64)
+        one = bool((pairs == pairs[0]).all())
+        for key in ([(int(pairs[0][0]), int(pairs[0][1]))] if one
+                    else sorted({(int(a), int(b)) for a, b in np.unique(pairs, axis=0)})):
+            c, k = sets.union(key, "comm"), sets.union(key, "noncomm")
+            total += iv.total(iv.clip(c, w.lo_ns, w.hi_ns))
+            exposed += iv.total(iv.clip(split_compute(k, c, source == "stand_in")[1], w.lo_ns, w.hi_ns))
+    return [total, exposed, 0]
+
+
+def _cold(tlw: Timeline, w: Window, model: HostActivity, ctx: Context) -> list[int]:
+    """Owned start-up calls: [their summed time, their time inside the devices' active window]."""
+    api = tlw.api
+    if len(api) == 0:
+        return [0, 0]
+    m = model.cold_calls & w.owns(api["start_ns"].to_numpy())
+    cs, ce = api["start_ns"].to_numpy()[m], api["end_ns"].to_numpy()[m]
+    first = min(b[0] for b in ctx.bounds.values())
+    last = max(b[1] for b in ctx.bounds.values())
+    return [int((ce - cs).sum()), int(np.clip(np.minimum(ce, last) - np.maximum(cs, first), 0, None).sum())]
+
+
+def walk(windows: Iterable[tuple[Window, Timeline]], ctx: Context, params: DiagnoseParams) -> list[Part]:
+    return [window_part(tlw, w, ctx, params) for w, tlw in windows]
+
+
+def overlapping(df: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
+    """The rows of ``df`` overlapping ``[lo, hi)``, whole (not clipped), in their order.
+    NOTE: a zero-length row at ``lo`` is kept (it starts in the window)."""
+    s, e = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
+    m = ((e > lo) & (s < hi)) | (s == lo)
+    return df if m.all() else df[m].reset_index(drop=True)
+
+
+def crop_rows(tl: Timeline, lo: int, hi: int) -> Timeline:
+    """The device, API and range rows of ``tl`` overlapping ``[lo, hi)``, whole; all counters."""
+    return Timeline(overlapping(tl.device, lo, hi), overlapping(tl.api, lo, hi), overlapping(tl.ranges, lo, hi),
+                    tl.counters, tl.meta)
+
+
+Reader = Callable[[int, int], Timeline]

@@ -1,0 +1,342 @@
+"""The windows' parts added up into one ``Diagnosis``, figure for figure the whole-trace one.
+
+``diagnose_windowed(tl, params, max_rows)`` walks a Timeline held in memory window by window (the
+reference the streamed path is checked against); ``reduce`` is the adding up both share.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, replace
+
+import numpy as np
+import pandas as pd
+
+from srtscope.analyzers.analyses.attribution import BUBBLE_CAUSES, comm_ranks_of
+from srtscope.analyzers.analyses.bubbles import histogram
+from srtscope.analyzers.analyses.budget import BUDGET_COLUMNS, budget_result
+from srtscope.analyzers.analyses.capture import CaptureFacts, capture_adequacy
+from srtscope.analyzers.analyses.comm import finish
+from srtscope.analyzers.analyses.device_sets import DeviceSets
+from srtscope.analyzers.analyses.device_split import copy_stat, device_result
+from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons, fallback_mask
+from srtscope.analyzers.analyses.io_frames import io_work
+from srtscope.analyzers.analyses.losses import HOST_WAIT, StepLosses, edge_losses, warmup_mask
+from srtscope.analyzers.analyses.overview import DEFAULT_BINS, _spread, bin_edges
+from srtscope.analyzers.analyses.phases import phase_split
+from srtscope.analyzers.analyses.range_totals import top_ranges
+from srtscope.analyzers.analyses.steps import find_steps
+from srtscope.analyzers.analyses.verdict import decide
+from srtscope.analyzers.analyses.whatif import what_if
+from srtscope.analyzers.diagnose import kernel_table
+from srtscope.analyzers.host_activity import HostActivity, default_threads, stage_threads
+from srtscope.analyzers.params import DiagnoseParams
+from srtscope.analyzers.results import (
+    BUBBLE_CLASSES,
+    BubbleResult,
+    CaptureInfo,
+    DeviceOverview,
+    Diagnosis,
+    OverviewResult,
+    StepsResult,
+)
+from srtscope.analyzers.timeline import Timeline, WarningCode
+from srtscope.analyzers.vocab import Cause
+from srtscope.analyzers.windowed import Context, Part, Window, context_of, crop_rows, plan, window_part
+
+
+def diagnose_windowed(tl: Timeline, params: DiagnoseParams, max_rows: int) -> Diagnosis:
+    """``diagnose(tl, params)`` walked in windows of about ``max_rows`` device rows (``windowed.applies``)."""
+    sets = DeviceSets(tl)
+    source, steps = find_steps(tl, params.step_rule, sets)
+    model = HostActivity(tl, params.burst_rule)
+    api = tl.api
+    if len(api):
+        for k in np.unique(api[["rank", "pid", "tid"]].to_numpy(np.int64), axis=0):
+            model.bursts((int(k[0]), int(k[1]), int(k[2])))
+    keys = sets.keys
+    ctx = Context(steps, source, {k: sets.bounds(k) for k in keys}, {k[0]: k[1] for k in keys},
+                  comm_ranks_of(tl, sets.comm), model, default_threads(tl), tl.api, model.has_engine_evidence,
+                  whole_helpers(tl, model))
+    starts, ends = tl.device["start_ns"].to_numpy(), tl.device["end_ns"].to_numpy()
+    run = np.maximum.accumulate(ends)
+    parts = []
+    rows_before = np.searchsorted(starts, np.sort(steps["start_ns"].to_numpy()), side="left")
+    for lo, hi in plan(steps, rows_before, max_rows):
+        i = int(np.searchsorted(starts, lo, side="left"))
+        j = int(np.searchsorted(starts, hi, side="left"))
+        clo, chi = context_of(lo, hi, int(run[i - 1]) if i else None, int(starts[j]) if j < len(starts) else None)
+        parts.append(window_part(crop_rows(tl, clo, chi), Window(lo, hi, clo, chi), ctx, params))
+    facts_tl = Timeline(tl.device.iloc[:0], tl.api.iloc[:0], tl.ranges, tl.counters, tl.meta)
+    return reduce(parts, ctx, params, facts_tl, tl.span_ns, lambda lo, hi: crop_rows(tl, lo, hi),
+                  _comm_source(tl, sets))
+
+
+def whole_helpers(tl: Timeline, model: HostActivity, threads: set | None = None) -> dict:
+    """``stage_threads`` of every thread with API rows or ranges (or of ``threads``)."""
+    if threads is None:
+        threads = set()
+        for df in (tl.api, tl.ranges):
+            if len(df):
+                threads |= {tuple(int(x) for x in k) for k in
+                            np.unique(df[["rank", "pid", "tid"]].to_numpy(np.int64), axis=0)}
+    return stage_threads(tl.host_ranges, model.stage_codes, sorted(threads))
+
+
+def _comm_source(tl: Timeline, sets: DeviceSets) -> tuple[str, pd.DataFrame]:
+    from srtscope.analyzers.analyses.comm import _instances  # noqa: PLC0415
+    return _instances(tl, sets.comm)
+
+
+def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timeline, span: tuple[int, int],
+           rows_of, comm: tuple[str, pd.DataFrame], shrink_ns: Mapping[str, int] | None = None,
+           n_comm: int | None = None) -> Diagnosis:
+    """The parts of every window added up. ``small``: the trace's metadata, ranges and counters
+    (no device or API rows); ``span``: first start and last end of all rows; ``rows_of(lo, hi)``: a
+    Timeline of the rows overlapping ``[lo, hi)`` (the steps' edges are attributed on it);
+    ``comm``: (source, rows) of the collectives (``n_comm``: how many, where ``rows`` holds one
+    per device only)."""
+    steps, source, thr = ctx.steps, ctx.source, params.threshold_ns
+    keys = sorted(ctx.bounds)
+    # bubbles: the owned ones, numbered as the whole trace numbers them (device, then time)
+    bubbles = pd.concat([p.bubbles for p in parts], ignore_index=True)
+    bubbles = bubbles.sort_values(["rank", "device", "start_ns"], kind="stable", ignore_index=True)
+    number = {k: i for i, k in enumerate(zip(bubbles["rank"].tolist(), bubbles["device"].tolist(),
+                                             bubbles["start_ns"].tolist()))}
+    pieces = pd.concat([p.pieces for p in parts], ignore_index=True)
+    stages = pd.concat([p.stages for p in parts], ignore_index=True).fillna(0).astype(np.int64)
+    names = [str(x) for x in ctx.model.stage_names]
+    stages = stages[[c for c in names if c in stages.columns]]
+    if len(pieces):
+        pieces["bubble"] = [number[k] for k in zip(pieces["rank"].tolist(), pieces["device"].tolist(),
+                                                   pieces["bubble_start_ns"].tolist())]
+        order = np.lexsort((pieces["start_ns"].to_numpy(), pieces["bubble"].to_numpy(), pieces["rank"].to_numpy()))
+        pieces = pieces.iloc[order].reset_index(drop=True)
+        stages = stages.iloc[order].reset_index(drop=True)
+    pieces = pieces.drop(columns=["bubble_start_ns"])
+    ccols = [f"{c}_ns" for c in BUBBLE_CLASSES] + ["covered_ns"]
+    kcols = [f"cause.{c}_ns" for c in BUBBLE_CAUSES]
+    per_bubble = pieces.groupby("bubble")[ccols].sum() if len(pieces) else pd.DataFrame(columns=ccols)
+    table = bubbles.join(per_bubble)
+    for c in ccols:
+        table[c] = table[c].fillna(0).astype(np.int64)
+    if stages.shape[1]:
+        sb = stages.groupby(pieces["bubble"]).sum()
+        top = sb.idxmax(axis=1).where(sb.max(axis=1) > 0, "")
+        table["top_stage"] = top.reindex(table.index).fillna("")
+    else:
+        table["top_stage"] = ""
+    total = int(table["dur_ns"].sum())
+    by_stage = stages.sum(axis=0).sort_values(ascending=False) if stages.shape[1] else pd.Series(dtype=np.int64)
+    by_cause = {c: int(pieces[k].sum()) for c, k in zip(BUBBLE_CAUSES, kcols)} if len(pieces) else {}
+    by_device = _by_device(parts, keys, ctx, table)
+    user: dict[str, int] = {}
+    for p in parts:
+        for k, v in p.user_ranges.items():
+            user[k] = user.get(k, 0) + v
+    bres = BubbleResult(
+        count=len(table), total_ns=total, window_ns=int(by_device["window_ns"].sum()),
+        busy_ns=int(by_device["busy_ns"].sum()),
+        by_class={c: int(table[f"{c}_ns"].sum()) for c in BUBBLE_CLASSES},
+        by_stage={str(k): int(v) for k, v in by_stage.items() if v > 0},
+        by_user_range=dict(sorted(((k, v) for k, v in user.items() if v > 0), key=lambda kv: (-kv[1], kv[0]))),
+        histogram=histogram(table["dur_ns"].to_numpy()), threshold_ns=thr,
+        nvtx_coverage=(float(table["covered_ns"].sum()) / total) if total and len(small.host_ranges) else None,
+        table=table, by_device=by_device, by_stream=_by_stream(parts, thr),
+        by_cause={c: v for c, v in by_cause.items() if v > 0},
+        sub_threshold_ns=int(by_device["small_gap_ns"].sum()) if len(by_device) else 0,
+        sub_threshold_count=int(by_device["small_gap_count"].sum()) if len(by_device) else 0)
+    reasons = eager_reasons(steps)
+    sres = StepsResult(source, steps, {str(k): int(v) for k, v in reasons[reasons != ""].value_counts().items()})
+    csrc, inst = comm
+    ctot = [sum(p.comm[i] for p in parts) for i in range(3)]
+    sets0 = DeviceSets(small)
+    cres = finish(small, csrc, inst, ctot[0], ctot[1], int(params.min_skew_us * 1000), np.zeros(0, bool), sets0)
+    if n_comm is not None:
+        cres = replace(cres, n_kernels=n_comm)
+    eres = eager_fallback(steps)
+    budget = budget_result(pd.concat([p.budget for p in parts], ignore_index=True)[list(BUDGET_COLUMNS)]) \
+        if parts else budget_result(pd.DataFrame({c: pd.Series([], dtype=np.int64) for c in BUDGET_COLUMNS}))
+    tk = _top_kernels(parts, params.top_kernels)
+    dres = _device(parts)
+    facts = _facts(parts, ctx, span)
+    coverage, warnings = capture_adequacy(small, ctx.model, dres, sres, bres, None, facts)
+    m = replace(small.meta, warnings=list(small.meta.warnings))
+    for w in warnings:
+        m.warn(w.code, w.message)
+    if m.has_warning(WarningCode.PARTIAL_RANKS):
+        cres = replace(cres, partial=True)
+    primary = ctx.primary
+    losses = _losses(parts, ctx, pieces, params, rows_of)
+    budget = replace(budget, warmup=losses.warmup, lost_ns=losses.mean_lost())
+    wif = what_if(small, steps, pieces, budget.table, cres, primary, thr, ctx.model, shrink_ns,
+                  params.burst_rule, ctx.comm_ranks, sets0, losses)
+    io = io_work(small, ctx.model, pieces) if bres.by_cause.get(Cause.HOST_IO.value) else []
+    verdict = decide(m, bres, cres, eres, tk, budget.table, source, params.healthy_pct, device=dres,
+                     coverage=coverage, steps=sres, engine_evidence=ctx.model.has_engine_evidence,
+                     losses=losses, what_if=wif, io=io)
+    dnames = {d.id: d.name for d in m.devices}
+    devices = tuple({"id": d, "name": dnames.get(d, ""), "rank": r} for r, d in keys)
+    lo, hi = span
+    capture = CaptureInfo(format=m.format.value if hasattr(m.format, "value") else str(m.format),
+                          tool_version=m.tool_version, sources=tuple(m.sources), devices=devices,
+                          ranks=tuple(m.ranks), window_ns=int((m.window_end_ns - m.window_start_ns) or (hi - lo)),
+                          traced=tuple(sorted(t.value for t in m.traced)),
+                          warnings=tuple({"code": w.code.value, "message": w.message} for w in m.warnings),
+                          world_size=int(m.world_size), coverage=coverage)
+    p_ = asdict(params)
+    p_["step_range"] = list(params.step_range) if params.step_range else None
+    ov = _overview(parts, keys, ctx, table, steps)
+    phases = phase_split(steps, budget.table, params.healthy_pct)
+    return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, p_, dres, ov, wif, top_ranges(small),
+                     phases)
+
+
+def _by_device(parts: list[Part], keys: list, ctx: Context, table: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for key in keys:
+        lo, hi = ctx.bounds[key]
+        window = int(hi - lo)
+        busy = sum(p.busy.get(key, 0) for p in parts)
+        n_all = sum(p.gaps.get(key, 0) for p in parts)
+        mine = table[(table["rank"] == key[0]) & (table["device"] == key[1])]
+        bns = int(mine["dur_ns"].sum())
+        rows.append({"rank": key[0], "device": key[1], "window_ns": window, "busy_ns": busy,
+                     "bubble_count": len(mine), "bubble_ns": bns, "small_gap_count": n_all - len(mine),
+                     "small_gap_ns": window - busy - bns,
+                     "busy_pct": round(100.0 * busy / window, 2) if window else 0.0})
+    return pd.DataFrame(rows, columns=["rank", "device", "window_ns", "busy_ns", "bubble_count",
+                                       "bubble_ns", "small_gap_count", "small_gap_ns", "busy_pct"])
+
+
+def _by_stream(parts: list[Part], thr: int) -> pd.DataFrame:
+    acc: dict[tuple[int, int, int], list[int]] = {}
+    for p in parts:                              # windows in time order
+        for k, (first, last, busy, n, ns) in p.streams.items():
+            a = acc.get(k)
+            if a is None:
+                acc[k] = [last, busy, n, ns]
+                continue
+            gap = first - a[0]
+            if gap > thr:
+                a[2] += 1
+                a[3] += gap
+            a[0] = last
+            a[1] += busy
+            a[2] += n
+            a[3] += ns
+    out = [(k[0], k[1], k[2], a[1], a[2], a[3]) for k, a in acc.items()]
+    cols = ["rank", "device", "stream", "busy_ns", "gap_count", "gap_ns"]
+    if not out:
+        return pd.DataFrame(columns=cols)
+    return pd.DataFrame(out, columns=cols).sort_values(["rank", "device", "stream"], ignore_index=True)
+
+
+def _top_kernels(parts: list[Part], n: int) -> pd.DataFrame:
+    acc: dict[str, list[int]] = {}
+    for p in parts:
+        for k, (c, t) in p.kernels.items():
+            a = acc.setdefault(k, [0, 0])
+            a[0] += c
+            a[1] += t
+    if not acc or n == 0:
+        return pd.DataFrame(columns=["name", "count", "total_ns", "mean_ns", "share"])
+    names = np.array(sorted(acc), dtype=object)
+    count = np.array([acc[k][0] for k in names], np.int64)
+    sums = np.array([acc[k][1] for k in names], np.int64)
+    return kernel_table(names, count, sums, int(sums.sum()), n)
+
+
+def _device(parts: list[Part]):
+    totals = dict.fromkeys(("busy", "kernel", "comm", "memcpy", "memset", "exposed"), 0)
+    copies: dict[str, list[int]] = {}
+    for p in parts:
+        for k, v in p.split.items():
+            totals[k] += v
+        for d, v in p.copies.items():
+            a = copies.setdefault(d, [0] * 6)
+            for i in range(6):
+                a[i] += v[i]
+    return device_result(totals, {d: copy_stat(a[0], a[1], a[2], a[3], a[4], a[5] > 0)
+                                  for d, a in sorted(copies.items())})
+
+
+def _facts(parts: list[Part], ctx: Context, span: tuple[int, int]) -> CaptureFacts:
+    from srtscope.analyzers import intervals as iv  # noqa: PLC0415
+    b = np.array(list(ctx.bounds.values()), dtype=np.int64).reshape(-1, 2)
+    counts: dict[str, int] = {}
+    for p in parts:
+        for k, v in p.kernel_counts.items():
+            counts[k] = counts.get(k, 0) + v
+    has = len(b) > 0
+    return CaptureFacts(span, int(b[:, 0].min()) if has else None, int(b[:, 1].max()) if has else None,
+                        iv.total(iv.union(b[:, 0], b[:, 1])) if has else 0,
+                        sum(p.cold[0] for p in parts), sum(p.cold[1] for p in parts), True,
+                        np.array([counts[k] for k in sorted(counts)], np.int64))
+
+
+def _losses(parts: list[Part], ctx: Context, pieces: pd.DataFrame, params: DiagnoseParams, rows_of) -> StepLosses:
+    """The owned steps' accountings in step order, with the edges and the warm-up of all the steps."""
+    steps = ctx.steps
+    ls = [p.losses for p in parts]
+
+    def cat(get) -> np.ndarray:
+        return np.concatenate([get(x) for x in ls]) if ls else np.zeros(0, np.int64)
+    lost = {c: cat(lambda x, c=c: x.lost[c]) for c in Cause}
+    bub = {c: cat(lambda x, c=c: x.bubbles[c]) for c in Cause}
+    n = len(steps)
+    # the edges: steps reaching out of the device's active window (the first and last few)
+    w0 = min(b[0] for b in ctx.bounds.values())
+    w1 = max(b[1] for b in ctx.bounds.values())
+    s, e = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    out = (s < w0) | (e > w1)
+    edges = {c: np.zeros(n, np.int64) for c in HOST_WAIT}
+    if out.any():
+        q = pieces[(pieces["tid"].to_numpy() >= 0)] if len(pieces) else pieces
+        launcher = {}
+        for rank in np.unique(steps["rank"].to_numpy()):
+            qq = q[q["rank"].to_numpy() == rank] if len(q) else q
+            if len(qq):
+                k = (qq["end_ns"] - qq["start_ns"]).groupby([qq["pid"], qq["tid"]]).sum().idxmax()
+                launcher[int(rank)] = (int(k[0]), int(k[1]))
+        idx = np.flatnonzero(out)
+        sub = steps.iloc[idx].reset_index(drop=True)
+        lo, hi = int(sub["start_ns"].min()), int(sub["end_ns"].max())
+        tlw = rows_of(lo, hi)
+        sets = DeviceSets(tlw)
+        sets._bounds.update(ctx.bounds)
+        model = HostActivity(tlw, params.burst_rule)
+        model._bursts.update(ctx.model._bursts)
+        got = edge_losses(tlw, sub, pieces.iloc[:0], ctx.primary, model, params.burst_rule, ctx.comm_ranks, sets,
+                          launcher)
+        for c in HOST_WAIT:
+            edges[c][idx] = got[c]
+    for c in HOST_WAIT:
+        lost[c] = lost[c] + edges[c]
+        bub[c] = bub[c] + edges[c]
+    # the short gaps of eager-fallback steps are the fallback's: which steps those are, all the steps tell
+    small, fb_part, fb = cat(lambda x: x.small), cat(lambda x: x.fallback).astype(bool), fallback_mask(steps)
+    lb, ef = Cause.LAUNCH_BOUND, Cause.EAGER_FALLBACK
+    lost[lb] = lost[lb] - np.where(fb_part, 0, small) + np.where(fb, 0, small)
+    lost[ef] = lost[ef] - np.where(fb_part, small, 0) + np.where(fb, small, 0)
+    return StepLosses(lost, bub, edges, small, fb,
+                      cat(lambda x: x.exposed), cat(lambda x: x.exposed_inline), cat(lambda x: x.skew),
+                      cat(lambda x: x.bare_copies), cat(lambda x: x.copy_floor), cat(lambda x: x.kernel),
+                      cat(lambda x: x.busy), cat(lambda x: x.wall), warmup_mask(steps))
+
+
+def _overview(parts: list[Part], keys: list, ctx: Context, table: pd.DataFrame, steps: pd.DataFrame) -> OverviewResult:
+    out = []
+    for key in keys:
+        lo, hi = ctx.bounds[key]
+        edges = bin_edges(lo, hi, DEFAULT_BINS)
+
+        def per_bin(cls: str, key=key) -> list[int]:
+            got = [p.bins[(key, cls)] for p in parts if (key, cls) in p.bins]
+            return (np.sum(got, axis=0) if got else np.zeros(DEFAULT_BINS, np.int64)).astype(int).tolist()
+        b = table[(table["rank"] == key[0]) & (table["device"] == key[1])] if len(table) else table
+        by_class = {c: _spread(b, f"{c}_ns", edges) for c in BUBBLE_CLASSES}
+        st = steps[steps["rank"] == key[0]]["start_ns"].to_numpy() if len(steps) else np.zeros(0, np.int64)
+        out.append(DeviceOverview(int(key[0]), int(key[1]), lo, int(edges[1] - edges[0]), per_bin("kernel"),
+                                  per_bin("copyset"), per_bin("comm"), {c: v for c, v in by_class.items() if any(v)},
+                                  [int(x) for x in st[(st >= lo) & (st < hi)]]))
+    return OverviewResult(DEFAULT_BINS, tuple(out))
