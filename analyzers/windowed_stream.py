@@ -15,7 +15,7 @@ tables and the bubble table — not the trace's device or API tables.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -86,10 +86,11 @@ def _chunks(df: pd.DataFrame, rows: int) -> Iterator[pd.DataFrame]:
         yield df.iloc[i:i + rows]
 
 
-def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int) -> Diagnosis:
+def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
+                      progress: Callable[[float], None] | None = None) -> Diagnosis:
     """``diagnose`` of the trace ``src`` holds, window by window (module doc). Raises
     ``NotWindowable`` for a trace of several ranks or devices, a step range, or steps that only
-    the device and API rows give."""
+    the device and API rows give. ``progress(fraction)``: after the first pass and each window."""
     if params.step_range is not None:
         raise NotWindowable("a step range is diagnosed from the whole trace")
     small = Timeline(validate_table(None, "device"), validate_table(None, "api"), src.ranges, src.counters,
@@ -116,7 +117,12 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int) -
     carry_d, carry_a = validate_table(None, "device"), validate_table(None, "api")
     pending = _empty_calls()
     running: int | None = None
-    for lo, hi in plan(steps, rows_before, max_rows):
+    windows = plan(steps, rows_before, max_rows)
+    if progress is not None:
+        progress(0.1)
+    for i, (lo, hi) in enumerate(windows):
+        if progress is not None and i:
+            progress(0.1 + 0.9 * i / len(windows))
         clo, chi = context_of(lo, hi, running, dev.first_at_or_after(hi))
         new_a = api.before(chi)
         d = overlapping(_cat(carry_d, dev.before(chi)), clo, chi)

@@ -83,6 +83,15 @@ def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int]
 
     budget = budget if budget is not None else parse_budget("auto")
     plan = plan_reads(paths, budget, params, cache, cluster)
+    if plan is not None and not plan.pushed and len(paths) == 1 and params.step_range is None:
+        from srtscope.cli.streamed import diagnose_in_windows
+
+        # over the budget: the whole trace, window by window, where the windowed path covers it
+        whole = diagnose_in_windows(paths[0], params, budget.bytes or 0, console, quiet)
+        if whole is not None:
+            if keep is not None:
+                keep.append(None)
+            return whole if key is None else _saved(key, whole)
     with deferred_writes():             # new table entries are written while the analyses run
         tl = load(paths, console, quiet, cache=cache, jobs=jobs, cluster=cluster,
                   window=None if plan is None else (plan.window, plan.rows + plan.rows // 8 + 4096))
@@ -99,8 +108,11 @@ def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int]
             diag = diagnose(tl, params)
         except DiagnoseInputError as exc:
             fail(str(exc))
-    if key is None:
-        return diag
+    return diag if key is None else _saved(key, diag)
+
+
+def _saved(key: dict, diag: Any) -> Any:
+    """``diag`` kept in the diagnosis cache under ``key``, as the cached answer will read."""
     from srtscope.analyzers.result_cache import put_diagnosis
 
     # NOTE: rendered from its JSON text, as a cached answer will be: the first and the second look
@@ -168,7 +180,10 @@ def register(app: typer.Typer) -> None:
         title = "srtscope diagnosis: " + ", ".join(p.name for p in traces[:3]) + (" …" if len(traces) > 3 else "")
         errors = write_outputs(doc, diag, markdown=markdown, html=html, perfetto=perfetto,
                                timeline=kept[0] if kept else None, kernels=perfetto_kernels, title=title)
-        if perfetto is not None and perfetto_kernels and kept:
+        if perfetto is not None and perfetto_kernels and kept == [None]:
+            print("srtscope: note: --perfetto-kernels: the trace was diagnosed in windows (over "
+                  "--memory-budget): its device activity is not drawn", file=sys.stderr)
+        if perfetto is not None and perfetto_kernels and kept and kept[0] is not None:
             from srtscope.cli.perfetto import device_counts
 
             written, total = device_counts(kept[0])

@@ -1,0 +1,105 @@
+"""Over ``--memory-budget``: one nsys export diagnosed whole, window by window, in bounded memory.
+
+The export is read once into time buckets on disk (``readers/nsys_spill.py``, in a private folder
+under ``$TMPDIR``, removed after) and diagnosed window by window (``analyzers/windowed_stream.py``):
+the same JSON as a whole read, with the memory of one window. Traces the windowed path does not
+cover (several ranks or devices in the file, steps without step ranges) give None: the caller reads
+a window of the trace instead (``analyzers/memory_plan.py``), and says so.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from srtscope.cli.errors import fail
+
+#: fixed part of a windowed diagnosis's peak (interpreter, libraries, the spill's index), bytes
+BASE_BYTES = 300 << 20
+#: ... and per GB of export (ranges, steps and per-step tables held whole), bytes
+PER_GB_BYTES = 140 << 20
+#: one window's device row (with its API rows) while it is analysed, bytes (measured ~500)
+ROW_BYTES = 700
+MIN_ROWS, MAX_ROWS = 100_000, 4_000_000
+#: disk the spill takes per byte of export (the device and API columns, Arrow IPC)
+SPILL_SHARE = 0.6
+
+
+def window_rows(budget_bytes: int, export_bytes: int) -> int:
+    """Device rows a window may hold so the diagnosis keeps to ``budget_bytes``."""
+    room = budget_bytes - BASE_BYTES - PER_GB_BYTES * export_bytes / 1e9
+    return int(min(MAX_ROWS, max(MIN_ROWS, room / ROW_BYTES)))
+
+
+def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Console | None,
+                        quiet: bool) -> Any:
+    """The whole-trace Diagnosis of one nsys export within ``budget_bytes``, or None where the
+    windowed path does not cover the trace (said on stderr)."""
+    from srtscope.analyzers.readers import TraceError, rank_from_name
+    from srtscope.analyzers.readers.nsys_spill import read_nsys_spilled
+    from srtscope.analyzers.windowed_stream import NotWindowable, diagnose_streamed
+
+    size = path.stat().st_size
+    tmp = Path(tempfile.gettempdir())
+    free = shutil.disk_usage(tmp).free
+    if free < SPILL_SHARE * size + (1 << 30):
+        print(f"srtscope: note: {path.name}: not diagnosed whole in windows: its spill needs "
+              f"~{SPILL_SHARE * size / 2**30:.1f} GiB free under {tmp} ({free / 2**30:.1f} GiB; set TMPDIR)",
+              file=sys.stderr)
+        return None
+    rows = window_rows(budget_bytes, size)
+    rank = rank_from_name(path) or 0
+    with tempfile.TemporaryDirectory(prefix="srtscope-spill-") as folder, _bar(console, quiet, path) as tick:
+        try:
+            with _scanned(tick, path):
+                src = read_nsys_spilled(path, rank, folder=folder)
+            with src:
+                return diagnose_streamed(src, params, rows,
+                                         progress=lambda f: tick(0.5 + 0.5 * f, "diagnosing in windows"))
+        except NotWindowable as exc:
+            print(f"srtscope: note: {path.name}: not diagnosed whole in windows ({exc})", file=sys.stderr)
+            return None
+        except TraceError as exc:
+            fail(str(exc))
+        except OSError as exc:
+            fail(f"{path}: cannot spill to {folder}: {exc.strerror or exc}")
+
+
+@contextmanager
+def _bar(console: Console | None, quiet: bool, path: Path) -> Iterator[Callable[[float, str], None]]:
+    """A progress bar on the console (nothing when quiet): ``tick(fraction, what)``."""
+    if quiet or console is None:
+        yield lambda f, what="": None
+        return
+    with Progress(TextColumn("[bold]{task.description}[/]"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                  TimeElapsedColumn(), console=console, transient=True) as prog:
+        task = prog.add_task(f"reading {path.name}"[:48], total=1.0)
+        yield lambda f, what="": prog.update(task, completed=max(0.0, min(1.0, f)),
+                                             description=f"{what} {path.name}"[:48] if what else None)
+
+
+@contextmanager
+def _scanned(tick: Callable[[float, str], None], path: Path) -> Iterator[None]:
+    """The scan's rows as the first half of the bar."""
+    import threading
+
+    from srtscope.analyzers.readers.columnar import report_scans
+    from srtscope.analyzers.readers.nsys_sqlite import scan_estimate
+
+    total = max(scan_estimate(path), 1)
+    done = [0]
+    lock = threading.Lock()
+
+    def scanned(rows: int) -> None:
+        with lock:
+            done[0] += rows
+            tick(0.5 * min(1.0, done[0] / total), "reading")
+    with report_scans(scanned):
+        yield
