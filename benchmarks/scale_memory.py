@@ -9,11 +9,14 @@ skipped and says so), each figure a whole process (interpreter start and imports
 measured with wait4 (``peers/common.py``): wall, CPU (user + system), the system part apart (paging
 and allocation show there), peak RSS:
   floor         the sqlite3 shell selecting the columns srtscope reads into /dev/null
-  first look    ``srtscope diagnose --json --no-cache FILE``
-  filling       ``srtscope diagnose --json FILE`` with a fresh, private ``SRTSCOPE_CACHE_DIR``:
-                a first look that also writes the table and diagnosis cache entries
-  second look   the same command again: answered from those entries
-Medians over ``--runs``. The JSON of the three srtscope runs must be identical (printed). Targets
+  first look    ``srtscope diagnose --json --memory-budget 2GiB --no-cache FILE``: over the budget
+                the export is diagnosed whole, window by window (``cli/streamed.py``)
+  filling       the same with the caches on (a fresh, private ``SRTSCOPE_CACHE_DIR``): a first
+                look that also keeps the answer in the diagnosis cache
+  second look   the same command again: answered from the cache
+  whole read    ``--memory-budget none --no-cache``: the whole Timeline in memory, the reference
+                (exports up to ``--whole-up-to`` MB: it needs ~1.5x the export's size)
+Medians over ``--runs``. The JSON of every srtscope run must be identical (printed). Targets
 of issue 27 (printed, never asserted): peak RSS <= 2 GiB at every size; first look <= 1.0x the floor's
 wall and <= 1.4x its CPU, system time < 10% of its CPU; second look <= 0.2x the first look's wall.
 The parent process imports no part of srtscope, so every child's peak RSS is its own.
@@ -32,6 +35,7 @@ import common as C  # noqa: E402
 from benchmarks.compare_nsys_scale import generated, kernel_count  # noqa: E402
 
 BUDGET_MIB = 2048
+BUDGET = "2GiB"
 
 
 def _series(cmd: list[str], n: int, env: dict[str, str] | None = None, json_out: bool = True) -> C.Series:
@@ -61,7 +65,7 @@ def _fits(size_mb: int) -> bool:
     return shutil.disk_usage(C.CACHE).free > size_mb * 1.05e6 + 2e9
 
 
-def measure(size_mb: int, runs: int) -> list[list[str]] | None:
+def measure(size_mb: int, runs: int, whole_up_to: int) -> list[list[str]] | None:
     """The rows of one size (None when its export cannot be made here)."""
     if not _fits(size_mb):
         print(f"# {size_mb} MB: skipped, not enough free disk under {C.CACHE}", flush=True)
@@ -74,24 +78,32 @@ def measure(size_mb: int, runs: int) -> list[list[str]] | None:
     cache = C.CACHE / f"scale-memory-cache-{size_mb}"
     shutil.rmtree(cache, ignore_errors=True)
     env = dict(os.environ, SRTSCOPE_CACHE_DIR=str(cache))
-    # the whole-trace path, whatever the memory available (``--memory-budget``: benchmarks/memory_budget.py)
-    diag = [str(C.ROOT / ".venv" / "bin" / "srtscope"), "diagnose", "--json", "--memory-budget", "none"]
+    diag = [str(C.ROOT / ".venv" / "bin" / "srtscope"), "diagnose", "--json", "--memory-budget"]
     floor = _series(C.floor_command(path), runs, json_out=False)
-    first = _series(diag + ["--no-cache", str(path)], runs, env)
-    fill = _series(diag + [str(path)], 1, env)
-    second = _series(diag + [str(path)], runs, env)
+    first = _series(diag + [BUDGET, "--no-cache", str(path)], runs, env)
+    fill = _series(diag + [BUDGET, str(path)], 1, env)
+    second = _series(diag + [BUDGET, str(path)], runs, env)
     shutil.rmtree(cache, ignore_errors=True)
-    same = first.out is not None and first.out == fill.out == second.out
+    # the whole-trace path, the reference the bounded one must equal (it needs ~1.5x the export's size)
+    whole = _series(diag + ["none", "--no-cache", str(path)], 1, env) if size_mb <= whole_up_to else None
+    same = first.out is not None and first.out == fill.out == second.out and (
+        whole is None or whole.out == first.out)
     label = f"{mb:.0f} MB ({nk / 1e6:.1f} M kernels)"
     rows = []
-    for what, s, base in (("floor: sqlite3 shell", floor, None), ("first look (--no-cache)", first, floor),
-                          ("first look filling the cache", fill, floor), ("second look (cache)", second, first)):
+    ref = "" if whole is not None else " (no whole run)"
+    for what, s, base in (("floor: sqlite3 shell", floor, None),
+                          (f"first look, {BUDGET} (--no-cache)", first, floor),
+                          (f"first look filling the cache, {BUDGET}", fill, floor),
+                          ("second look (cache)", second, first),
+                          ("whole-trace read (--memory-budget none)", whole, floor)):
+        if s is None:
+            continue
         sys_s, cpu = _sys(s), s.cpu
         rows.append([label, what, C.fmt_s(s.wall), C.fmt_s(cpu),
                      "—" if sys_s is None or not cpu else f"{sys_s:.2f} s ({100 * sys_s / cpu:.0f}%)",
                      C.fmt_mb(s.rss), C.ratio(base.wall, s.wall) if base else "—",
                      C.ratio(base.cpu, s.cpu) if base else "—",
-                     ("—" if base is None else f"JSON {'identical' if same else 'DIFFERS'}; "
+                     ("—" if base is None else f"JSON {'identical' if same else 'DIFFERS'}{ref}; "
                       f"RSS {'<=' if (s.rss or 0) <= BUDGET_MIB else '>'} 2 GiB")
                      if s.ok_runs else f"FAILED {s.failure()}"])
     return rows
@@ -101,11 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000,3000,10000", help="export sizes in MB, comma separated")
     ap.add_argument("--runs", type=int, default=1, help="runs of each measurement (medians)")
+    ap.add_argument("--whole-up-to", type=int, default=3000,
+                    help="also run the whole-trace read (the JSON reference) on exports up to this size, MB")
     a = ap.parse_args(argv)
     C.banner("diagnosis at scale vs the SQLite floor: wall, CPU, peak RSS")
     rows: list[list[str]] = []
     for size in [int(x) for x in a.sizes.split(",") if x.strip()]:
-        rows += measure(size, a.runs) or []
+        rows += measure(size, a.runs, a.whole_up_to) or []
     print()
     print(C.table(["export", "run", "wall", "CPU user+sys", "of it system", "peak RSS", "wall / baseline",
                    "CPU / baseline", "check"], rows))
