@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, replace
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -35,6 +36,7 @@ from srtscope.analyzers.results import (
     BubbleResult,
     CaptureInfo,
     DeviceOverview,
+    DeviceResult,
     Diagnosis,
     OverviewResult,
     StepsResult,
@@ -246,18 +248,18 @@ def _top_kernels(parts: list[Part], n: int) -> pd.DataFrame:
     return kernel_table(names, count, sums, int(sums.sum()), n)
 
 
-def _device(parts: list[Part]):
-    totals = dict.fromkeys(("busy", "kernel", "comm", "memcpy", "memset", "exposed"), 0)
+def _device(parts: list[Part]) -> DeviceResult:
+    totals: dict[str, int] = dict.fromkeys(("busy", "kernel", "comm", "memcpy", "memset", "exposed"), 0)
     copies: dict[str, list[int]] = {}
     for p in parts:
-        for k, v in p.split.items():
-            totals[k] += v
-        for d, v in p.copies.items():
-            a = copies.setdefault(d, [0] * 6)
+        for k, ns in p.split.items():
+            totals[k] += ns
+        for d, figures in p.copies.items():
+            acc = copies.setdefault(d, [0] * 6)
             for i in range(6):
-                a[i] += v[i]
-    return device_result(totals, {d: copy_stat(a[0], a[1], a[2], a[3], a[4], a[5] > 0)
-                                  for d, a in sorted(copies.items())})
+                acc[i] += figures[i]
+    return device_result(totals, {d: copy_stat(c[0], c[1], c[2], c[3], c[4], c[5] > 0)
+                                  for d, c in sorted(copies.items())})
 
 
 def _facts(parts: list[Part], ctx: Context, span: tuple[int, int]) -> CaptureFacts:
@@ -296,7 +298,8 @@ def _losses(parts: list[Part], ctx: Context, pieces: pd.DataFrame, params: Diagn
         for rank in np.unique(steps["rank"].to_numpy()):
             qq = q[q["rank"].to_numpy() == rank] if len(q) else q
             if len(qq):
-                k = (qq["end_ns"] - qq["start_ns"]).groupby([qq["pid"], qq["tid"]]).sum().idxmax()
+                dur = (qq["end_ns"] - qq["start_ns"]).groupby([qq["pid"], qq["tid"]]).sum()
+                k = cast(tuple[int, int], dur.idxmax())
                 launcher[int(rank)] = (int(k[0]), int(k[1]))
         idx = np.flatnonzero(out)
         sub = steps.iloc[idx].reset_index(drop=True)

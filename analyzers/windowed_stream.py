@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 import pandas as pd
@@ -306,7 +306,8 @@ def _first_pass(src: ChunkSource, w: pd.DataFrame, params: DiagnoseParams) -> _F
                 k = (int(key[0]), int(key[1]), int(key[2]))
                 t = trackers.setdefault(k, BurstTracker(params.burst_rule))
                 t.add(la["start_ns"].to_numpy()[idx], la["end_ns"].to_numpy()[idx])
-    launches = (pd.concat(lc, ignore_index=True).groupby(["rank", "pid", "tid"], as_index=False)["n"].sum()
+    launches = (cast(pd.DataFrame, pd.concat(lc, ignore_index=True).groupby(["rank", "pid", "tid"],
+                                                                           as_index=False)["n"].sum())
                 if lc else launch_counts(validate_table(None, "api")))
     gkeys = (pd.concat(glaunch, ignore_index=True).drop_duplicates() if glaunch else None)
     # device: bounds, collectives, per step busy time and graph kernels, rows before each step
@@ -325,7 +326,8 @@ def _first_pass(src: ChunkSource, w: pd.DataFrame, params: DiagnoseParams) -> _F
         rows_before += np.searchsorted(s_, ws[order], side="left")
         r_, dv = d["rank"].to_numpy(np.int64), d["device"].to_numpy(np.int64)
         one = bool((r_ == r_[0]).all() and (dv == dv[0]).all())
-        for k in ([(r_[0], dv[0])] if one else np.unique(np.c_[r_, dv], axis=0)):
+        dev_pairs = np.c_[r_[:1], dv[:1]] if one else np.unique(np.c_[r_, dv], axis=0)
+        for k in dev_pairs:
             key = (int(k[0]), int(k[1]))
             m = slice(None) if one else (r_ == key[0]) & (dv == key[1])
             b = bounds.get(key)

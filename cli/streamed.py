@@ -75,14 +75,20 @@ def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Con
 @contextmanager
 def _bar(console: Console | None, quiet: bool, path: Path) -> Iterator[Callable[[float, str], None]]:
     """A progress bar on the console (nothing when quiet): ``tick(fraction, what)``."""
+    def silent(fraction: float, what: str = "") -> None:
+        return None
+
     if quiet or console is None:
-        yield lambda f, what="": None
+        yield silent
         return
     with Progress(TextColumn("[bold]{task.description}[/]"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                   TimeElapsedColumn(), console=console, transient=True) as prog:
         task = prog.add_task(f"reading {path.name}"[:48], total=1.0)
-        yield lambda f, what="": prog.update(task, completed=max(0.0, min(1.0, f)),
-                                             description=f"{what} {path.name}"[:48] if what else None)
+
+        def tick(fraction: float, what: str = "") -> None:
+            prog.update(task, completed=max(0.0, min(1.0, fraction)),
+                        description=f"{what} {path.name}"[:48] if what else None)
+        yield tick
 
 
 @contextmanager

@@ -243,6 +243,7 @@ def _edges(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, primary: Map
             continue
         w0, w1 = sets.bounds((int(rank), dev))
         q = pieces[(pieces["rank"].to_numpy() == rank) & (pieces["tid"].to_numpy() >= 0)] if len(pieces) else pieces
+        key: object
         if launcher is not None and int(rank) in launcher:
             key = launcher[int(rank)]
         elif len(q):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -289,7 +290,7 @@ def step_counts(tl: Timeline, w: pd.DataFrame, sets: DeviceSets | None = None) -
     for rank, idx in (w.groupby("rank").indices.items() if n else []):
         s, e = w["start_ns"].to_numpy()[idx], w["end_ns"].to_numpy()[idx]
         d = dev["rank"].to_numpy() == rank
-        cols["busy_ns"][idx] = iv.overlap(sets.rank_union(int(rank)), s, e)
+        cols["busy_ns"][idx] = iv.overlap(sets.rank_union(int(cast(int, rank))), s, e)
         cols["graph_kernels"][idx] = _count_in(dev["start_ns"].to_numpy()[d & graph_kernel], s, e)
         if len(api):
             on = api["rank"].to_numpy() == rank
