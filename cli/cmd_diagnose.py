@@ -82,16 +82,17 @@ def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int]
     from srtscope.analyzers.readers.cache import deferred_writes
 
     budget = budget if budget is not None else parse_budget("auto")
-    plan = plan_reads(paths, budget, params, cache, cluster)
-    if plan is not None and not plan.pushed and len(paths) == 1 and params.step_range is None:
-        from srtscope.cli.streamed import diagnose_in_windows
+    if cluster is None and len(paths) == 1 and params.step_range is None and budget.bytes is not None:
+        from srtscope.cli.streamed import diagnose_in_windows, over_budget
 
         # over the budget: the whole trace, window by window, where the windowed path covers it
-        whole = diagnose_in_windows(paths[0], params, budget.bytes or 0, console, quiet)
-        if whole is not None:
-            if keep is not None:
-                keep.append(None)
-            return whole if key is None else _saved(key, whole)
+        if over_budget(paths[0], budget.bytes):
+            whole = diagnose_in_windows(paths[0], params, budget.bytes, console, quiet)
+            if whole is not None:
+                if keep is not None:
+                    keep.append(None)
+                return whole if key is None else _saved(key, whole)
+    plan = plan_reads(paths, budget, params, cache, cluster)
     with deferred_writes():             # new table entries are written while the analyses run
         tl = load(paths, console, quiet, cache=cache, jobs=jobs, cluster=cluster,
                   window=None if plan is None else (plan.window, plan.rows + plan.rows // 8 + 4096))

@@ -32,6 +32,22 @@ MIN_ROWS, MAX_ROWS = 100_000, 4_000_000
 SPILL_SHARE = 0.6
 
 
+def over_budget(path: Path, budget_bytes: int) -> bool:
+    """Whether ``path`` is an nsys export whose whole read's estimated peak is over the budget."""
+    from srtscope.analyzers.readers import detect_format_quiet
+    from srtscope.analyzers.readers.memory_estimate import estimate_quiet
+    from srtscope.analyzers.timeline import SourceFormat
+
+    try:
+        fmt = detect_format_quiet(path) if path.is_file() else None
+    except OSError:
+        return False                    # the read says what is wrong
+    if fmt is not SourceFormat.NSYS_SQLITE:
+        return False
+    est = estimate_quiet(path, fmt)
+    return est is not None and est.peak_bytes > budget_bytes
+
+
 def window_rows(budget_bytes: int, export_bytes: int) -> int:
     """Device rows a window may hold so the diagnosis keeps to ``budget_bytes``."""
     room = budget_bytes - BASE_BYTES - PER_GB_BYTES * export_bytes / 1e9
