@@ -24,19 +24,16 @@ import pandas as pd
 
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.comm import _instances
-from srtscope.analyzers.analyses.steps import COUNT_COLUMNS, find_steps, step_windows
+from srtscope.analyzers.analyses.steps import COUNT_COLUMNS, find_steps, step_windows, steps_from_ranges
 from srtscope.analyzers.columns import isin
 from srtscope.analyzers.host_activity import BurstTracker, HostActivity, default_threads, launch_counts
 from srtscope.analyzers.names import comm_mask
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.results import Diagnosis
 from srtscope.analyzers.timeline import ApiKind, DeviceKind, Timeline, TimelineMeta, validate_table
-from srtscope.analyzers.vocab import StepSource
 from srtscope.analyzers.windowed import Context, Window, context_of, overlapping, plan, window_part
 from srtscope.analyzers.windowed_reduce import reduce, whole_helpers
 
-#: step sources the ranges alone give (the others need the device and API rows whole)
-RANGE_SOURCES = ("loop.step", StepSource.PROFILER_STEP.value, StepSource.VLLM.value)
 #: API kinds whose calls device rows correlate to: carried until their work starts
 _CALL_KINDS = [ApiKind.LAUNCH, ApiKind.MEMCPY]
 
@@ -96,7 +93,7 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
     small = Timeline(validate_table(None, "device"), validate_table(None, "api"), src.ranges, src.counters,
                      src.meta)
     source, w = step_windows(small, params.step_rule)
-    if source not in RANGE_SOURCES:
+    if not steps_from_ranges(small, source):
         raise NotWindowable(f"steps from {source!r}, not from ranges")
     first = _first_pass(src, w, params)
     if len(first.bounds) != 1:

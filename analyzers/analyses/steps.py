@@ -277,6 +277,21 @@ def step_windows(tl: Timeline, rule: StepRule = StepRule()) -> tuple[str, pd.Dat
     return source, w.sort_values(["rank", "start_ns"], ignore_index=True)
 
 
+def steps_from_ranges(tl: Timeline, source: str) -> bool:
+    """Whether ``step_windows`` of ``source`` reads the ranges alone (not the device or API rows):
+    ``loop.step``, ``ProfilerStep#N`` and vLLM's execute markers always; engines' step openers
+    where forward ranges say which openers begin a step (else the device rows do)."""
+    if source in ("loop.step", StepSource.PROFILER_STEP.value):
+        return True
+    if source not in (StepSource.SGLANG.value, StepSource.VLLM.value):
+        return False
+    rg = tl.host_ranges
+    if len(rg) == 0:
+        return False
+    _, names = str_codes(rg["name"])
+    return any(name_role(str(n)) in (NameRole.FORWARD, NameRole.EXECUTE) for n in names)
+
+
 def step_counts(tl: Timeline, w: pd.DataFrame, sets: DeviceSets | None = None) -> dict[str, np.ndarray]:
     """Per step of ``w`` (``step_windows``), ``COUNT_COLUMNS``: the rank's device busy time inside it,
     the graph kernels and the launch and graph-launch calls that start in it."""
