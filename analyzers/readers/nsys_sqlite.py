@@ -418,6 +418,31 @@ def _read_host(path: Path) -> tuple[dict | None, tuple[dict | None, int], _Reade
 
 
 
+def _scan_whole(path: Path, r: _Reader) -> ScannedTables:
+    """The device tables through ``r`` and the host tables on a second connection, each whole.
+
+    NOTE: the API and NVTX tables are read in a thread: ADBC releases the GIL while SQLite steps
+    and Arrow fills, so the device and the host scans overlap."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        host = pool.submit(_read_host, path)
+        # id columns as int32 where they fit (timeline.narrow_ids) before the sort: ~0.4 GB less per GB
+        parts = [narrow_ids(p) for p in (r.kernels(), r.copies("CUPTI_ACTIVITY_KIND_MEMCPY", DeviceKind.MEMCPY),
+                                         r.copies("CUPTI_ACTIVITY_KIND_MEMSET", DeviceKind.MEMSET),
+                                         r.graph_execs()) if p is not None and len(p["start_ns"])]
+        device = concat_sorted(parts)
+        del parts
+        api, (ranges, marks), hr = host.result()
+    r.missing_strings += hr.missing_strings
+    r.named_rows += hr.named_rows
+    r.suspect += hr.suspect
+    return device, api, ranges, marks, TableFacts.of(device, api)
+
+
+#: (device columns, API columns, NVTX ranges, NVTX marks, facts of the device and API tables); the
+#: device and API columns None where a scan kept them elsewhere (``nsys_spill``)
+ScannedTables = tuple[dict | None, dict | None, dict | None, int, TableFacts]
+
+
 #: the big tables ``read_nsys`` scans in rowid chunks (for progress estimates)
 SCANNED_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
                   "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
@@ -474,33 +499,8 @@ _SMALL_TABLES = ("sqlite_master", "StringIds", "META_DATA_EXPORT", "EXPORT_META_
                  "ThreadNames")
 
 
-def _scan_whole(path: Path, r: _Reader) -> ScannedTables:
-    """The device tables through ``r`` and the host tables on a second connection, each whole.
-
-    NOTE: the API and NVTX tables are read in a thread: ADBC releases the GIL while SQLite steps
-    and Arrow fills, so the device and the host scans overlap."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        host = pool.submit(_read_host, path)
-        # id columns as int32 where they fit (timeline.narrow_ids) before the sort: ~0.4 GB less per GB
-        parts = [narrow_ids(p) for p in (r.kernels(), r.copies("CUPTI_ACTIVITY_KIND_MEMCPY", DeviceKind.MEMCPY),
-                                         r.copies("CUPTI_ACTIVITY_KIND_MEMSET", DeviceKind.MEMSET),
-                                         r.graph_execs()) if p is not None and len(p["start_ns"])]
-        device = concat_sorted(parts)
-        del parts
-        api, (ranges, marks), hr = host.result()
-    r.missing_strings += hr.missing_strings
-    r.named_rows += hr.named_rows
-    r.suspect += hr.suspect
-    return device, api, ranges, marks, TableFacts.of(device, api)
-
-
-#: (device columns, API columns, NVTX ranges, NVTX marks, facts of the device and API tables); the
-#: device and API columns None where a scan kept them elsewhere (``nsys_spill``)
-ScannedTables = tuple[dict | None, dict | None, dict | None, int, TableFacts]
-
-
 def _read(path: Path, r: _Reader, rank: int, checked: bool = False,
-          scan: Callable[[Path, _Reader], ScannedTables] = _scan_whole) -> Timeline:
+          scan: Callable[[Path, _Reader], ScannedTables] | None = None) -> Timeline:
     if "StringIds" not in r.tables:
         raise TraceError(path, "SQLite database, but not an Nsight Systems export "
                                "(no StringIds table)")
@@ -509,7 +509,8 @@ def _read(path: Path, r: _Reader, rank: int, checked: bool = False,
     captured = ([str(v) for (v,) in r.con.execute(
         "SELECT value FROM META_DATA_CAPTURE WHERE name = 'CAPTURE_EVENT_TYPE'")]
         if r.has("META_DATA_CAPTURE") else [])
-    device, api, ranges, marks, facts = scan(path, r)
+    # the device and host tables, each whole (``_scan_whole``) unless ``scan`` reads them otherwise
+    device, api, ranges, marks, facts = (scan or _scan_whole)(path, r)
     n_dev, n_api = facts.dev_rows, facts.api_rows
     n_rng = 0 if ranges is None else len(ranges["start_ns"])
     if n_dev + n_api + n_rng == 0:
