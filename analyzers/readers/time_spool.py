@@ -18,6 +18,7 @@ of the parts' categoricals would, in part order: see ``start_part``).
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,7 +73,8 @@ def _ints(table: pa.Table, name: str) -> np.ndarray:
 
 
 class TimeSpool:
-    """Rows of one table in start-time buckets under ``folder`` (files named ``prefix-*.arrow``).
+    """Rows of one table in start-time buckets under ``folder`` (files named ``prefix-<token>-*.arrow``,
+    the token this spool's own: spools sharing a folder never touch each other's files).
 
     ``bucket_rows``: the most rows a bucket holds (unless they share one start); ``expect_rows`` and
     ``hint_ns`` (lowest, highest start expected): the first buckets' edges, about half full each.
@@ -82,7 +84,8 @@ class TimeSpool:
                  hint_ns: tuple[int, int] | None = None) -> None:
         if bucket_rows < 1:
             raise ValueError(f"bucket_rows must be >= 1, got {bucket_rows}")
-        self.folder, self.prefix, self.bucket_rows = folder, prefix, bucket_rows
+        self.folder, self.bucket_rows = folder, bucket_rows
+        self.prefix = f"{prefix}-{uuid.uuid4().hex[:12]}"
         self.expect_rows, self.hint_ns = expect_rows, hint_ns
         self.bounds: list[int] = []          # bucket i holds starts in [bounds[i-1], bounds[i])
         self.buckets: list[_Bucket] = []

@@ -121,6 +121,18 @@ def test_iterators_read_again_and_close_removes_only_its_files(generated, tmp_pa
     assert [p.name for p in folder.iterdir()] == ["mine.txt"]
 
 
+def test_two_reads_share_a_folder_without_touching_each_other(tmp_path):
+    folder = tmp_path / "spill"
+    one = read_nsys_spilled(SAMPLES / "healthy.sqlite", folder=folder, chunk_rows=50)
+    two = read_nsys_spilled(SAMPLES / "kernel_bound.sqlite", folder=folder, chunk_rows=50)
+    mine = set(folder.iterdir())
+    two.close()
+    assert set(folder.iterdir()) < mine
+    pd.testing.assert_frame_equal(pd.concat(list(one.iter_device())), read_nsys(SAMPLES / "healthy.sqlite").device)
+    one.close()
+    assert not list(folder.iterdir())
+
+
 def test_error_mid_scan_removes_the_files_written(generated, tmp_path, monkeypatch):
     folder = tmp_path / "spill"
     calls = []
