@@ -210,6 +210,7 @@ class SpilledTrace:
         self._rank_pids, self._rank = rank_pids, rank
         self.device_rows, self.api_rows = device.rows, api.rows
         self.chunk_rows = device.bucket_rows
+        self.closed = False
 
     def iter_device(self) -> Iterator[pd.DataFrame]:
         """The device table in ascending ``start_ns`` (ties in ``read_nsys``'s order), a DataFrame of
@@ -221,6 +222,11 @@ class SpilledTrace:
         return self._frames(self._api, "api")
 
     def _frames(self, spool: TimeSpool, table: str) -> Iterator[pd.DataFrame]:
+        if self.closed:
+            raise ValueError(f"the spilled {table} table was closed (its files are removed)")
+        return self._read_frames(spool, table)
+
+    def _read_frames(self, spool: TimeSpool, table: str) -> Iterator[pd.DataFrame]:
         if not spool.buckets:
             return
         cats = {c: spool.categories(c) for c in ("kind", "name")}
@@ -245,6 +251,7 @@ class SpilledTrace:
             yield df
 
     def close(self) -> None:
+        self.closed = True
         self._device.remove()
         self._api.remove()
 

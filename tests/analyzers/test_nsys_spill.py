@@ -119,6 +119,8 @@ def test_iterators_read_again_and_close_removes_only_its_files(generated, tmp_pa
     assert len(list(folder.glob("*.arrow"))) >= 2 * len(first) // 2
     sp.close()
     assert [p.name for p in folder.iterdir()] == ["mine.txt"]
+    with pytest.raises(ValueError, match="closed"):
+        sp.iter_api()
 
 
 def test_two_reads_share_a_folder_without_touching_each_other(tmp_path):
