@@ -35,7 +35,6 @@ import common as C  # noqa: E402
 from benchmarks.compare_nsys_scale import generated, kernel_count  # noqa: E402
 
 BUDGET_MIB = 2048
-BUDGET = "2GiB"
 
 
 def _series(cmd: list[str], n: int, env: dict[str, str] | None = None, json_out: bool = True) -> C.Series:
@@ -65,7 +64,7 @@ def _fits(size_mb: int) -> bool:
     return shutil.disk_usage(C.CACHE).free > size_mb * 1.05e6 + 2e9
 
 
-def measure(size_mb: int, runs: int, whole_up_to: int) -> list[list[str]] | None:
+def measure(size_mb: int, runs: int, whole_up_to: int, budget: str = "2GiB") -> list[list[str]] | None:
     """The rows of one size (None when its export cannot be made here)."""
     if not _fits(size_mb):
         print(f"# {size_mb} MB: skipped, not enough free disk under {C.CACHE}", flush=True)
@@ -80,9 +79,9 @@ def measure(size_mb: int, runs: int, whole_up_to: int) -> list[list[str]] | None
     env = dict(os.environ, SRTSCOPE_CACHE_DIR=str(cache))
     diag = [str(C.ROOT / ".venv" / "bin" / "srtscope"), "diagnose", "--json", "--memory-budget"]
     floor = _series(C.floor_command(path), runs, json_out=False)
-    first = _series(diag + [BUDGET, "--no-cache", str(path)], runs, env)
-    fill = _series(diag + [BUDGET, str(path)], 1, env)
-    second = _series(diag + [BUDGET, str(path)], runs, env)
+    first = _series(diag + [budget, "--no-cache", str(path)], runs, env)
+    fill = _series(diag + [budget, str(path)], 1, env)
+    second = _series(diag + [budget, str(path)], runs, env)
     shutil.rmtree(cache, ignore_errors=True)
     # the whole-trace path, the reference the bounded one must equal (it needs ~1.5x the export's size)
     whole = _series(diag + ["none", "--no-cache", str(path)], 1, env) if size_mb <= whole_up_to else None
@@ -92,8 +91,8 @@ def measure(size_mb: int, runs: int, whole_up_to: int) -> list[list[str]] | None
     rows = []
     ref = "" if whole is not None else " (no whole run)"
     for what, s, base in (("floor: sqlite3 shell", floor, None),
-                          (f"first look, {BUDGET} (--no-cache)", first, floor),
-                          (f"first look filling the cache, {BUDGET}", fill, floor),
+                          (f"first look, {budget} (--no-cache)", first, floor),
+                          (f"first look filling the cache, {budget}", fill, floor),
                           ("second look (cache)", second, first),
                           ("whole-trace read (--memory-budget none)", whole, floor)):
         if s is None:
@@ -113,13 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000,3000,10000", help="export sizes in MB, comma separated")
     ap.add_argument("--runs", type=int, default=1, help="runs of each measurement (medians)")
+    ap.add_argument("--budget", default="2GiB", help="--memory-budget of the bounded looks")
     ap.add_argument("--whole-up-to", type=int, default=3000,
                     help="also run the whole-trace read (the JSON reference) on exports up to this size, MB")
     a = ap.parse_args(argv)
     C.banner("diagnosis at scale vs the SQLite floor: wall, CPU, peak RSS")
     rows: list[list[str]] = []
     for size in [int(x) for x in a.sizes.split(",") if x.strip()]:
-        rows += measure(size, a.runs, a.whole_up_to) or []
+        rows += measure(size, a.runs, a.whole_up_to, a.budget) or []
     print()
     print(C.table(["export", "run", "wall", "CPU user+sys", "of it system", "peak RSS", "wall / baseline",
                    "CPU / baseline", "check"], rows))

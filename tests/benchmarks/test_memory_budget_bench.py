@@ -23,4 +23,4 @@ def test_memory_budget_rows(tmp_path, capsys):
     # NOTE: no ratio and no "within the budget" asserted: a child of this (large) test process starts
     # with its pages, so its peak RSS is this process's here (the benchmark's own process is small)
     assert float(rows[0][6]) > 0 and rows[0][5] == f"{est.peak_bytes / 2**20:.0f} MiB"
-    assert "the budget; memory budget: only " in rows[1][7]
+    assert "the budget; whole, in windows: JSON identical" in rows[1][7]

@@ -22,15 +22,18 @@ def test_floor_command_reads_the_columns_into_dev_null(tmp_path):
 
 
 def test_scale_memory_rows(tmp_path, monkeypatch, capsys):
+    """Over a budget the export's whole read would exceed, the bounded looks (diagnosed window by
+    window) give the whole read's JSON."""
     monkeypatch.setattr(C, "CACHE", tmp_path)
     from benchmarks import scale_memory
 
-    rows = scale_memory.measure(1, runs=1)
+    rows = scale_memory.measure(1, runs=1, whole_up_to=10, budget="100MiB")
     assert rows is not None and [r[1] for r in rows] == [
-        "floor: sqlite3 shell", "first look (--no-cache)", "first look filling the cache", "second look (cache)"]
+        "floor: sqlite3 shell", "first look, 100MiB (--no-cache)", "first look filling the cache, 100MiB",
+        "second look (cache)", "whole-trace read (--memory-budget none)"]
     for r in rows:
         assert r[2].endswith(" s") and r[5].endswith(" MiB"), r       # wall and peak RSS measured
-    assert all("JSON identical" in r[-1] for r in rows[1:]), rows
+    assert all("JSON identical;" in r[-1] for r in rows[1:]), rows  # whole run compared too
     assert (tmp_path / "nsys_1mb.sqlite").exists()                     # kept for the next run
     assert not (tmp_path / "scale-memory-cache-1").exists()            # its private cache removed
 
@@ -39,5 +42,5 @@ def test_scale_memory_skips_a_size_the_disk_cannot_hold(tmp_path, monkeypatch, c
     monkeypatch.setattr(C, "CACHE", tmp_path)
     from benchmarks import scale_memory
 
-    assert scale_memory.measure(10 ** 9, runs=1) is None               # a petabyte
+    assert scale_memory.measure(10 ** 9, runs=1, whole_up_to=0) is None               # a petabyte
     assert "skipped, not enough free disk" in capsys.readouterr().out

@@ -72,13 +72,45 @@ def test_within_budget_the_json_is_the_same(trace: str) -> None:
         assert r.exit_code == 0 and r.stdout == plain.stdout, budget
 
 
-def test_over_budget_diagnoses_a_window_and_every_report_says_so(export: Path, tmp_path: Path) -> None:
+def test_over_budget_one_export_is_diagnosed_whole_in_windows(export: Path, tmp_path: Path, monkeypatch) -> None:
+    """One engine process's export over the budget: the whole trace, window by window; the same
+    JSON as the whole read, no window_cut, kept as the answer; the spill under $TMPDIR removed."""
+    spill = tmp_path / "tmp"
+    spill.mkdir()
+    monkeypatch.setenv("TMPDIR", str(spill))
+    monkeypatch.setattr("tempfile.tempdir", None)          # re-read $TMPDIR
+    env = {"SRTSCOPE_CACHE_DIR": str(tmp_path / "cache")}
+    est = estimate(export, SourceFormat.NSYS_SQLITE)
+    budget = str(est.peak_bytes - (1 << 20))
+    got = invoke("diagnose", export, "--json", "--memory-budget", budget, env=env)
+    assert got.exit_code == 0, got.output
+    whole = invoke("diagnose", export, "--json", "--no-cache", "--memory-budget", "none")
+    assert got.stdout == whole.stdout and "window_cut" not in got.stdout
+    assert list((tmp_path / "cache").rglob("*.json*"))                  # the answer is kept ...
+    again = invoke("diagnose", export, "--json", "--memory-budget", budget, env=env)
+    assert again.stdout == whole.stdout                                   # ... and given again
+    assert not list(spill.iterdir())                                      # the spill is gone
+
+
+def _no_room_to_spill(monkeypatch) -> None:
+    """A $TMPDIR too full for the spill: the export is read over a window instead."""
+    real = shutil.disk_usage
+
+    def full(path):
+        u = real(path)
+        return type(u)(u.total, u.total - 1, 1)
+    monkeypatch.setattr("srtscope.cli.streamed.shutil.disk_usage", full)
+
+
+def test_over_budget_diagnoses_a_window_and_every_report_says_so(export: Path, tmp_path: Path, monkeypatch) -> None:
+    _no_room_to_spill(monkeypatch)
     est = estimate(export, SourceFormat.NSYS_SQLITE)
     budget = str(est.peak_bytes - (1 << 20))
     md, html = tmp_path / "r.md", tmp_path / "r.html"
     r = invoke("diagnose", export, "--json", "--no-cache", "--memory-budget", budget, "--markdown", md,
                "--html", html)
     assert r.exit_code == 0, r.output
+    assert "not diagnosed whole in windows: its spill needs" in r.stderr
     doc = json.loads(r.stdout)
     cut = [w["message"] for w in doc["capture"]["warnings"] if w["code"] == "window_cut"]
     assert len(cut) == 1 and cut[0].startswith("memory budget: only ") and " s of the capture" in cut[0]
@@ -90,7 +122,8 @@ def test_over_budget_diagnoses_a_window_and_every_report_says_so(export: Path, t
     assert text.exit_code == 0 and "window_cut" in text.stdout
 
 
-def test_a_windowed_answer_is_never_kept_as_the_whole_one(export: Path, tmp_path: Path) -> None:
+def test_a_windowed_answer_is_never_kept_as_the_whole_one(export: Path, tmp_path: Path, monkeypatch) -> None:
+    _no_room_to_spill(monkeypatch)
     env = {"SRTSCOPE_CACHE_DIR": str(tmp_path / "cache")}
     est = estimate(export, SourceFormat.NSYS_SQLITE)
     cut = invoke("diagnose", export, "--json", "--memory-budget", str(est.peak_bytes - (1 << 20)), env=env)
@@ -108,8 +141,15 @@ def test_kineto_over_budget_is_refused_in_one_line() -> None:
 
 
 def test_compare_takes_the_budget_for_each_side() -> None:
+    # each side over the budget is diagnosed whole, window by window: the same comparison
+    plain = invoke("compare", SAMPLES / "healthy.sqlite", SAMPLES / "prep_bound.sqlite")
     r = invoke("compare", SAMPLES / "healthy.sqlite", SAMPLES / "prep_bound.sqlite", "--memory-budget", "64MiB")
-    _one_error_line(r, "healthy.sqlite: a diagnosis needs ~", "over --memory-budget 64 MiB")
+    assert r.exit_code == 0 and r.stdout == plain.stdout, r.output
+    # a side the windowed path does not cover (steps from the API rows), with no step to window: refused
+    r = invoke("compare", SAMPLES / "host_sync_bound.sqlite", SAMPLES / "copy_bound.sqlite", "--memory-budget", "64MiB")
+    assert r.exit_code == 2 and "not diagnosed whole in windows (steps from 'none', not from ranges)" in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith(
+        "srtscope: error: host_sync_bound.sqlite: a diagnosis needs ~"), r.stderr
 
 
 @pytest.mark.parametrize("trace,steps", [("healthy.sqlite", "3:8"), ("eager_fallback.sqlite", "2:5"),
