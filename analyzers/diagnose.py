@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -32,7 +33,7 @@ from srtscope.analyzers.columns import isin, str_codes, sum_by
 from srtscope.analyzers.host_activity import HostActivity
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.results import BUBBLE_CLASSES, BubbleResult, CaptureInfo, Diagnosis, StepsResult
-from srtscope.analyzers.timeline import DeviceKind, Timeline, WarningCode
+from srtscope.analyzers.timeline import DeviceKind, Timeline, TimelineMeta, WarningCode
 from srtscope.analyzers.vocab import Cause
 
 __all__ = ["DiagnoseParams", "diagnose", "compare", "crop", "top_kernels", "DiagnosisDiff", "FigureDelta"]
@@ -157,40 +158,10 @@ def diagnose(tl: Timeline, params: DiagnoseParams = _DEFAULT_PARAMS, *,
     mask = sets.comm                                    # comm.comm_mask, computed once
     ranks_with_comm = comm_ranks_of(tl, mask)
     classes, stages, user_ranges = attribute(tl, pieces, params.burst_rule, model, ranks_with_comm)
-    # launch-bound time in eager-fallback steps is the fallback's
-    fb_rows = steps.index.to_numpy()[fallback_mask(steps)]
-    in_fb = np.isin(pieces["step_row"].to_numpy(), fb_rows) if len(fb_rows) else np.zeros(len(pieces), bool)
-    lb, ef = f"cause.{Cause.LAUNCH_BOUND.value}_ns", f"cause.{Cause.EAGER_FALLBACK.value}_ns"
-    classes.loc[in_fb, ef] += classes.loc[in_fb, lb]
-    classes.loc[in_fb, lb] = 0
-    pieces = pd.concat([pieces.drop(columns=["queued_ns"]), classes], axis=1)
-    ccols = [f"{c}_ns" for c in BUBBLE_CLASSES] + ["covered_ns"]
-    kcols = [f"cause.{c}_ns" for c in BUBBLE_CAUSES]
-    per_bubble = pieces.groupby("bubble")[ccols].sum() if len(pieces) else pd.DataFrame(columns=ccols)
-    table = bubbles.drop(columns=["next_row", "queued_ns"]).join(per_bubble)
-    for c in ccols:
-        table[c] = table[c].fillna(0).astype(np.int64)
-    if stages.shape[1]:
-        sb = stages.groupby(pieces["bubble"]).sum()
-        top = sb.idxmax(axis=1).where(sb.max(axis=1) > 0, "")
-        table["top_stage"] = top.reindex(table.index).fillna("")
-    else:
-        table["top_stage"] = ""
-    total = int(table["dur_ns"].sum())
-    by_stage = stages.sum(axis=0).sort_values(ascending=False) if stages.shape[1] else pd.Series(dtype=np.int64)
-    by_cause = {c: int(pieces[k].sum()) for c, k in zip(BUBBLE_CAUSES, kcols)} if len(pieces) else {}
-    bres = BubbleResult(
-        count=len(table), total_ns=total, window_ns=int(by_device["window_ns"].sum()),
-        busy_ns=int(by_device["busy_ns"].sum()),
-        by_class={c: int(table[f"{c}_ns"].sum()) for c in BUBBLE_CLASSES},
-        by_stage={str(k): int(v) for k, v in by_stage.items() if v > 0},
-        by_user_range=user_ranges,
-        histogram=histogram(table["dur_ns"].to_numpy()), threshold_ns=params.threshold_ns,
-        nvtx_coverage=(float(table["covered_ns"].sum()) / total) if total and len(tl.host_ranges) else None,
-        table=table, by_device=by_device, by_stream=by_stream,
-        by_cause={c: v for c, v in by_cause.items() if v > 0},
-        sub_threshold_ns=int(by_device["small_gap_ns"].sum()) if len(by_device) else 0,
-        sub_threshold_count=int(by_device["small_gap_count"].sum()) if len(by_device) else 0)
+    pieces = with_causes(pieces, classes, steps)
+    bres = bubble_result(bubbles.drop(columns=["next_row", "queued_ns"]), pieces, stages, by_device, by_stream,
+                         user_ranges, params.threshold_ns, bool(len(tl.host_ranges)))
+    table = bres.table
     reasons = eager_reasons(steps)
     sres = StepsResult(source, steps, {str(k): int(v) for k, v in reasons[reasons != ""].value_counts().items()})
     cres = communication(tl, mask, int(params.min_skew_us * 1000), sets)
@@ -214,18 +185,75 @@ def diagnose(tl: Timeline, params: DiagnoseParams = _DEFAULT_PARAMS, *,
     verdict = decide(m, bres, cres, eres, tk, budget.table, source, params.healthy_pct, device=dres,
                      coverage=coverage, steps=sres, engine_evidence=model.has_engine_evidence,
                      losses=losses, what_if=wif, io=io)
-    names = {d.id: d.name for d in m.devices}
-    devices = tuple({"id": d, "name": names.get(d, ""), "rank": r} for r, d in sets.keys)   # sorted
-    lo, hi = tl.span_ns
-    capture = CaptureInfo(format=m.format.value if hasattr(m.format, "value") else str(m.format),
-                          tool_version=m.tool_version, sources=tuple(m.sources), devices=devices,
-                          ranks=tuple(m.ranks), window_ns=int((m.window_end_ns - m.window_start_ns) or (hi - lo)),
-                          traced=tuple(sorted(t.value for t in m.traced)),
-                          warnings=tuple({"code": w.code.value, "message": w.message} for w in m.warnings),
-                          world_size=int(m.world_size), coverage=coverage)
-    p = asdict(params)
-    p["step_range"] = list(params.step_range) if params.step_range else None
+    capture = capture_info(m, sets.keys, tl.span_ns, coverage)
     ov = overview(tl, table, steps, mask, sets=sets)
     phases = phase_split(steps, budget.table, params.healthy_pct)
-    return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, p, dres, ov, wif, top_ranges(tl),
-                     phases)
+    return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, params_json(params), dres, ov, wif,
+                     top_ranges(tl), phases)
+
+
+def with_causes(pieces: pd.DataFrame, classes: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Attributed bubble pieces: ``pieces`` (their ``queued_ns`` dropped) beside ``attribute``'s
+    ``classes``, with the launch-bound time of eager-fallback steps moved to the fallback (in place)."""
+    fb_rows = steps.index.to_numpy()[fallback_mask(steps)]
+    in_fb = np.isin(pieces["step_row"].to_numpy(), fb_rows) if len(fb_rows) else np.zeros(len(pieces), bool)
+    lb, ef = f"cause.{Cause.LAUNCH_BOUND.value}_ns", f"cause.{Cause.EAGER_FALLBACK.value}_ns"
+    classes.loc[in_fb, ef] += classes.loc[in_fb, lb]
+    classes.loc[in_fb, lb] = 0
+    return pd.concat([pieces.drop(columns=["queued_ns"]), classes], axis=1)
+
+
+def bubble_result(bubbles: pd.DataFrame, pieces: pd.DataFrame, stages: pd.DataFrame, by_device: pd.DataFrame,
+                  by_stream: pd.DataFrame, user_ranges: dict[str, int], threshold_ns: int,
+                  has_ranges: bool) -> BubbleResult:
+    """The bubble figures: ``bubbles`` (rank, device, pid, tid, start_ns, end_ns, dur_ns; row = the
+    pieces' ``bubble``) with their attributed ``pieces`` and per-piece ``stages`` (``attribute``'s)
+    summed per bubble; ``has_ranges``: the trace has host ranges (NVTX coverage is then known)."""
+    ccols = [f"{c}_ns" for c in BUBBLE_CLASSES] + ["covered_ns"]
+    kcols = [f"cause.{c}_ns" for c in BUBBLE_CAUSES]
+    per_bubble = pieces.groupby("bubble")[ccols].sum() if len(pieces) else pd.DataFrame(columns=ccols)
+    table = bubbles.join(per_bubble)
+    for c in ccols:
+        table[c] = table[c].fillna(0).astype(np.int64)
+    if stages.shape[1]:
+        sb = stages.groupby(pieces["bubble"]).sum()
+        top = sb.idxmax(axis=1).where(sb.max(axis=1) > 0, "")
+        table["top_stage"] = top.reindex(table.index).fillna("")
+    else:
+        table["top_stage"] = ""
+    total = int(table["dur_ns"].sum())
+    by_stage = stages.sum(axis=0).sort_values(ascending=False) if stages.shape[1] else pd.Series(dtype=np.int64)
+    by_cause = {c: int(pieces[k].sum()) for c, k in zip(BUBBLE_CAUSES, kcols)} if len(pieces) else {}
+    return BubbleResult(
+        count=len(table), total_ns=total, window_ns=int(by_device["window_ns"].sum()),
+        busy_ns=int(by_device["busy_ns"].sum()),
+        by_class={c: int(table[f"{c}_ns"].sum()) for c in BUBBLE_CLASSES},
+        by_stage={str(k): int(v) for k, v in by_stage.items() if v > 0},
+        by_user_range=user_ranges,
+        histogram=histogram(table["dur_ns"].to_numpy()), threshold_ns=threshold_ns,
+        nvtx_coverage=(float(table["covered_ns"].sum()) / total) if total and has_ranges else None,
+        table=table, by_device=by_device, by_stream=by_stream,
+        by_cause={c: v for c, v in by_cause.items() if v > 0},
+        sub_threshold_ns=int(by_device["small_gap_ns"].sum()) if len(by_device) else 0,
+        sub_threshold_count=int(by_device["small_gap_count"].sum()) if len(by_device) else 0)
+
+
+def capture_info(m: TimelineMeta, keys: list[tuple[int, int]], span: tuple[int, int], coverage: Any) -> CaptureInfo:
+    """What was captured: ``m`` (with the diagnosis's warnings), the (rank, device) ``keys`` with
+    activity, sorted, and the span of all rows (the window where the metadata names none)."""
+    names = {d.id: d.name for d in m.devices}
+    devices = tuple({"id": d, "name": names.get(d, ""), "rank": r} for r, d in keys)
+    lo, hi = span
+    return CaptureInfo(format=m.format.value if hasattr(m.format, "value") else str(m.format),
+                       tool_version=m.tool_version, sources=tuple(m.sources), devices=devices,
+                       ranks=tuple(m.ranks), window_ns=int((m.window_end_ns - m.window_start_ns) or (hi - lo)),
+                       traced=tuple(sorted(t.value for t in m.traced)),
+                       warnings=tuple({"code": w.code.value, "message": w.message} for w in m.warnings),
+                       world_size=int(m.world_size), coverage=coverage)
+
+
+def params_json(params: DiagnoseParams) -> dict:
+    """The parameters as the JSON contract gives them."""
+    p = asdict(params)
+    p["step_range"] = list(params.step_range) if params.step_range else None
+    return p

@@ -207,8 +207,7 @@ class BurstTracker:
         last = np.r_[first[1:], len(s)] - 1
         counts = np.diff(np.r_[first, len(s)])
         fs = s[first].copy()
-        if len(first) == 0 or first[0] != 0:            # the carried run goes on into this chunk
-            assert self.open is not None
+        if self.open is not None and (len(first) == 0 or first[0] != 0):   # the carried run goes on
             head = int(first[0]) if len(first) else len(s)
             fs, last, counts = np.r_[self.open[0], fs], np.r_[head - 1, last], np.r_[self.open[1] + head, counts]
         elif self.open is not None:                      # the carried run ended before this chunk

@@ -13,7 +13,7 @@ Scope: one rank, one device (``applies``); other traces take the whole-trace pat
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,14 +24,12 @@ from srtscope.analyzers.analyses.attribution import attribute, launch_calls
 from srtscope.analyzers.analyses.budget import step_budget
 from srtscope.analyzers.analyses.comm import split_compute
 from srtscope.analyzers.analyses.device_sets import DeviceSets
-from srtscope.analyzers.analyses.eager import fallback_mask
 from srtscope.analyzers.analyses.losses import StepLosses, step_losses
 from srtscope.analyzers.columns import isin, str_codes, sum_by
 from srtscope.analyzers.host_activity import HostActivity
 from srtscope.analyzers.names import copy_direction
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.timeline import DeviceKind, Timeline
-from srtscope.analyzers.vocab import Cause
 
 Key = tuple[int, int]
 _MIN, _MAX = int(np.iinfo(np.int64).min) // 2, int(np.iinfo(np.int64).max) // 2
@@ -162,19 +160,14 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
     joined = Timeline(tlw.device, ctx.calls, tlw.ranges, tlw.counters, tlw.meta)
     pid, tid, ends = launch_calls(joined, bub["next_row"].to_numpy(), ctx.default)
     bub["pid"], bub["tid"], bub["queued_ns"] = pid, tid, ends
-    from srtscope.analyzers.diagnose import _pieces  # noqa: PLC0415 (one home for the cut)
+    from srtscope.analyzers.diagnose import _pieces, with_causes  # noqa: PLC0415 (one home for each)
     pieces = _pieces(bub, steps)
     pieces = pieces[w.owns(pieces["start_ns"].to_numpy())].reset_index(drop=True)
     pieces["bubble_start_ns"] = bub["start_ns"].to_numpy()[pieces["bubble"].to_numpy()] if len(pieces) \
         else np.zeros(0, np.int64)
     model = _window_model(tlw, ctx, params)
     classes, stages, user = attribute(tlw, pieces, params.burst_rule, model, ctx.comm_ranks)
-    fb_rows = steps.index.to_numpy()[fallback_mask(steps)]
-    in_fb = np.isin(pieces["step_row"].to_numpy(), fb_rows) if len(fb_rows) else np.zeros(len(pieces), bool)
-    lb, ef = f"cause.{Cause.LAUNCH_BOUND.value}_ns", f"cause.{Cause.EAGER_FALLBACK.value}_ns"
-    classes.loc[in_fb, ef] += classes.loc[in_fb, lb]
-    classes.loc[in_fb, lb] = 0
-    pieces = pd.concat([pieces.drop(columns=["queued_ns"]), classes], axis=1)
+    pieces = with_causes(pieces, classes, steps)
     owned_b = bub[w.owns(bub["start_ns"].to_numpy())].drop(columns=["next_row", "queued_ns"])
     # the owned steps' budget and accounting, on local rows 0..m-1
     local = steps.iloc[own_steps].reset_index(drop=True)
@@ -337,5 +330,3 @@ def crop_rows(tl: Timeline, lo: int, hi: int) -> Timeline:
     return Timeline(overlapping(tl.device, lo, hi), overlapping(tl.api, lo, hi), overlapping(tl.ranges, lo, hi),
                     tl.counters, tl.meta)
 
-
-Reader = Callable[[int, int], Timeline]

@@ -6,14 +6,13 @@ reference the streamed path is checked against); ``reduce`` is the adding up bot
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import cast
 
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers.analyses.attribution import BUBBLE_CAUSES, comm_ranks_of
-from srtscope.analyzers.analyses.bubbles import histogram
+from srtscope.analyzers.analyses.attribution import comm_ranks_of
 from srtscope.analyzers.analyses.budget import BUDGET_COLUMNS, budget_result
 from srtscope.analyzers.analyses.capture import CaptureFacts, capture_adequacy
 from srtscope.analyzers.analyses.comm import finish
@@ -22,20 +21,16 @@ from srtscope.analyzers.analyses.device_split import copy_stat, device_result
 from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons, fallback_mask
 from srtscope.analyzers.analyses.io_frames import io_work
 from srtscope.analyzers.analyses.losses import HOST_WAIT, StepLosses, edge_losses, warmup_mask
-from srtscope.analyzers.analyses.overview import DEFAULT_BINS, _spread, bin_edges
+from srtscope.analyzers.analyses.overview import DEFAULT_BINS, bin_edges, device_overview
 from srtscope.analyzers.analyses.phases import phase_split
 from srtscope.analyzers.analyses.range_totals import top_ranges
 from srtscope.analyzers.analyses.steps import find_steps
 from srtscope.analyzers.analyses.verdict import decide
 from srtscope.analyzers.analyses.whatif import what_if
-from srtscope.analyzers.diagnose import kernel_table
+from srtscope.analyzers.diagnose import bubble_result, capture_info, kernel_table, params_json
 from srtscope.analyzers.host_activity import HostActivity, default_threads, stage_threads
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.results import (
-    BUBBLE_CLASSES,
-    BubbleResult,
-    CaptureInfo,
-    DeviceOverview,
     DeviceResult,
     Diagnosis,
     OverviewResult,
@@ -115,38 +110,15 @@ def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timel
         pieces = pieces.iloc[order].reset_index(drop=True)
         stages = stages.iloc[order].reset_index(drop=True)
     pieces = pieces.drop(columns=["bubble_start_ns"])
-    ccols = [f"{c}_ns" for c in BUBBLE_CLASSES] + ["covered_ns"]
-    kcols = [f"cause.{c}_ns" for c in BUBBLE_CAUSES]
-    per_bubble = pieces.groupby("bubble")[ccols].sum() if len(pieces) else pd.DataFrame(columns=ccols)
-    table = bubbles.join(per_bubble)
-    for c in ccols:
-        table[c] = table[c].fillna(0).astype(np.int64)
-    if stages.shape[1]:
-        sb = stages.groupby(pieces["bubble"]).sum()
-        top = sb.idxmax(axis=1).where(sb.max(axis=1) > 0, "")
-        table["top_stage"] = top.reindex(table.index).fillna("")
-    else:
-        table["top_stage"] = ""
-    total = int(table["dur_ns"].sum())
-    by_stage = stages.sum(axis=0).sort_values(ascending=False) if stages.shape[1] else pd.Series(dtype=np.int64)
-    by_cause = {c: int(pieces[k].sum()) for c, k in zip(BUBBLE_CAUSES, kcols)} if len(pieces) else {}
-    by_device = _by_device(parts, keys, ctx, table)
     user: dict[str, int] = {}
     for p in parts:
         for k, v in p.user_ranges.items():
             user[k] = user.get(k, 0) + v
-    bres = BubbleResult(
-        count=len(table), total_ns=total, window_ns=int(by_device["window_ns"].sum()),
-        busy_ns=int(by_device["busy_ns"].sum()),
-        by_class={c: int(table[f"{c}_ns"].sum()) for c in BUBBLE_CLASSES},
-        by_stage={str(k): int(v) for k, v in by_stage.items() if v > 0},
-        by_user_range=dict(sorted(((k, v) for k, v in user.items() if v > 0), key=lambda kv: (-kv[1], kv[0]))),
-        histogram=histogram(table["dur_ns"].to_numpy()), threshold_ns=thr,
-        nvtx_coverage=(float(table["covered_ns"].sum()) / total) if total and len(small.host_ranges) else None,
-        table=table, by_device=by_device, by_stream=_by_stream(parts, thr),
-        by_cause={c: v for c, v in by_cause.items() if v > 0},
-        sub_threshold_ns=int(by_device["small_gap_ns"].sum()) if len(by_device) else 0,
-        sub_threshold_count=int(by_device["small_gap_count"].sum()) if len(by_device) else 0)
+    # NOTE: ``attribute`` orders its user ranges largest first, ties by name
+    user = dict(sorted(((k, v) for k, v in user.items() if v > 0), key=lambda kv: (-kv[1], kv[0])))
+    bres = bubble_result(bubbles, pieces, stages, _by_device(parts, keys, ctx, bubbles), _by_stream(parts, thr),
+                         user, thr, bool(len(small.host_ranges)))
+    table = bres.table
     reasons = eager_reasons(steps)
     sres = StepsResult(source, steps, {str(k): int(v) for k, v in reasons[reasons != ""].value_counts().items()})
     csrc, inst = comm
@@ -176,21 +148,11 @@ def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timel
     verdict = decide(m, bres, cres, eres, tk, budget.table, source, params.healthy_pct, device=dres,
                      coverage=coverage, steps=sres, engine_evidence=ctx.model.has_engine_evidence,
                      losses=losses, what_if=wif, io=io)
-    dnames = {d.id: d.name for d in m.devices}
-    devices = tuple({"id": d, "name": dnames.get(d, ""), "rank": r} for r, d in keys)
-    lo, hi = span
-    capture = CaptureInfo(format=m.format.value if hasattr(m.format, "value") else str(m.format),
-                          tool_version=m.tool_version, sources=tuple(m.sources), devices=devices,
-                          ranks=tuple(m.ranks), window_ns=int((m.window_end_ns - m.window_start_ns) or (hi - lo)),
-                          traced=tuple(sorted(t.value for t in m.traced)),
-                          warnings=tuple({"code": w.code.value, "message": w.message} for w in m.warnings),
-                          world_size=int(m.world_size), coverage=coverage)
-    p_ = asdict(params)
-    p_["step_range"] = list(params.step_range) if params.step_range else None
+    capture = capture_info(m, keys, span, coverage)
     ov = _overview(parts, keys, ctx, table, steps)
     phases = phase_split(steps, budget.table, params.healthy_pct)
-    return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, p_, dres, ov, wif, top_ranges(small),
-                     phases)
+    return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, params_json(params), dres, ov, wif,
+                     top_ranges(small), phases)
 
 
 def _by_device(parts: list[Part], keys: list, ctx: Context, table: pd.DataFrame) -> pd.DataFrame:
@@ -330,16 +292,10 @@ def _losses(parts: list[Part], ctx: Context, pieces: pd.DataFrame, params: Diagn
 def _overview(parts: list[Part], keys: list, ctx: Context, table: pd.DataFrame, steps: pd.DataFrame) -> OverviewResult:
     out = []
     for key in keys:
-        lo, hi = ctx.bounds[key]
-        edges = bin_edges(lo, hi, DEFAULT_BINS)
-
-        def per_bin(cls: str, key=key) -> list[int]:
+        edges = bin_edges(*ctx.bounds[key], DEFAULT_BINS)
+        per_bin = {}
+        for cls in ("kernel", "copyset", "comm"):
             got = [p.bins[(key, cls)] for p in parts if (key, cls) in p.bins]
-            return (np.sum(got, axis=0) if got else np.zeros(DEFAULT_BINS, np.int64)).astype(int).tolist()
-        b = table[(table["rank"] == key[0]) & (table["device"] == key[1])] if len(table) else table
-        by_class = {c: _spread(b, f"{c}_ns", edges) for c in BUBBLE_CLASSES}
-        st = steps[steps["rank"] == key[0]]["start_ns"].to_numpy() if len(steps) else np.zeros(0, np.int64)
-        out.append(DeviceOverview(int(key[0]), int(key[1]), lo, int(edges[1] - edges[0]), per_bin("kernel"),
-                                  per_bin("copyset"), per_bin("comm"), {c: v for c, v in by_class.items() if any(v)},
-                                  [int(x) for x in st[(st >= lo) & (st < hi)]]))
+            per_bin[cls] = np.sum(got, axis=0) if got else np.zeros(DEFAULT_BINS, np.int64)
+        out.append(device_overview(key, ctx.bounds[key], edges, per_bin, table, steps))
     return OverviewResult(DEFAULT_BINS, tuple(out))

@@ -32,21 +32,25 @@ def overview(tl: Timeline, bubbles: pd.DataFrame, steps: pd.DataFrame, comm: np.
         return OverviewResult(bins, ())
     sets = DeviceSets.of(tl, sets, comm)
     out = []
-    for rank, device in sets.keys:
-        lo, hi = sets.bounds((rank, device))
-        edges = bin_edges(lo, hi, bins)
-        width = int(edges[1] - edges[0])
-
-        def per_bin(cls: str, key: tuple[int, int] = (rank, device), edges: np.ndarray = edges) -> list[int]:
-            return np.diff(iv.covered_upto(sets.union(key, cls), edges)).astype(int).tolist()
-
-        b = bubbles[(bubbles["rank"] == rank) & (bubbles["device"] == device)] if len(bubbles) else bubbles
-        by_class = {c: _spread(b, f"{c}_ns", edges) for c in BUBBLE_CLASSES}
-        st = steps[steps["rank"] == rank]["start_ns"].to_numpy() if len(steps) else np.zeros(0, np.int64)
-        out.append(DeviceOverview(int(rank), int(device), lo, int(width), per_bin("kernel"), per_bin("copyset"),
-                                  per_bin("comm"), {c: v for c, v in by_class.items() if any(v)},
-                                  [int(x) for x in st[(st >= lo) & (st < hi)]]))
+    for key in sets.keys:
+        edges = bin_edges(*sets.bounds(key), bins)
+        out.append(device_overview(key, sets.bounds(key), edges, {
+            c: np.diff(iv.covered_upto(sets.union(key, c), edges)) for c in ("kernel", "copyset", "comm")},
+            bubbles, steps))
     return OverviewResult(bins, tuple(out))
+
+
+def device_overview(key: tuple[int, int], bounds: tuple[int, int], edges: np.ndarray,
+                    per_bin: dict[str, np.ndarray], bubbles: pd.DataFrame, steps: pd.DataFrame) -> DeviceOverview:
+    """One device's overview: ``per_bin`` the kernel, copyset and comm time in each bin of
+    ``edges`` (``bin_edges`` of its ``bounds``); its bubbles' class time spread over the bins."""
+    (rank, device), (lo, hi) = key, bounds
+    b = bubbles[(bubbles["rank"] == rank) & (bubbles["device"] == device)] if len(bubbles) else bubbles
+    by_class = {c: _spread(b, f"{c}_ns", edges) for c in BUBBLE_CLASSES}
+    st = steps[steps["rank"] == rank]["start_ns"].to_numpy() if len(steps) else np.zeros(0, np.int64)
+    kernel, copyset, comm = (per_bin[c].astype(int).tolist() for c in ("kernel", "copyset", "comm"))
+    return DeviceOverview(int(rank), int(device), lo, int(edges[1] - edges[0]), kernel, copyset, comm,
+                          {c: v for c, v in by_class.items() if any(v)}, [int(x) for x in st[(st >= lo) & (st < hi)]])
 
 
 def bin_edges(lo: int, hi: int, bins: int) -> np.ndarray:
