@@ -240,8 +240,10 @@ class SpilledTrace:
             for k, v in chunk.items():
                 if k in cats:
                     cols[k] = pd.Categorical.from_codes(luts[k][v], categories=cats[k])  # type: ignore[call-overload]
+                elif k in ID_COLUMNS:       # int32 on disk where a chunk fitted: one width per table
+                    cols[k] = v.astype(np.int32 if k in narrow else np.int64, copy=False)
                 else:
-                    cols[k] = v.astype(np.int32) if k in narrow else v
+                    cols[k] = v
             rank = _ranks(chunk["pid"], self._rank_pids, self._rank)
             cols["rank"] = rank if wide else rank.astype(np.int32)
             df = validate_table(pd.DataFrame(cols, copy=False), table, copy=False)
@@ -284,8 +286,8 @@ def read_nsys_spilled(path: str | Path, rank: int = 0, *, folder: str | Path,
         try:
             if "StringIds" in reader.tables:   # else ``_read`` says what the file is not
                 folder.mkdir(parents=True, exist_ok=True)
-            device = TimeSpool(folder, "device", chunk_rows, *_plan(con, DEVICE_TABLES))
-            api = TimeSpool(folder, "api", chunk_rows, *_plan(con, API_TABLES))
+            device = TimeSpool(folder, "device", chunk_rows, *_plan(con, DEVICE_TABLES), narrow=ID_COLUMNS)
+            api = TimeSpool(folder, "api", chunk_rows, *_plan(con, API_TABLES), narrow=ID_COLUMNS)
             spiller = _Spiller(device, api, scan_rows)
             tl = _read(path, reader, rank, checked, scan=spiller)
             for table, bad in (("device", device.bad_rows), ("api", api.bad_rows)):

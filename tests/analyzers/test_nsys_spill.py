@@ -221,6 +221,33 @@ def test_time_spool_gives_a_stable_sort_in_bounded_pieces(tmp_path, case, starts
         assert len(c["row"]) <= bucket_rows or c["start_ns"][0] == c["start_ns"][-1], case
 
 
+@pytest.mark.parametrize("case, ids, width", [
+    ("every chunk's ids fit int32: int32 on disk and back", [[1, 2, 3], [2**31 - 1, -(2**31)]], np.int32),
+    ("one chunk's id past int32: that chunk int64, the column back as int64", [[1, 2], [2**31, 5]], np.int64),
+    ("the wide chunk first, narrow ones after", [[-(2**31) - 1], [7, 8, 9]], np.int64),
+])
+def test_narrow_columns_keep_their_values_across_widths(tmp_path, case, ids, width):
+    # bucket_rows 2 with rows over the whole time span: splits and merges stream segments of both widths
+    spool = TimeSpool(tmp_path, "t", 2, expect_rows=2, narrow=frozenset({"id"}))
+    n, want = 0, []
+    for chunk in ids * 6:
+        s = (np.arange(len(chunk)) * 1000 + n * 7).astype(np.int64)[::-1].copy()
+        spool.add({"start_ns": s, "end_ns": s + 1, "id": np.asarray(chunk, np.int64),
+                   "row": np.arange(n, n + len(chunk))})
+        want += list(zip(s.tolist(), range(n, n + len(chunk)), chunk))
+        n += len(chunk)
+    got = list(spool.chunks())
+    rows = np.concatenate([c["row"] for c in got])
+    ids_back = np.concatenate([c["id"] for c in got])
+    by_row = {r: i for _, r, i in want}
+    assert [by_row[int(r)] for r in rows] == ids_back.tolist(), case
+    assert [r for _, r, _ in sorted(want, key=lambda t: t[0])] == rows.tolist(), case
+    assert ids_back.dtype == width, case
+    assert spool.id_range["id"] == (min(min(c) for c in ids), max(max(c) for c in ids))
+    spool.remove()
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("table, sql, refused", [
     # a text where a kernel's start belongs (a chunk may begin with it: its column then reads as text)
     ("CUPTI_ACTIVITY_KIND_KERNEL", "UPDATE {t} SET start = 'soon' WHERE rowid IN (8, 250)", True),
