@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.analyses.api_steps import api_step_table, thread_steps
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.columns import isin, str_codes
 from srtscope.analyzers.host_activity import blocking_mask as _blocking_mask
@@ -96,35 +97,18 @@ def _windows(tl: Timeline, stages: np.ndarray, rule: StepRule) -> tuple[str, pd.
     threads = _default_threads(tl)
     blocking = _blocking_mask(api)
     launch = isin(api["kind"], [ApiKind.LAUNCH, ApiKind.GRAPH_LAUNCH])
-    parts, source = [], "sync"
-    a_s, a_e = api["start_ns"].to_numpy(), api["end_ns"].to_numpy()
-    for rank, (pid, tid) in sorted(threads.items()):
+    a_s, a_e = api["start_ns"].to_numpy(np.int64), api["end_ns"].to_numpy(np.int64)
+    trackers, device_end = {}, {}
+    for rank, (pid, tid) in threads.items():
         on = (api["rank"].to_numpy() == rank) & (api["pid"].to_numpy() == pid) & (api["tid"].to_numpy() == tid)
-        ls = a_s[on & launch]
-        if len(ls) == 0:
-            continue
-        first, last_end = int(ls.min()), int(a_e[on & launch].max())
+        mine = np.flatnonzero(on & (launch | blocking))      # start-sorted (``validate_table``)
+        trackers[(rank, pid, tid)] = thread_steps(a_s[mine], a_e[mine], launch[mine], blocking[mine], rule.gap_ns)
         dev_end = tl.device.loc[tl.device["rank"] == rank, "end_ns"]
-        last_end = max(last_end, int(dev_end.max()) if len(dev_end) else last_end)
-        syncs = iv.union(a_s[on & blocking], a_e[on & blocking])[1]
-        syncs = syncs[syncs > first]
-        if len(syncs) >= 2:
-            bounds = iv.sorted_unique(np.r_[first, syncs])
-            ends = np.r_[bounds[1:], max(last_end, int(bounds[-1]) + 1)]
-        else:
-            source = "bursts"
-            ls = np.sort(ls)
-            le = np.maximum.accumulate(np.sort(a_e[on & launch]))
-            new = np.r_[True, (ls[1:] - le[:-1]) > rule.gap_ns]
-            bounds = ls[new]
-            ends = np.r_[bounds[1:], last_end]
-        n_launch = np.diff(np.searchsorted(np.sort(ls), np.r_[bounds, ends[-1]]))
-        keep = n_launch > 0
-        parts.append(pd.DataFrame({"rank": rank, "pid": pid, "tid": tid,
-                                   "start_ns": bounds[keep], "end_ns": ends[keep]}))
-    if not parts:
-        return "none", _blank_attrs(pd.DataFrame(columns=["rank", "pid", "tid", "start_ns", "end_ns"]))
-    return source, _blank_attrs(pd.concat(parts, ignore_index=True))
+        if len(dev_end):
+            device_end[rank] = int(dev_end.max())
+    source, w = api_step_table(trackers, threads, device_end)
+    return source, _blank_attrs(w if w is not None else pd.DataFrame(columns=["rank", "pid", "tid", "start_ns",
+                                                                              "end_ns"]))
 
 
 def _opened_steps(tl: Timeline, stages: np.ndarray) -> tuple[str, pd.DataFrame] | None:
