@@ -161,8 +161,9 @@ class ApiSteps:
         blocking = blocking_mask(api) & (api["end_ns"].to_numpy() > api["start_ns"].to_numpy())
         m = launch | blocking
         upto = int(api["start_ns"].to_numpy()[-1])
-        rows = (api[["rank", "pid", "tid"]].to_numpy(np.int64)[m], api["start_ns"].to_numpy(np.int64)[m],
-                api["end_ns"].to_numpy(np.int64)[m], launch[m], blocking[m])
+        rows: tuple[np.ndarray, ...] = (api[["rank", "pid", "tid"]].to_numpy(np.int64)[m],
+                                        api["start_ns"].to_numpy(np.int64)[m], api["end_ns"].to_numpy(np.int64)[m],
+                                        launch[m], blocking[m])
         if self.held is not None:
             rows = tuple(np.concatenate([h, r]) for h, r in zip(self.held, rows))
         now = rows[1] < upto
