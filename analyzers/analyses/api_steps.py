@@ -62,7 +62,8 @@ class ThreadSteps:
             self.last_end = max(int(le.max()), self.last_end if self.last_end is not None else int(le.max()))
             new, run_end = run_starts(ls, le, self.gap_ns, self.run_end)
             self.run_end = int(run_end[-1])
-            self.bursts.append(ls[new])
+            if new.any():
+                self.bursts.append(ls[new])
         bs, be = s[blocking], e[blocking]
         if self.open is not None:
             bs, be = np.r_[self.open[0], bs], np.r_[self.open[1], be]
@@ -82,7 +83,8 @@ class ThreadSteps:
         per[0] += self.cur_n
         if len(bounds):
             keep = per[:-1] > 0
-            self.sync.append((np.r_[self.cur, bounds[:-1]][keep], bounds[keep]))
+            if keep.any():
+                self.sync.append((np.r_[self.cur, bounds[:-1]][keep], bounds[keep]))
             self.cur = int(bounds[-1])
         self.cur_n = int(per[-1])
 

@@ -35,7 +35,8 @@ def _launches(t0: float, n: int = 3, tid: int = 1, rank: int = 0) -> list[dict]:
     return [api(t0 + 10 * i, t0 + 10 * i + 4, tid=tid, rank=rank) for i in range(n)]
 
 
-def _streamed(tl: Timeline, chunk: int, rule: StepRule = StepRule()) -> tuple[str, pd.DataFrame]:
+def _streamed(tl: Timeline, chunk: int, rule: StepRule | None = None) -> tuple[str, pd.DataFrame]:
+    rule = rule or StepRule()
     steps = ApiSteps(rule.gap_ns)
     for a in TimelineChunks(tl, chunk).iter_api():
         steps.add(a)
