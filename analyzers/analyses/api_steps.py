@@ -161,16 +161,26 @@ class ApiSteps:
             return
         launch = isin(api["kind"], _LAUNCH_KINDS)
         blocking = blocking_mask(api) & (api["end_ns"].to_numpy() > api["start_ns"].to_numpy())
-        m = launch | blocking
-        upto = int(api["start_ns"].to_numpy()[-1])
-        rows: tuple[np.ndarray, ...] = (api[["rank", "pid", "tid"]].to_numpy(np.int64)[m],
-                                        api["start_ns"].to_numpy(np.int64)[m], api["end_ns"].to_numpy(np.int64)[m],
-                                        launch[m], blocking[m])
+        m = np.flatnonzero(launch | blocking)
+        keys = api[["rank", "pid", "tid"]].to_numpy(np.int64) if len(m) else np.zeros((0, 3), np.int64)
+        rows = (keys[m], api["start_ns"].to_numpy(np.int64)[m], api["end_ns"].to_numpy(np.int64)[m],
+                launch[m], blocking[m])
+        starts = rows[1]
         if self.held is not None:
-            rows = tuple(np.concatenate([h, r]) for h, r in zip(self.held, rows))
-        now = rows[1] < upto
-        self._feed(tuple(r[now] for r in rows), upto)
-        self.held = tuple(r[~now] for r in rows)
+            # the held calls and this chunk's that start with them, fed before the rest
+            tie = int(np.searchsorted(starts, self.held[1][0], side="right"))
+            rows_tie = tuple(np.concatenate([h, r[:tie]]) for h, r in zip(self.held, rows))
+            self.held, rows = None, tuple(r[tie:] for r in rows)
+            if len(rows[1]) == 0:
+                self.held = rows_tie            # this chunk's calls all start with them: wait on
+                return
+            self._feed(rows_tie, int(rows[1][0]))
+        upto = int(rows[1][-1]) if len(rows[1]) else None
+        if upto is None:
+            return
+        now = int(np.searchsorted(rows[1], upto, side="left"))
+        self._feed(tuple(r[:now] for r in rows), upto)
+        self.held = tuple(r[now:] for r in rows)
 
     def close(self) -> dict[Key, ThreadSteps]:
         """No more chunks: every thread's steps, final."""
