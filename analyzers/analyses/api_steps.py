@@ -163,12 +163,11 @@ class ApiSteps:
         blocking = blocking_mask(api) & (api["end_ns"].to_numpy() > api["start_ns"].to_numpy())
         m = np.flatnonzero(launch | blocking)
         keys = api[["rank", "pid", "tid"]].to_numpy(np.int64) if len(m) else np.zeros((0, 3), np.int64)
-        rows = (keys[m], api["start_ns"].to_numpy(np.int64)[m], api["end_ns"].to_numpy(np.int64)[m],
-                launch[m], blocking[m])
-        starts = rows[1]
+        rows: tuple[np.ndarray, ...] = (keys[m], api["start_ns"].to_numpy(np.int64)[m],
+                                        api["end_ns"].to_numpy(np.int64)[m], launch[m], blocking[m])
         if self.held is not None:
             # the held calls and this chunk's that start with them, fed before the rest
-            tie = int(np.searchsorted(starts, self.held[1][0], side="right"))
+            tie = int(np.searchsorted(rows[1], self.held[1][0], side="right"))
             rows_tie = tuple(np.concatenate([h, r[:tie]]) for h, r in zip(self.held, rows))
             self.held, rows = None, tuple(r[tie:] for r in rows)
             if len(rows[1]) == 0:
