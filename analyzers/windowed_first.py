@@ -67,37 +67,41 @@ def first_pass(src: ChunkSource, small: Timeline, windows: tuple[str, pd.DataFra
     """The first pass (module doc). ``small``: the trace's ranges, counters and metadata;
     ``windows``: the steps when the ranges give them (``step_windows``), None when the API rows do.
     Raises ``NotWindowable`` for several ranks or devices."""
-    tracker = ApiSteps(params.step_rule.gap_ns) if windows is None else None
-    w = windows[1] if windows is not None else None
-    counts = {c: np.zeros(len(w) if w is not None else 0, np.int64) for c in COUNT_COLUMNS}
-    api = _api_pass(src, params, None if w is None else (counts, *_step_arrays(w)), tracker)
-    if tracker is not None:
-        threads = tracker.close()
-        default = default_threads(small, api.launches)
-        source, w = api_step_windows(threads, default, {r: END_OF_TIME for r in default})
+    if windows is not None:
+        source, w = windows
         counts = {c: np.zeros(len(w), np.int64) for c in COUNT_COLUMNS}
-    else:
-        assert windows is not None
-        source = windows[0]
-    assert w is not None
-    dev = _device_pass(src, w, counts, api.span, api.gkeys)
+        api = _api_pass(src, params, (counts, *_step_arrays(w)), None)
+        dev = _one_device(_device_pass(src, w, counts, api.span, api.gkeys))
+        return _first(source, w, counts, api, dev, dev.rows_before)
+    tracker = ApiSteps(params.step_rule.gap_ns)
+    api = _api_pass(src, params, None, tracker)
+    threads = tracker.close()
+    default = default_threads(small, api.launches)
+    _, prov = api_step_windows(threads, default, {r: END_OF_TIME for r in default})
+    counts = {c: np.zeros(len(prov), np.int64) for c in COUNT_COLUMNS}
+    dev = _one_device(_device_pass(src, prov, counts, api.span, api.gkeys))
+    ends: dict[int, int] = {}
+    for (rank, _), (_, hi) in dev.bounds.items():
+        ends[rank] = max(hi, ends.get(rank, hi))
+    source, w = api_step_windows(threads, default, ends)
+    keep, order = _kept(prov, w), np.argsort(prov["start_ns"].to_numpy(), kind="stable")
+    _last_graph_kernels(prov, w, keep, counts, dev.gk_top)
+    counts = {c: v[keep] for c, v in counts.items()}
+    ws, we, wr = _step_arrays(w)
+    for a in src.iter_api():             # NOTE: the second pass: launches per step need the steps
+        if len(a):
+            _count_launches(a, counts, ws, we, wr)
+    return _first(source, w, counts, api, dev, dev.rows_before[keep[order]])
+
+
+def _one_device(dev: _Device) -> _Device:
     if len(dev.bounds) != 1:
         raise NotWindowable(f"{len(dev.bounds)} devices (one rank and one device are windowed)")
-    rows_before = dev.rows_before
-    if tracker is not None:
-        ends: dict[int, int] = {}
-        for (rank, _), (_, hi) in dev.bounds.items():
-            ends[rank] = max(hi, ends.get(rank, hi))
-        source, final = api_step_windows(threads, default, ends)
-        keep, order = _kept(w, final), np.argsort(w["start_ns"].to_numpy(), kind="stable")
-        _last_graph_kernels(w, final, keep, counts, dev.gk_top)
-        counts = {c: v[keep] for c, v in counts.items()}
-        rows_before = rows_before[keep[order]]
-        w = final
-        ws, we, wr = _step_arrays(w)
-        for a in src.iter_api():         # NOTE: the second pass: launches per step need the steps
-            if len(a):
-                _count_launches(a, counts, ws, we, wr)
+    return dev
+
+
+def _first(source: str, w: pd.DataFrame, counts: dict[str, np.ndarray], api: _Api, dev: _Device,
+           rows_before: np.ndarray) -> First:
     return First(source, w, dev.bounds, dev.span, counts, api.any_api, api.launches, api.bursts, dev.comm_rows,
                  dev.comm_n, dev.comm_source, dev.comm_ranks, rows_before, api.threads)
 
