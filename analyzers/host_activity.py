@@ -184,6 +184,18 @@ def launch_counts(api: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(cols).groupby(["rank", "pid", "tid"]).size().reset_index(name="n")
 
 
+def run_starts(s: np.ndarray, e: np.ndarray, gap_ns: int, prev_end: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(mask of the calls that open a run, running end), for one thread's start-sorted calls
+    (non-empty, int64): a run opens where a call starts more than ``gap_ns`` after every earlier
+    call ended. ``prev_end``: the latest end of the calls before these (a chunk's carry), ns."""
+    run_end = np.maximum.accumulate(e if prev_end is None else np.maximum(e, prev_end))
+    new = np.empty(len(s), dtype=bool)
+    new[0] = prev_end is None or bool(s[0] - prev_end > gap_ns)
+    np.greater(s[1:] - run_end[:-1], gap_ns, out=new[1:])
+    return new, run_end
+
+
 class BurstTracker:
     """``launch_bursts`` of one thread fed its start-sorted launch calls a chunk at a time: the
     same bursts, with one open run carried between chunks."""
@@ -198,11 +210,7 @@ class BurstTracker:
         if len(s) == 0:
             return
         s, e = np.asarray(s, np.int64), np.asarray(e, np.int64)
-        prev = self.open[2] if self.open is not None else None
-        run_end = np.maximum.accumulate(e if prev is None else np.maximum(e, prev))
-        new = np.empty(len(s), dtype=bool)
-        new[0] = prev is None or bool(s[0] - prev > self.rule.gap_ns)
-        np.greater(s[1:] - run_end[:-1], self.rule.gap_ns, out=new[1:])
+        new, run_end = run_starts(s, e, self.rule.gap_ns, self.open[2] if self.open is not None else None)
         first = np.flatnonzero(new)
         last = np.r_[first[1:], len(s)] - 1
         counts = np.diff(np.r_[first, len(s)])

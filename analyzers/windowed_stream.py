@@ -3,9 +3,10 @@
 ``diagnose_streamed(src, params, max_rows)`` takes a ``ChunkSource`` — the trace's metadata, ranges
 and counters whole, its device and API rows as chunks in start order (``iter_device`` /
 ``iter_api``, callable again) — and gives the ``Diagnosis`` ``diagnose`` gives on the whole Timeline:
-1. a first pass over the chunks gathers the ``Context`` (each device's active window, the launch
-   counts and bursts of each thread, the collectives, per step its busy time, launches and graph
-   kernels, where the device rows fall between the steps);
+1. a first pass over the chunks (``windowed_first``) gathers the ``Context`` (the steps when the API
+   rows give them, each device's active window, the launch counts and bursts of each thread, the
+   collectives, per step its busy time, launches and graph kernels, where the device rows fall
+   between the steps);
 2. a second pass cuts the rows into windows (``windowed.plan``), each a Timeline of its context's
    rows, and analyses each (``windowed.window_part``); launch calls whose work has not started yet
    are carried to the windows that may ask for them;
@@ -17,39 +18,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol, cast
 
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.comm import _instances
-from srtscope.analyzers.analyses.steps import COUNT_COLUMNS, find_steps, step_windows, steps_from_ranges
+from srtscope.analyzers.analyses.steps import find_steps, step_windows, steps_from_ranges
 from srtscope.analyzers.columns import isin
-from srtscope.analyzers.host_activity import BurstTracker, HostActivity, default_threads, launch_counts
-from srtscope.analyzers.names import comm_mask
+from srtscope.analyzers.host_activity import HostActivity, default_threads
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.results import Diagnosis
-from srtscope.analyzers.timeline import ApiKind, DeviceKind, Timeline, TimelineMeta, validate_table
+from srtscope.analyzers.timeline import ApiKind, Timeline, TimelineMeta, validate_table
 from srtscope.analyzers.windowed import Context, Window, context_of, overlapping, plan, window_part
+from srtscope.analyzers.windowed_first import ChunkSource, NotWindowable, first_pass
 from srtscope.analyzers.windowed_reduce import reduce, whole_helpers
 
 #: API kinds whose calls device rows correlate to: carried until their work starts
 _CALL_KINDS = [ApiKind.LAUNCH, ApiKind.MEMCPY]
-
-
-class NotWindowable(ValueError):
-    """The trace is outside what the windowed path covers (it says why)."""
-
-
-class ChunkSource(Protocol):
-    meta: TimelineMeta
-    ranges: pd.DataFrame
-    counters: pd.DataFrame
-
-    def iter_device(self) -> Iterator[pd.DataFrame]: ...
-
-    def iter_api(self) -> Iterator[pd.DataFrame]: ...
 
 
 @dataclass
@@ -86,19 +71,21 @@ def _chunks(df: pd.DataFrame, rows: int) -> Iterator[pd.DataFrame]:
 def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
                       progress: Callable[[float], None] | None = None) -> Diagnosis:
     """``diagnose`` of the trace ``src`` holds, window by window (module doc). Raises
-    ``NotWindowable`` for a trace of several ranks or devices, a step range, or steps that only
-    the device and API rows give. ``progress(fraction)``: after the first pass and each window."""
+    ``NotWindowable`` for a trace of several ranks or devices, a step range, or steps that an
+    engine's step openers give with the device rows. ``progress(fraction)``: after the first pass
+    and each window."""
     if params.step_range is not None:
         raise NotWindowable("a step range is diagnosed from the whole trace")
     small = Timeline(validate_table(None, "device"), validate_table(None, "api"), src.ranges, src.counters,
                      src.meta)
     source, w = step_windows(small, params.step_rule)
-    if not steps_from_ranges(small, source):
-        raise NotWindowable(f"steps from {source!r}, not from ranges")
-    first = _first_pass(src, w, params)
-    if len(first.bounds) != 1:
-        raise NotWindowable(f"{len(first.bounds)} devices (one rank and one device are windowed)")
-    _, steps = find_steps(small, params.step_rule, counts=first.counts, any_api=first.any_api)
+    # "none" from the ranges alone: the API rows give the steps (found in the first pass)
+    if not steps_from_ranges(small, source) and source != "none":
+        raise NotWindowable(f"steps from {source!r} need the device rows")
+    first = first_pass(src, small, (source, w) if source != "none" else None, params)
+    source = first.source
+    _, steps = find_steps(small, params.step_rule, counts=first.counts, any_api=first.any_api,
+                          windows=(source, first.windows))
     model = HostActivity(small, params.burst_rule)
     model._bursts.update(first.bursts)
     keys = sorted(first.bounds)
@@ -242,128 +229,3 @@ class _Rows:
                 out.append(self.buf.pop(0))
             if not self._more():
                 return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
-
-
-@dataclass
-class _First:
-    bounds: dict
-    span: tuple[int, int]
-    counts: dict[str, np.ndarray]
-    any_api: bool
-    launches: pd.DataFrame
-    bursts: dict
-    comm_rows: pd.DataFrame             # one row per (rank, device) with collectives
-    comm_n: int                         # collective rows
-    comm_source: str
-    comm_ranks: set[int]
-    rows_before: np.ndarray
-    threads: set                        # (rank, pid, tid) of every thread with API rows
-
-
-def _first_pass(src: ChunkSource, w: pd.DataFrame, params: DiagnoseParams) -> _First:
-    """Everything the windows need from the whole trace, from one pass over each table's chunks."""
-    n = len(w)
-    counts = {c: np.zeros(n, np.int64) for c in COUNT_COLUMNS}
-    ws, we, wr = (w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64), w["rank"].to_numpy(np.int64))
-    lo = hi = None
-    rg = src.ranges
-    if len(rg):
-        lo, hi = int(rg["start_ns"].min()), int(rg["end_ns"].max())
-    # API: launches per thread, bursts, per step launch calls, graph launches
-    trackers: dict[tuple[int, int, int], BurstTracker] = {}
-    lc: list[pd.DataFrame] = []
-    glaunch: list[pd.DataFrame] = []
-    any_api = False
-    threads: set = set()
-    for a in src.iter_api():
-        if len(a) == 0:
-            continue
-        any_api = True
-        lo = int(a["start_ns"].min()) if lo is None else min(lo, int(a["start_ns"].min()))
-        hi = int(a["end_ns"].max()) if hi is None else max(hi, int(a["end_ns"].max()))
-        lc.append(launch_counts(a))
-        tk = a[["rank", "pid", "tid"]].to_numpy(np.int64)
-        if (tk == tk[0]).all():
-            threads.add(tuple(int(x) for x in tk[0]))
-        else:
-            threads |= {tuple(int(x) for x in k) for k in np.unique(tk, axis=0)}
-        is_l = isin(a["kind"], [ApiKind.LAUNCH])
-        is_g = isin(a["kind"], [ApiKind.GRAPH_LAUNCH])
-        s_, r_ = a["start_ns"].to_numpy(), a["rank"].to_numpy()
-        for rank in np.unique(wr):
-            on = wr == rank
-            counts["launches"][on] += _count_in(s_[(r_ == rank) & is_l], ws[on], we[on])
-            counts["graph_launches"][on] += _count_in(s_[(r_ == rank) & is_g], ws[on], we[on])
-        if is_g.any():
-            glaunch.append(a.loc[is_g & (a["correlation"].to_numpy() >= 0), ["rank", "pid", "correlation"]])
-        both = is_l | is_g
-        if both.any():
-            la = a[both]
-            for key, idx in la.groupby(["rank", "pid", "tid"]).indices.items():
-                k = (int(key[0]), int(key[1]), int(key[2]))
-                t = trackers.setdefault(k, BurstTracker(params.burst_rule))
-                t.add(la["start_ns"].to_numpy()[idx], la["end_ns"].to_numpy()[idx])
-    launches = (cast(pd.DataFrame, pd.concat(lc, ignore_index=True).groupby(["rank", "pid", "tid"],
-                                                                           as_index=False)["n"].sum())
-                if lc else launch_counts(validate_table(None, "api")))
-    gkeys = (pd.concat(glaunch, ignore_index=True).drop_duplicates() if glaunch else None)
-    # device: bounds, collectives, per step busy time and graph kernels, rows before each step
-    bounds: dict[tuple[int, int], tuple[int, int]] = {}
-    order = np.argsort(ws, kind="stable")
-    rows_before = np.zeros(n, np.int64)
-    comm_n, comm_pairs = 0, set()
-    stand_in_only = True
-    open_iv: dict[int, tuple[int, int]] = {}
-    for d in src.iter_device():
-        if len(d) == 0:
-            continue
-        s_, e_ = d["start_ns"].to_numpy(), d["end_ns"].to_numpy()
-        lo = int(s_.min()) if lo is None else min(lo, int(s_.min()))
-        hi = int(e_.max()) if hi is None else max(hi, int(e_.max()))
-        rows_before += np.searchsorted(s_, ws[order], side="left")
-        r_, dv = d["rank"].to_numpy(np.int64), d["device"].to_numpy(np.int64)
-        one = bool((r_ == r_[0]).all() and (dv == dv[0]).all())
-        dev_pairs = np.c_[r_[:1], dv[:1]] if one else np.unique(np.c_[r_, dv], axis=0)
-        for k in dev_pairs:
-            key = (int(k[0]), int(k[1]))
-            m = slice(None) if one else (r_ == key[0]) & (dv == key[1])
-            b = bounds.get(key)
-            nb = (int(s_[m].min()), int(e_[m].max()))
-            bounds[key] = nb if b is None else (min(b[0], nb[0]), max(b[1], nb[1]))
-        cm = comm_mask(d)
-        if cm.any():
-            # NOTE: one device: the collectives are matched with no peer; their count and devices do
-            comm_n += int(cm.sum())
-            comm_pairs |= {(int(x), int(y)) for x, y in np.unique(np.c_[r_[cm], dv[cm]], axis=0)}
-            stand_in_only &= bool(isin(d["kind"], [DeviceKind.CPU_FORWARD])[cm].all())
-        gk = ((d["graph_id"].to_numpy() >= 0) | (d["graph_node"].to_numpy() >= 0)
-              | isin(d["kind"], [DeviceKind.GRAPH]))
-        if gkeys is not None and len(gkeys):
-            q = pd.DataFrame({"i": np.arange(len(d)),
-                              **{c: d[c].to_numpy(np.int64) for c in ("rank", "pid", "correlation")}})
-            gk[q.merge(gkeys.astype(np.int64), on=["rank", "pid", "correlation"])["i"].to_numpy()] = True
-        for rank in np.unique(r_):
-            on, mine = wr == rank, r_ == rank
-            counts["graph_kernels"][on] += _count_in(s_[mine & gk], ws[on], we[on])
-            prev = open_iv.get(int(rank))
-            if prev is None:
-                us, ue = iv.union(s_[mine], e_[mine])
-            else:
-                us, ue = iv.union(np.r_[prev[0], s_[mine]], np.r_[prev[1], e_[mine]])
-            # all but the last interval are whole: the next chunk starts at or after the last start
-            counts["busy_ns"][on] += iv.overlap((us[:-1], ue[:-1]), ws[on], we[on])
-            open_iv[int(rank)] = (int(us[-1]), int(ue[-1]))
-    for rank, (a_, b_) in open_iv.items():
-        on = wr == rank
-        counts["busy_ns"][on] += iv.overlap((np.array([a_]), np.array([b_])), ws[on], we[on])
-    pairs = sorted(comm_pairs)
-    comm_rows = pd.DataFrame({"rank": [p[0] for p in pairs], "device": [p[1] for p in pairs],
-                              "start_ns": 0, "end_ns": 0, "name": ""}).astype(
-        {"rank": np.int64, "device": np.int64, "start_ns": np.int64, "end_ns": np.int64})
-    return _First(bounds, (lo or 0, hi or 0), counts, any_api, launches, {k: t.bursts() for k, t in trackers.items()},
-                  comm_rows, comm_n, "stand_in" if stand_in_only else "kernels", {p[0] for p in pairs},
-                  rows_before, threads)
-
-
-def _count_in(times: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    return np.searchsorted(times, e, side="left") - np.searchsorted(times, s, side="left")

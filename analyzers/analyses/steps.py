@@ -13,6 +13,7 @@ inside graphs, and ``exec``: graph (any graph launch / graph kernel / ``run.grap
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import cast
 
@@ -20,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.analyses.api_steps import Key, ThreadSteps, api_step_table, thread_steps
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.columns import isin, str_codes
 from srtscope.analyzers.host_activity import blocking_mask as _blocking_mask
@@ -96,35 +98,26 @@ def _windows(tl: Timeline, stages: np.ndarray, rule: StepRule) -> tuple[str, pd.
     threads = _default_threads(tl)
     blocking = _blocking_mask(api)
     launch = isin(api["kind"], [ApiKind.LAUNCH, ApiKind.GRAPH_LAUNCH])
-    parts, source = [], "sync"
-    a_s, a_e = api["start_ns"].to_numpy(), api["end_ns"].to_numpy()
-    for rank, (pid, tid) in sorted(threads.items()):
+    a_s, a_e = api["start_ns"].to_numpy(np.int64), api["end_ns"].to_numpy(np.int64)
+    trackers, device_end = {}, {}
+    for rank, (pid, tid) in threads.items():
         on = (api["rank"].to_numpy() == rank) & (api["pid"].to_numpy() == pid) & (api["tid"].to_numpy() == tid)
-        ls = a_s[on & launch]
-        if len(ls) == 0:
-            continue
-        first, last_end = int(ls.min()), int(a_e[on & launch].max())
+        mine = np.flatnonzero(on & (launch | blocking))
+        trackers[(rank, pid, tid)] = thread_steps(a_s[mine], a_e[mine], launch[mine], blocking[mine], rule.gap_ns)
         dev_end = tl.device.loc[tl.device["rank"] == rank, "end_ns"]
-        last_end = max(last_end, int(dev_end.max()) if len(dev_end) else last_end)
-        syncs = iv.union(a_s[on & blocking], a_e[on & blocking])[1]
-        syncs = syncs[syncs > first]
-        if len(syncs) >= 2:
-            bounds = iv.sorted_unique(np.r_[first, syncs])
-            ends = np.r_[bounds[1:], max(last_end, int(bounds[-1]) + 1)]
-        else:
-            source = "bursts"
-            ls = np.sort(ls)
-            le = np.maximum.accumulate(np.sort(a_e[on & launch]))
-            new = np.r_[True, (ls[1:] - le[:-1]) > rule.gap_ns]
-            bounds = ls[new]
-            ends = np.r_[bounds[1:], last_end]
-        n_launch = np.diff(np.searchsorted(np.sort(ls), np.r_[bounds, ends[-1]]))
-        keep = n_launch > 0
-        parts.append(pd.DataFrame({"rank": rank, "pid": pid, "tid": tid,
-                                   "start_ns": bounds[keep], "end_ns": ends[keep]}))
-    if not parts:
-        return "none", _blank_attrs(pd.DataFrame(columns=["rank", "pid", "tid", "start_ns", "end_ns"]))
-    return source, _blank_attrs(pd.concat(parts, ignore_index=True))
+        if len(dev_end):
+            device_end[rank] = int(dev_end.max())
+    return api_step_windows(trackers, threads, device_end)
+
+
+def api_step_windows(trackers: Mapping[Key, ThreadSteps], threads: Mapping[int, tuple[int, int]],
+                     device_end: Mapping[int, int]) -> tuple[str, pd.DataFrame]:
+    """``step_windows`` of a trace whose steps come from its API rows (``api_steps``), from each
+    thread's ``ThreadSteps`` (fed all its calls and closed), ``threads`` (``default_threads``) and
+    per rank its last device end, ns."""
+    source, w = api_step_table(trackers, threads, device_end)
+    return source, _blank_attrs(w if w is not None else pd.DataFrame(columns=["rank", "pid", "tid", "start_ns",
+                                                                              "end_ns"]))
 
 
 def _opened_steps(tl: Timeline, stages: np.ndarray) -> tuple[str, pd.DataFrame] | None:
@@ -315,13 +308,14 @@ def step_counts(tl: Timeline, w: pd.DataFrame, sets: DeviceSets | None = None) -
 
 
 def find_steps(tl: Timeline, rule: StepRule = StepRule(), sets: DeviceSets | None = None,
-               counts: dict[str, np.ndarray] | None = None, any_api: bool | None = None
-               ) -> tuple[str, pd.DataFrame]:
+               counts: dict[str, np.ndarray] | None = None, any_api: bool | None = None,
+               windows: tuple[str, pd.DataFrame] | None = None) -> tuple[str, pd.DataFrame]:
     """(source, table with ``STEP_COLUMNS``), sorted by rank then start. ``sets``: the trace's
-    device sets (built when None). ``counts`` (``step_counts`` of ``step_windows``) and ``any_api``
-    (the trace has API rows): given when the device and API rows are not in ``tl``."""
+    device sets (built when None). ``counts`` (``step_counts`` of ``step_windows``), ``any_api``
+    (the trace has API rows) and ``windows`` (``step_windows``): given when the device and API rows
+    are not in ``tl``."""
     stages = _resolved(tl.host_ranges)
-    source, w = _windows(tl, stages, rule)
+    source, w = _windows(tl, stages, rule) if windows is None else (windows[0], windows[1].copy())
     if len(w) == 0:
         return "none", pd.DataFrame({c: pd.Series([], dtype=object if c in ("mode", "exec", "reason")
                                                   else np.int64) for c in STEP_COLUMNS})

@@ -140,16 +140,27 @@ def test_kineto_over_budget_is_refused_in_one_line() -> None:
                     "raise it (--memory-budget 1GiB)", "only nsys exports can be read by time window")
 
 
-def test_compare_takes_the_budget_for_each_side() -> None:
+@pytest.mark.parametrize("a, b", [("healthy.sqlite", "prep_bound.sqlite"),          # steps from step ranges
+                                  ("host_sync_bound.sqlite", "copy_bound.sqlite")])  # ... from the API rows
+def test_compare_takes_the_budget_for_each_side(a: str, b: str) -> None:
     # each side over the budget is diagnosed whole, window by window: the same comparison
-    plain = invoke("compare", SAMPLES / "healthy.sqlite", SAMPLES / "prep_bound.sqlite")
-    r = invoke("compare", SAMPLES / "healthy.sqlite", SAMPLES / "prep_bound.sqlite", "--memory-budget", "64MiB")
+    plain = invoke("compare", SAMPLES / a, SAMPLES / b)
+    r = invoke("compare", SAMPLES / a, SAMPLES / b, "--memory-budget", "64MiB")
     assert r.exit_code == 0 and r.stdout == plain.stdout, r.output
-    # a side the windowed path does not cover (steps from the API rows), with no step to window: refused
-    r = invoke("compare", SAMPLES / "host_sync_bound.sqlite", SAMPLES / "copy_bound.sqlite", "--memory-budget", "64MiB")
-    assert r.exit_code == 2 and "not diagnosed whole in windows (steps from 'none', not from ranges)" in r.stderr
-    assert r.stderr.strip().splitlines()[-1].startswith(
-        "srtscope: error: host_sync_bound.sqlite: a diagnosis needs ~"), r.stderr
+    assert "not diagnosed whole in windows" not in r.stderr
+
+
+TWO_GPUS = REPO.parent / "shared" / "traces" / "real" / "nsys" / \
+    "fastvideo_train_2xH100_nccl_after_nsys2026.2_300ms-window.sqlite"
+
+
+@pytest.mark.skipif(not TWO_GPUS.is_file(), reason="the shared real traces are not here")
+def test_compare_refuses_a_side_the_windowed_path_does_not_cover() -> None:
+    # two GPUs in one export: not windowed, and not even one step fits the budget: refused
+    r = invoke("compare", TWO_GPUS, SAMPLES / "healthy.sqlite", "--memory-budget", "64MiB")
+    assert r.exit_code == 2 and "not diagnosed whole in windows (2 devices" in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith(f"srtscope: error: {TWO_GPUS.name}: a diagnosis needs ~"), \
+        r.stderr
 
 
 @pytest.mark.parametrize("trace,steps", [("healthy.sqlite", "3:8"), ("eager_fallback.sqlite", "2:5"),

@@ -1,0 +1,283 @@
+"""The windowed diagnosis's first pass: what the windows need from the whole trace, from its chunks.
+
+``first_pass(src, small, windows, params)`` reads a ``ChunkSource``'s start-sorted API and device
+chunks and gives the steps and, per step, what ``steps.step_counts`` gives (busy time, graph kernels,
+launches), each device's active window, the launch counts and bursts of each thread, the collectives
+and the device rows before each step (``windowed.plan``).
+
+Steps from ranges are known before the pass: one pass over each table. Steps from the API rows
+(``analyses/api_steps``) are found while the API chunks are read; the device pass then counts on
+them with the last step of each rank running to the end of time (its true end, the device's last
+end, is known only after that pass; no device row starts past it but at it), and a second pass over
+the API chunks counts the launches per step. Memory: the per-step tables and per-thread state.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol, cast
+
+import numpy as np
+import pandas as pd
+
+from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.analyses.api_steps import END_OF_TIME, ApiSteps
+from srtscope.analyzers.analyses.steps import COUNT_COLUMNS, api_step_windows
+from srtscope.analyzers.columns import isin
+from srtscope.analyzers.host_activity import BurstTracker, default_threads, launch_counts
+from srtscope.analyzers.names import comm_mask
+from srtscope.analyzers.params import DiagnoseParams
+from srtscope.analyzers.timeline import ApiKind, DeviceKind, Timeline, TimelineMeta, validate_table
+
+
+class NotWindowable(ValueError):
+    """The trace is outside what the windowed path covers (it says why)."""
+
+
+class ChunkSource(Protocol):
+    meta: TimelineMeta
+    ranges: pd.DataFrame
+    counters: pd.DataFrame
+
+    def iter_device(self) -> Iterator[pd.DataFrame]: ...
+
+    def iter_api(self) -> Iterator[pd.DataFrame]: ...
+
+
+@dataclass
+class First:
+    source: str                         # where the steps come from (``find_steps``)
+    windows: pd.DataFrame               # the steps (``step_windows``), by rank then start
+    bounds: dict
+    span: tuple[int, int]
+    counts: dict[str, np.ndarray]
+    any_api: bool
+    launches: pd.DataFrame
+    bursts: dict
+    comm_rows: pd.DataFrame             # one row per (rank, device) with collectives
+    comm_n: int                         # collective rows
+    comm_source: str
+    comm_ranks: set[int]
+    rows_before: np.ndarray
+    threads: set                        # (rank, pid, tid) of every thread with API rows
+
+
+def first_pass(src: ChunkSource, small: Timeline, windows: tuple[str, pd.DataFrame] | None,
+               params: DiagnoseParams) -> First:
+    """The first pass (module doc). ``small``: the trace's ranges, counters and metadata;
+    ``windows``: the steps when the ranges give them (``step_windows``), None when the API rows do.
+    Raises ``NotWindowable`` for several ranks or devices."""
+    if windows is not None:
+        source, w = windows
+        counts = {c: np.zeros(len(w), np.int64) for c in COUNT_COLUMNS}
+        api = _api_pass(src, params, (counts, *_step_arrays(w)), None)
+        dev = _one_device(_device_pass(src, w, counts, api.span, api.gkeys))
+        return _first(source, w, counts, api, dev, dev.rows_before)
+    tracker = ApiSteps(params.step_rule.gap_ns)
+    api = _api_pass(src, params, None, tracker)
+    threads = tracker.close()
+    default = default_threads(small, api.launches)
+    _, prov = api_step_windows(threads, default, {r: END_OF_TIME for r in default})
+    counts = {c: np.zeros(len(prov), np.int64) for c in COUNT_COLUMNS}
+    dev = _one_device(_device_pass(src, prov, counts, api.span, api.gkeys))
+    ends: dict[int, int] = {}
+    for (rank, _), (_, hi) in dev.bounds.items():
+        ends[rank] = max(hi, ends.get(rank, hi))
+    source, w = api_step_windows(threads, default, ends)
+    keep, order = _kept(prov, w), np.argsort(prov["start_ns"].to_numpy(), kind="stable")
+    _last_graph_kernels(prov, w, keep, counts, dev.gk_top)
+    counts = {c: v[keep] for c, v in counts.items()}
+    ws, we, wr = _step_arrays(w)
+    for a in src.iter_api():             # NOTE: the second pass: launches per step need the steps
+        if len(a):
+            _count_launches(a, counts, ws, we, wr)
+    return _first(source, w, counts, api, dev, dev.rows_before[keep[order]])
+
+
+def _one_device(dev: _Device) -> _Device:
+    if len(dev.bounds) != 1:
+        raise NotWindowable(f"{len(dev.bounds)} devices (one rank and one device are windowed)")
+    return dev
+
+
+def _first(source: str, w: pd.DataFrame, counts: dict[str, np.ndarray], api: _Api, dev: _Device,
+           rows_before: np.ndarray) -> First:
+    return First(source, w, dev.bounds, dev.span, counts, api.any_api, api.launches, api.bursts, dev.comm_rows,
+                 dev.comm_n, dev.comm_source, dev.comm_ranks, rows_before, api.threads)
+
+
+def _step_arrays(w: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return (w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64), w["rank"].to_numpy(np.int64))
+
+
+def _kept(prov: pd.DataFrame, final: pd.DataFrame) -> np.ndarray:
+    """Mask of the provisional steps that are final steps (the same but a rank's last one may go)."""
+    key = ["rank", "start_ns"]
+    return pd.MultiIndex.from_frame(prov[key].astype(np.int64)).isin(
+        pd.MultiIndex.from_frame(final[key].astype(np.int64)))
+
+
+def _last_graph_kernels(prov: pd.DataFrame, final: pd.DataFrame, keep: np.ndarray, counts: dict[str, np.ndarray],
+                        gk_top: dict[int, tuple[int, int]]) -> None:
+    """Graph kernels of each rank's last step counted up to the end of time, less those that start
+    at its true end (``[start, end)``): only rows that start at the device's last end can."""
+    for rank, idx in prov.groupby("rank").indices.items():
+        last = int(idx[-1])
+        top = gk_top.get(int(cast(int, rank)))
+        if not keep[last] or top is None:
+            continue
+        end = int(final.loc[final["rank"] == rank, "end_ns"].max())
+        if top[0] >= end:
+            counts["graph_kernels"][last] -= top[1]
+
+
+@dataclass
+class _Api:
+    span: tuple[int, int] | None
+    any_api: bool
+    launches: pd.DataFrame
+    bursts: dict
+    threads: set
+    gkeys: pd.DataFrame | None           # (rank, pid, correlation) of the graph launches
+
+
+def _api_pass(src: ChunkSource, params: DiagnoseParams, steps: tuple | None, tracker: ApiSteps | None) -> _Api:
+    """API chunks: the time span, launches per thread, bursts, graph launches; launches per step
+    when the steps are known (``steps``: counts, starts, ends, ranks), else the calls are fed to
+    ``tracker``."""
+    lo = hi = None
+    rg = src.ranges
+    if len(rg):
+        lo, hi = int(rg["start_ns"].min()), int(rg["end_ns"].max())
+    trackers: dict[tuple[int, int, int], BurstTracker] = {}
+    lc: list[pd.DataFrame] = []
+    glaunch: list[pd.DataFrame] = []
+    any_api = False
+    threads: set = set()
+    for a in src.iter_api():
+        if len(a) == 0:
+            continue
+        any_api = True
+        lo = int(a["start_ns"].min()) if lo is None else min(lo, int(a["start_ns"].min()))
+        hi = int(a["end_ns"].max()) if hi is None else max(hi, int(a["end_ns"].max()))
+        lc.append(launch_counts(a))
+        tk = a[["rank", "pid", "tid"]].to_numpy(np.int64)
+        if (tk == tk[0]).all():
+            threads.add(tuple(int(x) for x in tk[0]))
+        else:
+            threads |= {tuple(int(x) for x in k) for k in np.unique(tk, axis=0)}
+        if steps is not None:
+            _count_launches(a, *steps)
+        if tracker is not None:
+            tracker.add(a)
+        is_l, is_g = isin(a["kind"], [ApiKind.LAUNCH]), isin(a["kind"], [ApiKind.GRAPH_LAUNCH])
+        if is_g.any():
+            glaunch.append(a.loc[is_g & (a["correlation"].to_numpy() >= 0), ["rank", "pid", "correlation"]])
+        both = is_l | is_g
+        if both.any():
+            la = a[both]
+            for key, idx in la.groupby(["rank", "pid", "tid"]).indices.items():
+                k = (int(key[0]), int(key[1]), int(key[2]))
+                t = trackers.setdefault(k, BurstTracker(params.burst_rule))
+                t.add(la["start_ns"].to_numpy()[idx], la["end_ns"].to_numpy()[idx])
+    launches = (cast(pd.DataFrame, pd.concat(lc, ignore_index=True).groupby(["rank", "pid", "tid"],
+                                                                           as_index=False)["n"].sum())
+                if lc else launch_counts(validate_table(None, "api")))
+    gkeys = (pd.concat(glaunch, ignore_index=True).drop_duplicates() if glaunch else None)
+    return _Api(None if lo is None or hi is None else (lo, hi), any_api, launches,
+                {k: t.bursts() for k, t in trackers.items()}, threads, gkeys)
+
+
+def _count_launches(a: pd.DataFrame, counts: dict[str, np.ndarray], ws: np.ndarray, we: np.ndarray,
+                    wr: np.ndarray) -> None:
+    """Adds the launch and graph-launch calls of the chunk ``a`` that start in each step."""
+    is_l, is_g = isin(a["kind"], [ApiKind.LAUNCH]), isin(a["kind"], [ApiKind.GRAPH_LAUNCH])
+    s_, r_ = a["start_ns"].to_numpy(), a["rank"].to_numpy()
+    for rank in np.unique(wr):
+        on = wr == rank
+        counts["launches"][on] += _count_in(s_[(r_ == rank) & is_l], ws[on], we[on])
+        counts["graph_launches"][on] += _count_in(s_[(r_ == rank) & is_g], ws[on], we[on])
+
+
+@dataclass
+class _Device:
+    bounds: dict[tuple[int, int], tuple[int, int]]
+    span: tuple[int, int]
+    rows_before: np.ndarray
+    comm_rows: pd.DataFrame
+    comm_n: int
+    comm_source: str
+    comm_ranks: set[int]
+    gk_top: dict[int, tuple[int, int]]     # per rank, the latest graph-kernel start and its rows
+
+
+def _device_pass(src: ChunkSource, w: pd.DataFrame, counts: dict[str, np.ndarray], span: tuple[int, int] | None,
+                 gkeys: pd.DataFrame | None) -> _Device:
+    """Device chunks: each device's bounds, the collectives, per step of ``w`` its busy time and
+    graph kernels (added to ``counts``), the rows before each step (in start order)."""
+    ws, we, wr = _step_arrays(w)
+    lo, hi = span if span is not None else (None, None)
+    bounds: dict[tuple[int, int], tuple[int, int]] = {}
+    order = np.argsort(ws, kind="stable")
+    rows_before = np.zeros(len(w), np.int64)
+    comm_n, comm_pairs = 0, set()
+    stand_in_only = True
+    open_iv: dict[int, tuple[int, int]] = {}
+    gk_top: dict[int, tuple[int, int]] = {}
+    for d in src.iter_device():
+        if len(d) == 0:
+            continue
+        s_, e_ = d["start_ns"].to_numpy(), d["end_ns"].to_numpy()
+        lo = int(s_.min()) if lo is None else min(lo, int(s_.min()))
+        hi = int(e_.max()) if hi is None else max(hi, int(e_.max()))
+        rows_before += np.searchsorted(s_, ws[order], side="left")
+        r_, dv = d["rank"].to_numpy(np.int64), d["device"].to_numpy(np.int64)
+        one = bool((r_ == r_[0]).all() and (dv == dv[0]).all())
+        dev_pairs = np.c_[r_[:1], dv[:1]] if one else np.unique(np.c_[r_, dv], axis=0)
+        for k in dev_pairs:
+            key = (int(k[0]), int(k[1]))
+            m = slice(None) if one else (r_ == key[0]) & (dv == key[1])
+            b = bounds.get(key)
+            nb = (int(s_[m].min()), int(e_[m].max()))
+            bounds[key] = nb if b is None else (min(b[0], nb[0]), max(b[1], nb[1]))
+        cm = comm_mask(d)
+        if cm.any():
+            # NOTE: one device: the collectives are matched with no peer; their count and devices do
+            comm_n += int(cm.sum())
+            comm_pairs |= {(int(x), int(y)) for x, y in np.unique(np.c_[r_[cm], dv[cm]], axis=0)}
+            stand_in_only &= bool(isin(d["kind"], [DeviceKind.CPU_FORWARD])[cm].all())
+        gk = ((d["graph_id"].to_numpy() >= 0) | (d["graph_node"].to_numpy() >= 0)
+              | isin(d["kind"], [DeviceKind.GRAPH]))
+        if gkeys is not None and len(gkeys):
+            q = pd.DataFrame({"i": np.arange(len(d)),
+                              **{c: d[c].to_numpy(np.int64) for c in ("rank", "pid", "correlation")}})
+            gk[q.merge(gkeys.astype(np.int64), on=["rank", "pid", "correlation"])["i"].to_numpy()] = True
+        for rank in np.unique(r_):
+            on, mine = wr == rank, r_ == rank
+            gs = s_[mine & gk]
+            counts["graph_kernels"][on] += _count_in(gs, ws[on], we[on])
+            if len(gs):
+                top, n_top = int(gs[-1]), len(gs) - int(np.searchsorted(gs, gs[-1], side="left"))
+                prev = gk_top.get(int(rank))
+                gk_top[int(rank)] = (top, n_top + (prev[1] if prev is not None and prev[0] == top else 0))
+            prev_iv = open_iv.get(int(rank))
+            if prev_iv is None:
+                us, ue = iv.union(s_[mine], e_[mine])
+            else:
+                us, ue = iv.union(np.r_[prev_iv[0], s_[mine]], np.r_[prev_iv[1], e_[mine]])
+            # all but the last interval are whole: the next chunk starts at or after the last start
+            counts["busy_ns"][on] += iv.overlap((us[:-1], ue[:-1]), ws[on], we[on])
+            open_iv[int(rank)] = (int(us[-1]), int(ue[-1]))
+    for rank, (a_, b_) in open_iv.items():
+        on = wr == rank
+        counts["busy_ns"][on] += iv.overlap((np.array([a_]), np.array([b_])), ws[on], we[on])
+    pairs = sorted(comm_pairs)
+    comm_rows = pd.DataFrame({"rank": [p[0] for p in pairs], "device": [p[1] for p in pairs],
+                              "start_ns": 0, "end_ns": 0, "name": ""}).astype(
+        {"rank": np.int64, "device": np.int64, "start_ns": np.int64, "end_ns": np.int64})
+    return _Device(bounds, (lo or 0, hi or 0), rows_before, comm_rows, comm_n,
+                   "stand_in" if stand_in_only else "kernels", {p[0] for p in pairs}, gk_top)
+
+
+def _count_in(times: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    return np.searchsorted(times, e, side="left") - np.searchsorted(times, s, side="left")
