@@ -2,7 +2,8 @@
 
 ``str_codes`` is ``pd.Categorical(col.astype(str))`` without materialising one Python string per
 row: on a categorical column only its few categories are turned into strings and re-sorted.
-``isin`` compares codes, not strings, on categoricals; ``sum_by`` sums integers per code exactly.
+``isin`` compares codes, not strings, on categoricals; ``sum_by`` sums integers per code exactly;
+``distinct_keys`` / ``group_rows``: the few distinct keys of integer key columns, and their rows.
 """
 from __future__ import annotations
 
@@ -73,6 +74,42 @@ def sum_by(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def _packed(arrs: list[np.ndarray]) -> tuple[np.ndarray, list[int], list[int], int] | None:
+    """(one int64 code per row, each column's lowest value, each column's span, code space) of
+    integer key columns, or None where the code space is large (over 4 M)."""
+    lo = [int(a.min()) for a in arrs]
+    span = [int(a.max()) - m + 1 for a, m in zip(arrs, lo)]
+    size = int(np.prod(span, dtype=object))
+    if size > 1 << 22:
+        return None
+    key = np.zeros(len(arrs[0]), np.int64)
+    for a, m, sp in zip(arrs, lo, span):
+        key *= sp
+        key += a - m
+    return key, lo, span, size
+
+
+def _unpack(k: int, lo: list[int], span: list[int]) -> tuple[int, ...]:
+    vals = []
+    for m, sp in zip(reversed(lo), reversed(span)):
+        k, r = divmod(k, sp)
+        vals.append(r + m)
+    return tuple(reversed(vals))
+
+
+def distinct_keys(*cols: np.ndarray) -> list[tuple[int, ...]]:
+    """The distinct rows of integer key columns (equal lengths, at least one row), sorted: the few
+    (rank, device) or (rank, pid, tid) keys of millions of rows, counted, not sorted row by row."""
+    arrs = [np.asarray(c, dtype=np.int64) for c in cols]
+    if all((a == a[0]).all() for a in arrs):
+        return [tuple(int(a[0]) for a in arrs)]
+    packed = _packed(arrs)
+    if packed is None:
+        return sorted({tuple(int(x) for x in row) for row in np.unique(np.stack(arrs, axis=1), axis=0)})
+    key, lo, span, size = packed
+    return [_unpack(k, lo, span) for k in np.flatnonzero(np.bincount(key, minlength=size)).tolist()]
+
+
 def group_rows(df: pd.DataFrame, cols: list[str]) -> dict[tuple, np.ndarray]:
     """``df.groupby(cols).indices`` for integer key columns: rows (ascending) per key, keys sorted.
 
@@ -82,16 +119,10 @@ def group_rows(df: pd.DataFrame, cols: list[str]) -> dict[tuple, np.ndarray]:
     """
     if len(df) == 0:
         return {}
-    arrs = [np.asarray(df[c].to_numpy(), dtype=np.int64) for c in cols]
-    lo = [int(a.min()) for a in arrs]
-    span = [int(a.max()) - m + 1 for a, m in zip(arrs, lo)]
-    size = int(np.prod(span, dtype=object))
-    if size > 1 << 22:
+    packed = _packed([np.asarray(df[c].to_numpy(), dtype=np.int64) for c in cols])
+    if packed is None:
         return cast("dict[tuple, np.ndarray]", df.groupby(cols).indices)   # keys: tuples of ints
-    key = np.zeros(len(df), np.int64)
-    for a, m, s in zip(arrs, lo, span):
-        key *= s
-        key += a - m
+    key, lo, span, size = packed
     counts = np.bincount(key, minlength=size)
     used = np.flatnonzero(counts)
     if len(used) > np.iinfo(np.int16).max:
@@ -100,11 +131,4 @@ def group_rows(df: pd.DataFrame, cols: list[str]) -> dict[tuple, np.ndarray]:
     lut[used] = np.arange(len(used), dtype=np.int16)
     order = np.argsort(lut[key], kind="stable")
     ends = np.cumsum(counts[used])
-    out = {}
-    for j, k in enumerate(used.tolist()):
-        vals = []
-        for m, s in zip(reversed(lo), reversed(span)):
-            k, r = divmod(k, s)
-            vals.append(r + m)
-        out[tuple(reversed(vals))] = order[ends[j] - counts[used[j]]:ends[j]]
-    return out
+    return {_unpack(k, lo, span): order[ends[j] - counts[used[j]]:ends[j]] for j, k in enumerate(used.tolist())}

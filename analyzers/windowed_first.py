@@ -23,7 +23,7 @@ import pandas as pd
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.api_steps import END_OF_TIME, ApiSteps
 from srtscope.analyzers.analyses.steps import COUNT_COLUMNS, api_step_windows
-from srtscope.analyzers.columns import isin
+from srtscope.analyzers.columns import distinct_keys, group_rows, isin
 from srtscope.analyzers.host_activity import BurstTracker, default_threads, launch_counts
 from srtscope.analyzers.names import comm_mask
 from srtscope.analyzers.params import DiagnoseParams
@@ -161,11 +161,7 @@ def _api_pass(src: ChunkSource, params: DiagnoseParams, steps: tuple | None, tra
         lo = int(a["start_ns"].min()) if lo is None else min(lo, int(a["start_ns"].min()))
         hi = int(a["end_ns"].max()) if hi is None else max(hi, int(a["end_ns"].max()))
         lc.append(launch_counts(a))
-        tk = a[["rank", "pid", "tid"]].to_numpy(np.int64)
-        if (tk == tk[0]).all():
-            threads.add(tuple(int(x) for x in tk[0]))
-        else:
-            threads |= {tuple(int(x) for x in k) for k in np.unique(tk, axis=0)}
+        threads.update(distinct_keys(*(a[c].to_numpy() for c in ("rank", "pid", "tid"))))
         if steps is not None:
             _count_launches(a, *steps)
         if tracker is not None:
@@ -176,7 +172,7 @@ def _api_pass(src: ChunkSource, params: DiagnoseParams, steps: tuple | None, tra
         both = is_l | is_g
         if both.any():
             la = a[both]
-            for key, idx in la.groupby(["rank", "pid", "tid"]).indices.items():
+            for key, idx in group_rows(la, ["rank", "pid", "tid"]).items():
                 k = (int(key[0]), int(key[1]), int(key[2]))
                 t = trackers.setdefault(k, BurstTracker(params.burst_rule))
                 t.add(la["start_ns"].to_numpy()[idx], la["end_ns"].to_numpy()[idx])
@@ -232,10 +228,9 @@ def _device_pass(src: ChunkSource, w: pd.DataFrame, counts: dict[str, np.ndarray
         hi = int(e_.max()) if hi is None else max(hi, int(e_.max()))
         rows_before += np.searchsorted(s_, ws[order], side="left")
         r_, dv = d["rank"].to_numpy(np.int64), d["device"].to_numpy(np.int64)
-        one = bool((r_ == r_[0]).all() and (dv == dv[0]).all())
-        dev_pairs = np.c_[r_[:1], dv[:1]] if one else np.unique(np.c_[r_, dv], axis=0)
-        for k in dev_pairs:
-            key = (int(k[0]), int(k[1]))
+        dev_pairs = distinct_keys(r_, dv)
+        one = len(dev_pairs) == 1
+        for key in dev_pairs:
             m = slice(None) if one else (r_ == key[0]) & (dv == key[1])
             b = bounds.get(key)
             nb = (int(s_[m].min()), int(e_[m].max()))
@@ -244,7 +239,7 @@ def _device_pass(src: ChunkSource, w: pd.DataFrame, counts: dict[str, np.ndarray
         if cm.any():
             # NOTE: one device: the collectives are matched with no peer; their count and devices do
             comm_n += int(cm.sum())
-            comm_pairs |= {(int(x), int(y)) for x, y in np.unique(np.c_[r_[cm], dv[cm]], axis=0)}
+            comm_pairs.update(distinct_keys(r_[cm], dv[cm]))
             stand_in_only &= bool(isin(d["kind"], [DeviceKind.CPU_FORWARD])[cm].all())
         gk = ((d["graph_id"].to_numpy() >= 0) | (d["graph_node"].to_numpy() >= 0)
               | isin(d["kind"], [DeviceKind.GRAPH]))

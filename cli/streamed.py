@@ -3,8 +3,8 @@
 The export is read once into time buckets on disk (``readers/nsys_spill.py``, in a private folder
 under ``$TMPDIR``, removed after) and diagnosed window by window (``analyzers/windowed_stream.py``):
 the same JSON as a whole read, with the memory of one window. Traces the windowed path does not
-cover (several ranks or devices in the file, steps without step ranges) give None: the caller reads
-a window of the trace instead (``analyzers/memory_plan.py``), and says so.
+cover (``windowed_first.NotWindowable`` says why) give None: the caller reads a window of the trace
+instead (``analyzers/memory_plan.py``), and says so.
 """
 from __future__ import annotations
 

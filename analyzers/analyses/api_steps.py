@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.columns import isin
+from srtscope.analyzers.columns import group_rows, isin
 from srtscope.analyzers.host_activity import blocking_mask, run_starts
 from srtscope.analyzers.timeline import ApiKind
 
@@ -197,10 +197,9 @@ class ApiSteps:
         if (keys == keys[0]).all():
             groups: list[tuple[np.ndarray, np.ndarray | slice]] = [(keys[0], slice(None))]
         else:
-            u, inv = np.unique(keys, axis=0, return_inverse=True)
-            order = np.argsort(inv.ravel(), kind="stable")       # each thread's rows, in start order
-            cuts = np.searchsorted(inv.ravel()[order], np.arange(1, len(u)))
-            groups = list(zip(u, np.split(order, cuts)))
+            # each thread's rows, in start order
+            groups = [(np.asarray(k), idx) for k, idx in
+                      group_rows(pd.DataFrame(keys, columns=["rank", "pid", "tid"]), ["rank", "pid", "tid"]).items()]
         for k, idx in groups:
             key: Key = (int(k[0]), int(k[1]), int(k[2]))
             t = self.threads.get(key)
