@@ -9,7 +9,9 @@ side, so the gaps that touch its edges are whole — with what only the whole tr
 that launch and that emit stages). The parts are then added up (``reduce``) into the same
 ``Diagnosis`` as the whole-trace one, figure for figure.
 
-Scope: one rank, one device (``applies``); other traces take the whole-trace path.
+Several ranks and devices: windows are cut where no step of any rank is open; each device has its
+own context (``windowed_devices``); the collectives of every rank are matched once, in ``reduce``.
+Scope: no step range (``applies``); a step range takes the whole-trace path.
 """
 from __future__ import annotations
 
@@ -50,14 +52,12 @@ class Window:
 
 @dataclass
 class Context:
-    """What the whole trace tells and one window cannot: set before the windows are walked.
-
-    NOTE: one device (``applies``): every device row is of the one union the context is cut on."""
+    """What the whole trace tells and one window cannot: set before the windows are walked."""
 
     steps: pd.DataFrame                      # the step table (``find_steps``), index 0..n-1
     source: str
     bounds: dict[Key, tuple[int, int]]       # each device's (first start, last end), ns
-    primary: dict[int, int]
+    primary: dict[int, int]                  # per rank, its busiest device (``budget.primary_devices``)
     comm_ranks: set[int]
     model: HostActivity                      # the trace's host model: stage names, bursts, threads
     default: dict[int, tuple[int, int]]      # per rank, the launching thread where nothing says
@@ -66,6 +66,9 @@ class Context:
     evidence: bool                           # stage ranges or engine frames anywhere in the trace
     helpers: dict[tuple, tuple]              # per thread, the other thread of its process with the
     #                                          most stage ranges (``host_activity.stage_threads``)
+    queries: dict[Key, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    #                                          the straggler's device: the time before its arrivals
+    #                                          whose busy share ``comm.finish`` asks for (``windowed_comm``)
 
 
 @dataclass
@@ -89,15 +92,13 @@ class Part:
     comm: list[int] = field(default_factory=lambda: [0, 0, 0])   # collectives: total, exposed, rows
     cold: list[int] = field(default_factory=lambda: [0, 0])      # start-up calls: all, inside the active window
     piece_threads: dict[tuple[int, int, int, int], int] = field(default_factory=dict)
+    straggler_busy: dict[Key, int] = field(default_factory=dict)   # ``queries``' busy ns inside the window
+    cpu_rows: bool = False                                          # owned CPU stand-in rows
 
 
 def applies(tl: Timeline, params: DiagnoseParams) -> bool:
-    """Whether the windowed path covers this trace: one rank, one device, no step range."""
-    dev = tl.device
-    if params.step_range is not None or len(dev) == 0:
-        return False
-    r, d = dev["rank"].to_numpy(), dev["device"].to_numpy()
-    return bool((r == r[0]).all() and (d == d[0]).all())
+    """Whether the windowed path covers this trace: device rows, no step range."""
+    return params.step_range is None and len(tl.device) > 0
 
 
 def plan(steps: pd.DataFrame, rows_before: np.ndarray, max_rows: int) -> list[tuple[int, int]]:
@@ -182,6 +183,10 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
                 *_kernels(tlw, w, mask), *_split(tlw, w, sets), _bins(w, sets, ctx))
     part.comm = _comm(tlw, w, sets)
     part.cold = _cold(tlw, w, model, ctx)
+    from srtscope.analyzers.windowed_comm import busy_in_window  # noqa: PLC0415 (it builds on this module)
+    part.straggler_busy = busy_in_window(sets, w, ctx.queries)
+    own = w.owns(tlw.device["start_ns"].to_numpy())
+    part.cpu_rows = bool((own & isin(tlw.device["kind"], [DeviceKind.CPU_FORWARD])).any()) if len(own) else False
     return part
 
 
