@@ -27,12 +27,13 @@ from srtscope.analyzers.analyses.comm import _instances
 from srtscope.analyzers.analyses.steps import COUNT_COLUMNS, find_steps, step_windows, steps_from_ranges
 from srtscope.analyzers.columns import isin
 from srtscope.analyzers.host_activity import BurstTracker, HostActivity, default_threads, launch_counts
-from srtscope.analyzers.names import comm_mask
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.results import Diagnosis
 from srtscope.analyzers.timeline import ApiKind, DeviceKind, Timeline, TimelineMeta, validate_table
-from srtscope.analyzers.windowed import Context, Window, context_of, overlapping, plan, window_part
-from srtscope.analyzers.windowed_reduce import reduce, whole_helpers
+from srtscope.analyzers.windowed import Context, Window, overlapping, plan, window_part
+from srtscope.analyzers.windowed_comm import straggler_queries
+from srtscope.analyzers.windowed_devices import DeviceScan, carried, contexts, in_contexts, primary_of, raise_running
+from srtscope.analyzers.windowed_reduce import edge_steps, reduce, whole_helpers
 
 #: API kinds whose calls device rows correlate to: carried until their work starts
 _CALL_KINDS = [ApiKind.LAUNCH, ApiKind.MEMCPY]
@@ -96,51 +97,50 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
     if not steps_from_ranges(small, source):
         raise NotWindowable(f"steps from {source!r}, not from ranges")
     first = _first_pass(src, w, params)
-    if len(first.bounds) != 1:
-        raise NotWindowable(f"{len(first.bounds)} devices (one rank and one device are windowed)")
     _, steps = find_steps(small, params.step_rule, counts=first.counts, any_api=first.any_api)
     model = HostActivity(small, params.burst_rule)
     model._bursts.update(first.bursts)
-    keys = sorted(first.bounds)
-    comm = (first.comm_source, first.comm_rows) if first.comm_n else _instances(small, np.zeros(0, bool))
-    ctx = Context(steps, source, first.bounds, {k[0]: k[1] for k in keys}, first.comm_ranks, model,
+    scan = first.scan
+    keys = sorted(scan.bounds)
+    comm = scan.comm_rows() if scan.has_comm else _instances(small, np.zeros(0, bool))
+    ctx = Context(steps, source, scan.bounds, primary_of(scan.busy), first.comm_ranks, model,
                   default_threads(small, first.launches), _empty_calls(), model.has_engine_evidence,
-                  whole_helpers(small, model, first.threads))
-    rows_before = first.rows_before
-    edges_q = _edge_ranges(steps, first.bounds)
+                  whole_helpers(small, model, first.threads),
+                  straggler_queries(small, *comm, int(params.min_skew_us * 1000)))
+    edges_q = _edge_ranges(steps, scan.bounds, ctx.primary)
     kept: list[pd.DataFrame] = []
     parts = []
     dev, api = _Rows(src.iter_device()), _Rows(src.iter_api())
     carry_d, carry_a = validate_table(None, "device"), validate_table(None, "api")
     pending = _empty_calls()
-    running: int | None = None
-    windows = plan(steps, rows_before, max_rows)
+    running: dict[tuple[int, int], int] = {}
+    windows = plan(steps, first.rows_before, max_rows)
     if progress is not None:
         progress(0.1)
     for i, (lo, hi) in enumerate(windows):
         if progress is not None and i:
             progress(0.1 + 0.9 * i / len(windows))
-        clo, chi = context_of(lo, hi, running, dev.first_at_or_after(hi))
+        # NOTE: each device's next row past the window is known from the first pass: no read-ahead
+        nxt = scan.next_rows(hi)
+        per, clo, chi = contexts(lo, hi, keys, running, {k: int(r["start_ns"].iloc[0]) for k, r in nxt.items()})
         new_a = api.before(chi)
-        d = overlapping(_cat(carry_d, dev.before(chi)), clo, chi)
+        d = _cat(carry_d, dev.before(hi))
         a = overlapping(_cat(carry_a, new_a), clo, chi)
-        before = d["start_ns"].to_numpy() < hi
-        if before.any():
-            top = int(d["end_ns"].to_numpy()[before].max())
-            running = top if running is None else max(running, top)
+        raise_running(running, d)
         if len(new_a):
             calls = new_a[isin(new_a["kind"], _CALL_KINDS + [ApiKind.GRAPH_LAUNCH])
                           & (new_a["correlation"].to_numpy() >= 0)]
             pending = _cat(pending, calls[list(pending.columns)])
         ctx.calls = pending
-        tlw = Timeline(d, a, overlapping(src.ranges, clo, chi), src.counters, src.meta)
+        dw = in_contexts(_cat(d, pd.concat(list(nxt.values()), ignore_index=True)) if nxt else d, per)
+        tlw = Timeline(dw, a, overlapping(src.ranges, clo, chi), src.counters, src.meta)
         parts.append(window_part(tlw, Window(lo, hi, clo, chi), ctx, params))
         if edges_q and len(new_a):
             ns_, ne_ = new_a["start_ns"].to_numpy(), new_a["end_ns"].to_numpy()
             kept.append(new_a[np.logical_or.reduce([(ne_ > q0) & (ns_ < q1) for q0, q1 in edges_q])])
-        pending = _settled(pending, d[before])
-        nlo = hi if running is None or running > hi else running - 1
-        carry_d = d[(d["end_ns"].to_numpy() > nlo) | (d["start_ns"].to_numpy() >= nlo)].reset_index(drop=True)
+        pending = _settled(pending, d)
+        carry_d = carried(d, hi, running)
+        nlo = min([hi, *(hi if r > hi else r - 1 for r in running.values())])
         carry_a = a[(a["end_ns"].to_numpy() > nlo) | (a["start_ns"].to_numpy() >= nlo)].reset_index(drop=True)
     # NOTE: each window's new rows, once each: in start order
     edge_api = pd.concat(kept, ignore_index=True) if kept else validate_table(None, "api")
@@ -149,7 +149,7 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
         m = (edge_api["end_ns"].to_numpy() > lo) & (edge_api["start_ns"].to_numpy() < hi)
         return Timeline(validate_table(None, "device"), edge_api[m].reset_index(drop=True), src.ranges,
                         src.counters, src.meta)
-    return reduce(parts, ctx, params, small, first.span, rows_of, comm, n_comm=first.comm_n)
+    return reduce(parts, ctx, params, small, first.span, rows_of, comm)
 
 
 def _empty_calls() -> pd.DataFrame:
@@ -184,19 +184,19 @@ def _in_keys(rows: pd.DataFrame, of: pd.DataFrame) -> np.ndarray:
     return pd.MultiIndex.from_arrays(a).isin(pd.MultiIndex.from_arrays(b))
 
 
-def _edge_ranges(steps: pd.DataFrame, bounds: dict) -> list[tuple[int, int]]:
-    """The time of the steps outside the device's active window (``losses.edge_losses`` reads it)."""
-    if len(steps) == 0 or not bounds:
+def _edge_ranges(steps: pd.DataFrame, bounds: dict, primary: dict[int, int]) -> list[tuple[int, int]]:
+    """The time of the steps outside their rank's primary device's active window (``losses.edge_losses``
+    reads it), as disjoint intervals."""
+    out = edge_steps(steps, bounds, primary)
+    if not out.any():
         return []
-    w0 = min(b[0] for b in bounds.values())
-    w1 = max(b[1] for b in bounds.values())
-    s, e = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
-    out = []
-    if (s < w0).any():
-        out.append((int(s[s < w0].min()), int(w0)))
-    if (e > w1).any():
-        out.append((int(w1), int(e[e > w1].max())))
-    return out
+    r, s, e = (steps[c].to_numpy()[out] for c in ("rank", "start_ns", "end_ns"))
+    w0 = np.array([bounds[(int(x), primary[int(x)])][0] for x in r], np.int64)
+    w1 = np.array([bounds[(int(x), primary[int(x)])][1] for x in r], np.int64)
+    qs, qe = np.r_[s, np.maximum(s, w1)], np.r_[np.minimum(e, w0), e]
+    keep = qe > qs
+    us, ue = iv.union(qs[keep], qe[keep])
+    return [(int(a), int(b)) for a, b in zip(us, ue)]
 
 
 class _Rows:
@@ -214,19 +214,6 @@ class _Rows:
                 return True
         self.done = True
         return False
-
-    def first_at_or_after(self, t: int) -> int | None:
-        """The first start at or after ``t`` (reads ahead as needed; nothing is handed out)."""
-        i = 0
-        while True:
-            while i < len(self.buf):
-                s = self.buf[i]["start_ns"].to_numpy()
-                j = int(np.searchsorted(s, t, side="left"))
-                if j < len(s):
-                    return int(s[j])
-                i += 1
-            if not self._more():
-                return None
 
     def before(self, t: int) -> pd.DataFrame:
         """The rows not handed out yet that start before ``t``, in order."""
@@ -246,15 +233,12 @@ class _Rows:
 
 @dataclass
 class _First:
-    bounds: dict
+    scan: DeviceScan                    # each device's bounds, busy time, next rows; the collectives
     span: tuple[int, int]
     counts: dict[str, np.ndarray]
     any_api: bool
     launches: pd.DataFrame
     bursts: dict
-    comm_rows: pd.DataFrame             # one row per (rank, device) with collectives
-    comm_n: int                         # collective rows
-    comm_source: str
     comm_ranks: set[int]
     rows_before: np.ndarray
     threads: set                        # (rank, pid, tid) of every thread with API rows
@@ -307,35 +291,20 @@ def _first_pass(src: ChunkSource, w: pd.DataFrame, params: DiagnoseParams) -> _F
                                                                            as_index=False)["n"].sum())
                 if lc else launch_counts(validate_table(None, "api")))
     gkeys = (pd.concat(glaunch, ignore_index=True).drop_duplicates() if glaunch else None)
-    # device: bounds, collectives, per step busy time and graph kernels, rows before each step
-    bounds: dict[tuple[int, int], tuple[int, int]] = {}
+    # device: each device's figures (``DeviceScan``), per step busy time and graph kernels, rows before each step
     order = np.argsort(ws, kind="stable")
+    scan = DeviceScan(ws[order])
     rows_before = np.zeros(n, np.int64)
-    comm_n, comm_pairs = 0, set()
-    stand_in_only = True
     open_iv: dict[int, tuple[int, int]] = {}
     for d in src.iter_device():
         if len(d) == 0:
             continue
+        scan.add(d)
         s_, e_ = d["start_ns"].to_numpy(), d["end_ns"].to_numpy()
         lo = int(s_.min()) if lo is None else min(lo, int(s_.min()))
         hi = int(e_.max()) if hi is None else max(hi, int(e_.max()))
         rows_before += np.searchsorted(s_, ws[order], side="left")
-        r_, dv = d["rank"].to_numpy(np.int64), d["device"].to_numpy(np.int64)
-        one = bool((r_ == r_[0]).all() and (dv == dv[0]).all())
-        dev_pairs = np.c_[r_[:1], dv[:1]] if one else np.unique(np.c_[r_, dv], axis=0)
-        for k in dev_pairs:
-            key = (int(k[0]), int(k[1]))
-            m = slice(None) if one else (r_ == key[0]) & (dv == key[1])
-            b = bounds.get(key)
-            nb = (int(s_[m].min()), int(e_[m].max()))
-            bounds[key] = nb if b is None else (min(b[0], nb[0]), max(b[1], nb[1]))
-        cm = comm_mask(d)
-        if cm.any():
-            # NOTE: one device: the collectives are matched with no peer; their count and devices do
-            comm_n += int(cm.sum())
-            comm_pairs |= {(int(x), int(y)) for x, y in np.unique(np.c_[r_[cm], dv[cm]], axis=0)}
-            stand_in_only &= bool(isin(d["kind"], [DeviceKind.CPU_FORWARD])[cm].all())
+        r_ = d["rank"].to_numpy(np.int64)
         gk = ((d["graph_id"].to_numpy() >= 0) | (d["graph_node"].to_numpy() >= 0)
               | isin(d["kind"], [DeviceKind.GRAPH]))
         if gkeys is not None and len(gkeys):
@@ -356,13 +325,10 @@ def _first_pass(src: ChunkSource, w: pd.DataFrame, params: DiagnoseParams) -> _F
     for rank, (a_, b_) in open_iv.items():
         on = wr == rank
         counts["busy_ns"][on] += iv.overlap((np.array([a_]), np.array([b_])), ws[on], we[on])
-    pairs = sorted(comm_pairs)
-    comm_rows = pd.DataFrame({"rank": [p[0] for p in pairs], "device": [p[1] for p in pairs],
-                              "start_ns": 0, "end_ns": 0, "name": ""}).astype(
-        {"rank": np.int64, "device": np.int64, "start_ns": np.int64, "end_ns": np.int64})
-    return _First(bounds, (lo or 0, hi or 0), counts, any_api, launches, {k: t.bursts() for k, t in trackers.items()},
-                  comm_rows, comm_n, "stand_in" if stand_in_only else "kernels", {p[0] for p in pairs},
-                  rows_before, threads)
+    scan.finish()
+    comm_ranks = {int(r) for r in scan.comm_rows()[1]["rank"].unique()} if scan.has_comm else set()
+    return _First(scan, (lo or 0, hi or 0), counts, any_api, launches, {k: t.bursts() for k, t in trackers.items()},
+                  comm_ranks, rows_before, threads)
 
 
 def _count_in(times: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
