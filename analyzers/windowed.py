@@ -94,6 +94,8 @@ class Part:
     piece_threads: dict[tuple[int, int, int, int], int] = field(default_factory=dict)
     straggler_busy: dict[Key, int] = field(default_factory=dict)   # ``queries``' busy ns inside the window
     cpu_rows: bool = False                                          # owned CPU stand-in rows
+    step_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # the owned steps' rows
+    #                                          of ``Context.steps``: the order of ``budget`` and ``losses``
 
 
 def applies(tl: Timeline, params: DiagnoseParams) -> bool:
@@ -183,6 +185,7 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
                 *_kernels(tlw, w, mask), *_split(tlw, w, sets), _bins(w, sets, ctx))
     part.comm = _comm(tlw, w, sets)
     part.cold = _cold(tlw, w, model, ctx)
+    part.step_rows = own_steps
     from srtscope.analyzers.windowed_comm import busy_in_window  # noqa: PLC0415 (it builds on this module)
     part.straggler_busy = busy_in_window(sets, w, ctx.queries)
     own = w.owns(tlw.device["start_ns"].to_numpy())

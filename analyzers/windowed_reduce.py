@@ -138,7 +138,10 @@ def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timel
     cres = comm_result(small, csrc, inst, ctot[0], ctot[1], int(params.min_skew_us * 1000),
                        [p.straggler_busy for p in parts])
     eres = eager_fallback(steps)
-    budget = budget_result(pd.concat([p.budget for p in parts], ignore_index=True)[list(BUDGET_COLUMNS)]) \
+    # NOTE: the parts hold their steps in window order; the step table is by rank, then start
+    order = step_order(parts)
+    budget = budget_result(pd.concat([p.budget for p in parts], ignore_index=True).iloc[order]
+                           .reset_index(drop=True)[list(BUDGET_COLUMNS)]) \
         if parts else budget_result(pd.DataFrame({c: pd.Series([], dtype=np.int64) for c in BUDGET_COLUMNS}))
     tk = _top_kernels(parts, params.top_kernels)
     dres = _device(parts)
@@ -150,7 +153,7 @@ def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timel
     if m.has_warning(WarningCode.PARTIAL_RANKS):
         cres = replace(cres, partial=True)
     primary = ctx.primary
-    losses = _losses(parts, ctx, pieces, params, rows_of, cres)
+    losses = _losses(parts, ctx, pieces, params, rows_of, cres, order)
     budget = replace(budget, warmup=losses.warmup, lost_ns=losses.mean_lost())
     wif = what_if(small, steps, pieces, budget.table, cres, primary, thr, ctx.model, shrink_ns,
                   params.burst_rule, ctx.comm_ranks, sets0, losses)
@@ -249,14 +252,14 @@ def _facts(parts: list[Part], ctx: Context, span: tuple[int, int]) -> CaptureFac
 
 
 def _losses(parts: list[Part], ctx: Context, pieces: pd.DataFrame, params: DiagnoseParams, rows_of,
-            comm: CommResult) -> StepLosses:
+            comm: CommResult, order: np.ndarray) -> StepLosses:
     """The owned steps' accountings in step order, with the edges, the straggler's skew (``comm``:
-    all the ranks' collectives) and the warm-up of all the steps."""
+    all the ranks' collectives) and the warm-up of all the steps. ``order``: ``step_order(parts)``."""
     steps = ctx.steps
     ls = [p.losses for p in parts]
 
     def cat(get) -> np.ndarray:
-        return np.concatenate([get(x) for x in ls]) if ls else np.zeros(0, np.int64)
+        return np.concatenate([get(x) for x in ls])[order] if ls else np.zeros(0, np.int64)
     lost = {c: cat(lambda x, c=c: x.lost[c]) for c in Cause}
     bub = {c: cat(lambda x, c=c: x.bubbles[c]) for c in Cause}
     n = len(steps)
@@ -325,3 +328,9 @@ def edge_steps(steps: pd.DataFrame, bounds: Mapping[tuple[int, int], tuple[int, 
         on = r == rank
         out |= on & ((s < w0) | (e > w1))
     return out
+
+
+def step_order(parts: list[Part]) -> np.ndarray:
+    """The positions, in the parts' steps taken window after window, of the step table's rows in order."""
+    rows = np.concatenate([p.step_rows for p in parts]) if parts else np.zeros(0, np.int64)
+    return np.argsort(rows, kind="stable")
