@@ -3,15 +3,21 @@
 ``diagnose_streamed(src, params, max_rows)`` takes a ``ChunkSource`` — the trace's metadata, ranges
 and counters whole, its device and API rows as chunks in start order (``iter_device`` /
 ``iter_api``, callable again) — and gives the ``Diagnosis`` ``diagnose`` gives on the whole Timeline:
-1. a first pass over the chunks gathers the ``Context`` (each device's active window, the launch
-   counts and bursts of each thread, the collectives, per step its busy time, launches and graph
-   kernels, where the device rows fall between the steps);
-2. a second pass cuts the rows into windows (``windowed.plan``), each a Timeline of its context's
-   rows, and analyses each (``windowed.window_part``); launch calls whose work has not started yet
+1. a first pass over the chunks gathers the ``Context`` (the device side in
+   ``windowed_devices.DeviceScan``: each device's active window and busy time, every rank's
+   collectives, each device's next row past every step start; the launch counts and bursts of each
+   thread, per step its busy time, launches and graph kernels, where the device rows fall between
+   the steps);
+2. a second pass cuts the rows into windows (``windowed.plan``: where no step of any rank is open),
+   each a Timeline of the rows overlapping its contexts — per device its own, the host rows over the
+   widest — and analyses each (``windowed.window_part``); launch calls whose work has not started yet
    are carried to the windows that may ask for them;
-3. ``windowed_reduce.reduce`` adds the parts up.
-Peak memory: one window's rows, the carried calls and rows that outlive their window, the per-step
-tables and the bubble table — not the trace's device or API tables.
+3. ``windowed_reduce.reduce`` adds the parts up; the collectives are matched there, once.
+Peak memory: one window's rows, the carried calls and rows that outlive their window; held whole:
+the per-step tables, each device's next row per step start (steps x devices rows), the collective
+rows and the bubble table — not the trace's device or API tables. NOTE: the host rows are read
+over the widest device context: a device idle for a long stretch (its gap touching the window)
+keeps the host rows since its last activity in hand, as a bubble that long needs them.
 """
 from __future__ import annotations
 
@@ -87,8 +93,7 @@ def _chunks(df: pd.DataFrame, rows: int) -> Iterator[pd.DataFrame]:
 def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
                       progress: Callable[[float], None] | None = None) -> Diagnosis:
     """``diagnose`` of the trace ``src`` holds, window by window (module doc). Raises
-    ``NotWindowable`` for a trace of several ranks or devices, a step range, or steps that only
-    the device and API rows give. ``progress(fraction)``: after the first pass and each window."""
+    ``NotWindowable`` for a step range, or steps that only the device and API rows give. ``progress(fraction)``: after the first pass and each window."""
     if params.step_range is not None:
         raise NotWindowable("a step range is diagnosed from the whole trace")
     small = Timeline(validate_table(None, "device"), validate_table(None, "api"), src.ranges, src.counters,
