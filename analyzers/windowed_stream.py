@@ -93,7 +93,8 @@ def _chunks(df: pd.DataFrame, rows: int) -> Iterator[pd.DataFrame]:
 def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
                       progress: Callable[[float], None] | None = None) -> Diagnosis:
     """``diagnose`` of the trace ``src`` holds, window by window (module doc). Raises
-    ``NotWindowable`` for a step range, or steps that only the device and API rows give. ``progress(fraction)``: after the first pass and each window."""
+    ``NotWindowable`` for a step range, or steps that only the device and API rows give.
+    ``progress(fraction)``: after the first pass and each window."""
     if params.step_range is not None:
         raise NotWindowable("a step range is diagnosed from the whole trace")
     small = Timeline(validate_table(None, "device"), validate_table(None, "api"), src.ranges, src.counters,
