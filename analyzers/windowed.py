@@ -9,14 +9,17 @@ side, so the gaps that touch its edges are whole — with what only the whole tr
 that launch and that emit stages). The parts are then added up (``reduce``) into the same
 ``Diagnosis`` as the whole-trace one, figure for figure.
 
-Several ranks and devices: windows are cut where no step of any rank is open; each device has its
-own context (``windowed_devices``); the collectives of every rank are matched once, in ``reduce``.
+Several ranks and devices: a window is cut at a step start of one rank, and each rank owns its own
+time — the window's edges moved past that rank's open steps (``rank_edges``), so no rank's step is
+ever cut — analysed as a window of its own (``Window.rank``, its rows only); each device has its own
+context (``windowed_devices``); the collectives of every rank are matched once, in ``reduce``.
 Scope: no step range (``applies``); a step range takes the whole-trace path.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -45,6 +48,7 @@ class Window:
     hi_ns: int
     ctx_lo_ns: int
     ctx_hi_ns: int
+    rank: int | None = None                  # the rank whose rows the window holds (None: every rank)
 
     def owns(self, t: np.ndarray) -> np.ndarray:
         return (t >= self.lo_ns) & (t < self.hi_ns)
@@ -105,23 +109,47 @@ def applies(tl: Timeline, params: DiagnoseParams) -> bool:
 
 def plan(steps: pd.DataFrame, rows_before: np.ndarray, max_rows: int) -> list[tuple[int, int]]:
     """Owned time of each window, ``[(lo, hi)]`` covering all time: cut at step starts where no step
-    is open, each window holding about ``max_rows`` device rows. ``rows_before``: per step in start
-    order, the device rows starting before it."""
+    of that step's rank is open, each window holding about ``max_rows`` device rows. ``rows_before``:
+    per step in start order, the device rows starting before it. NOTE: a cut may fall inside a step
+    of another rank: each rank's own edges are moved past its steps (``rank_edges``)."""
     if max_rows < 1:
         raise ValueError(f"max_rows must be >= 1, got {max_rows}")
     cuts: list[int] = []
     order = np.argsort(steps["start_ns"].to_numpy(), kind="stable") if len(steps) else np.zeros(0, np.int64)
     st = steps["start_ns"].to_numpy(np.int64)[order]
-    reach = np.maximum.accumulate(steps["end_ns"].to_numpy(np.int64)[order]) if len(st) else st
+    # per step in start order: the latest end of the earlier steps of its rank
+    ends = pd.Series(steps["end_ns"].to_numpy(np.int64)[order])
+    ranks = steps["rank"].to_numpy()[order] if "rank" in steps else np.zeros(len(st), np.int64)
+    reach = ends.groupby(ranks).cummax().groupby(ranks).shift(1).fillna(_MIN).to_numpy(np.int64)
     last = 0
     for i in range(1, len(st)):
-        if reach[i - 1] > st[i]:
-            continue                              # a step still open: no cut inside it
+        if reach[i] > st[i]:
+            continue                              # a step of its rank still open: no cut inside it
         if int(rows_before[i]) - last >= max_rows:
             cuts.append(int(st[i]))
             last = int(rows_before[i])
     edges = [_MIN, *cuts, _MAX]
     return list(zip(edges[:-1], edges[1:]))
+
+
+def rank_edges(steps: pd.DataFrame, windows: list[tuple[int, int]]) -> dict[int, list[tuple[int, int]]]:
+    """Per rank with steps, each window's owned time for that rank: the window's edges, each moved to
+    the end of the rank's steps open at it (a run of overlapping steps), so that no step of the rank
+    is cut; ``[lo, lo)`` where the window lies inside one of them. The edges stay in order."""
+    out = {}
+    for rank, idx in (steps.groupby("rank").indices.items() if len(steps) else []):
+        s, e = steps["start_ns"].to_numpy(np.int64)[idx], steps["end_ns"].to_numpy(np.int64)[idx]
+        o = np.argsort(s, kind="stable")
+        s, e = s[o], e[o]
+        reach = np.maximum.accumulate(e)
+        first = np.flatnonzero(np.r_[True, s[1:] >= reach[:-1]])      # runs of overlapping steps
+        bs, be = s[first], np.maximum.reduceat(e, first)
+        edges = [windows[0][0]]
+        for _, hi in windows:
+            j = int(np.searchsorted(bs, hi, side="left")) - 1
+            edges.append(int(be[j]) if j >= 0 and be[j] > hi else hi)
+        out[int(cast(int, rank))] = list(zip(edges[:-1], edges[1:]))
+    return out
 
 
 def context_of(lo: int, hi: int, running_end: int | None, next_start: int | None) -> tuple[int, int]:
@@ -141,7 +169,8 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
     sets._bounds.update(ctx.bounds)          # NOTE: the device's active window is the whole trace's
     mask = sets.comm
     steps = ctx.steps
-    own_steps = np.flatnonzero(w.owns(steps["start_ns"].to_numpy()))
+    mine = w.owns(steps["start_ns"].to_numpy())
+    own_steps = np.flatnonzero(mine if w.rank is None else mine & (steps["rank"].to_numpy() == w.rank))
     # bubbles: gaps of each device's activity over the threshold that touch the owned time
     rows, busy, gaps = [], {}, {}
     for key in sets.keys:

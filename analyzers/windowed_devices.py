@@ -23,9 +23,10 @@ from srtscope.analyzers.analyses.budget import primary_devices
 from srtscope.analyzers.columns import isin
 from srtscope.analyzers.names import comm_mask
 from srtscope.analyzers.timeline import DeviceKind
-from srtscope.analyzers.windowed import context_of
+from srtscope.analyzers.windowed import context_of, rank_edges
 
 Key = tuple[int, int]
+_MAX = int(np.iinfo(np.int64).max) // 2
 COMM_COLUMNS = ["rank", "device", "start_ns", "end_ns", "name"]
 
 
@@ -69,18 +70,42 @@ def raise_running(running: dict[Key, int], rows: pd.DataFrame) -> None:
         running[key] = max(running.get(key, top), top)
 
 
-def carried(dev: pd.DataFrame, hi: int, running: Mapping[Key, int]) -> pd.DataFrame:
-    """The rows of ``dev`` (all starting before ``hi``) the next window, from ``hi``, may read: per
-    device those reaching past the left edge of its next context."""
+def started_before(dev: pd.DataFrame, his: Mapping[int, int]) -> np.ndarray:
+    """Mask of the rows of ``dev`` starting before their rank's end of owned time ``his[rank]``."""
+    if len(dev) == 0:
+        return np.zeros(0, bool)
+    hi = pd.Series(his, dtype=np.int64).reindex(dev["rank"].to_numpy()).fillna(_MAX).to_numpy(np.int64)
+    return dev["start_ns"].to_numpy() < hi
+
+
+def carried(dev: pd.DataFrame, his: Mapping[int, int], running: Mapping[Key, int]) -> pd.DataFrame:
+    """The rows of ``dev`` the next windows, from each rank's ``his[rank]`` on, may read: per device
+    those reaching past the left edge of its next context, and those starting at or after it."""
     if len(dev) == 0:
         return dev
     s, e = dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy()
     keep = np.zeros(len(dev), bool)
     for key, m in by_key(dev):
-        r = running.get(key)
+        r, hi = running.get(key), his.get(key[0], _MAX)
         nlo = hi if r is None or r > hi else r - 1
         keep[m] = ((e > nlo) | (s >= nlo))[m]
     return dev[keep].reset_index(drop=True)
+
+
+def rank_windows(steps: pd.DataFrame, windows: list[tuple[int, int]],
+                 ranks: list[int]) -> list[list[tuple[int, int, int]]]:
+    """Per window, per rank: (rank, lo, hi), the rank's owned time (``windowed.rank_edges``: the
+    window's edges moved past the rank's open steps); ``lo == hi`` where the rank owns nothing in it."""
+    edges = rank_edges(steps, windows)
+    return [[(r, *(edges[r][i] if r in edges else w)) for r in ranks] for i, w in enumerate(windows)]
+
+
+def of_rank(df: pd.DataFrame, rank: int) -> pd.DataFrame:
+    """The rows of one rank, in order."""
+    if len(df) == 0:
+        return df
+    r = df["rank"].to_numpy()
+    return df if (r == rank).all() else df[r == rank].reset_index(drop=True)
 
 
 def primary_of(busy: Mapping[Key, int]) -> dict[int, int]:
@@ -148,6 +173,10 @@ class DeviceScan:
     def next_rows(self, t: int) -> dict[Key, pd.DataFrame]:
         """Per device, its first row starting at or after ``t`` (a candidate cut), as a one-row table."""
         i = int(np.searchsorted(self.cuts, t, side="left"))
+        if i == len(self.cuts) or self.cuts[i] != t:
+            if t >= _MAX:
+                return {}       # ``windowed.plan``'s last edge: no row after it
+            raise ValueError(f"{t} ns is not a step start or end: no next rows kept for it")
         out = {}
         for key, got in self._next.items():
             for idx, rows in got:

@@ -41,7 +41,7 @@ from srtscope.analyzers.timeline import Timeline, WarningCode
 from srtscope.analyzers.vocab import Cause
 from srtscope.analyzers.windowed import Context, Part, Window, crop_rows, plan, window_part
 from srtscope.analyzers.windowed_comm import comm_result, straggler_queries
-from srtscope.analyzers.windowed_devices import contexts, in_contexts, primary_of
+from srtscope.analyzers.windowed_devices import contexts, in_contexts, of_rank, primary_of, rank_windows
 
 
 def diagnose_windowed(tl: Timeline, params: DiagnoseParams, max_rows: int) -> Diagnosis:
@@ -67,17 +67,24 @@ def diagnose_windowed(tl: Timeline, params: DiagnoseParams, max_rows: int) -> Di
     run = {k: np.maximum.accumulate(ends[g]) for k, g in mine.items()}
     parts = []
     rows_before = np.searchsorted(starts, np.sort(steps["start_ns"].to_numpy()), side="left")
-    for lo, hi in plan(steps, rows_before, max_rows):
-        running, nxt = {}, {}
-        for k, g in mine.items():
-            i, j = np.searchsorted(starts[g], [lo, hi], side="left")
-            if i:
-                running[k] = int(run[k][i - 1])
-            nxt[k] = int(starts[g][j]) if j < len(g) else None
-        per, clo, chi = contexts(lo, hi, keys, running, nxt)
-        tlw = crop_rows(tl, clo, chi)
-        tlw = Timeline(in_contexts(tlw.device, per), tlw.api, tlw.ranges, tlw.counters, tlw.meta)
-        parts.append(window_part(tlw, Window(lo, hi, clo, chi), ctx, params))
+    ranks = sorted({int(x) for df in (dev, tl.api, tl.ranges, steps) for x in df["rank"].unique()})
+    for spans in rank_windows(steps, plan(steps, rows_before, max_rows), ranks):
+        for r, lo, hi in spans:
+            if hi <= lo:
+                continue
+            own = [k for k in keys if k[0] == r]
+            running, nxt = {}, {}
+            for k in own:
+                g = mine[k]
+                i, j = np.searchsorted(starts[g], [lo, hi], side="left")
+                if i:
+                    running[k] = int(run[k][i - 1])
+                nxt[k] = int(starts[g][j]) if j < len(g) else None
+            per, clo, chi = contexts(lo, hi, own, running, nxt)
+            c = crop_rows(tl, clo, chi)
+            tlw = Timeline(in_contexts(of_rank(c.device, r), per), of_rank(c.api, r), of_rank(c.ranges, r),
+                           c.counters, c.meta)
+            parts.append(window_part(tlw, Window(lo, hi, clo, chi, r), ctx, params))
     return reduce(parts, ctx, params, facts_tl, tl.span_ns, lambda lo, hi: crop_rows(tl, lo, hi), comm)
 
 

@@ -8,10 +8,10 @@ and counters whole, its device and API rows as chunks in start order (``iter_dev
    collectives, each device's next row past every step start; the launch counts and bursts of each
    thread, per step its busy time, launches and graph kernels, where the device rows fall between
    the steps);
-2. a second pass cuts the rows into windows (``windowed.plan``: where no step of any rank is open),
-   each a Timeline of the rows overlapping its contexts — per device its own, the host rows over the
-   widest — and analyses each (``windowed.window_part``); launch calls whose work has not started yet
-   are carried to the windows that may ask for them;
+2. a second pass cuts the rows into windows (``windowed.plan``; per rank its own edges, past its
+   open steps: ``windowed.rank_edges``), per rank a Timeline of its rows overlapping its contexts —
+   per device its own, the host rows over the widest — and analyses each (``windowed.window_part``);
+   launch calls whose work has not started yet are carried to the windows that may ask for them;
 3. ``windowed_reduce.reduce`` adds the parts up; the collectives are matched there, once.
 Peak memory: one window's rows, the carried calls and rows that outlive their window; held whole:
 the per-step tables, each device's next row per step start (steps x devices rows), the collective
@@ -38,7 +38,17 @@ from srtscope.analyzers.results import Diagnosis
 from srtscope.analyzers.timeline import ApiKind, DeviceKind, Timeline, TimelineMeta, validate_table
 from srtscope.analyzers.windowed import Context, Window, overlapping, plan, window_part
 from srtscope.analyzers.windowed_comm import straggler_queries
-from srtscope.analyzers.windowed_devices import DeviceScan, carried, contexts, in_contexts, primary_of, raise_running
+from srtscope.analyzers.windowed_devices import (
+    DeviceScan,
+    carried,
+    contexts,
+    in_contexts,
+    of_rank,
+    primary_of,
+    raise_running,
+    rank_windows,
+    started_before,
+)
 from srtscope.analyzers.windowed_reduce import edge_steps, reduce, whole_helpers
 
 #: API kinds whose calls device rows correlate to: carried until their work starts
@@ -120,33 +130,48 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
     carry_d, carry_a = validate_table(None, "device"), validate_table(None, "api")
     pending = _empty_calls()
     running: dict[tuple[int, int], int] = {}
-    windows = plan(steps, first.rows_before, max_rows)
+    ranks = sorted({k[0] for k in keys} | {t[0] for t in first.threads}
+                   | {int(x) for df in (src.ranges, steps) for x in df["rank"].unique()})
+    windows = rank_windows(steps, plan(steps, first.rows_before, max_rows), ranks)
     if progress is not None:
         progress(0.1)
-    for i, (lo, hi) in enumerate(windows):
+    for i, spans in enumerate(windows):
         if progress is not None and i:
             progress(0.1 + 0.9 * i / len(windows))
-        # NOTE: each device's next row past the window is known from the first pass: no read-ahead
-        nxt = scan.next_rows(hi)
-        per, clo, chi = contexts(lo, hi, keys, running, {k: int(r["start_ns"].iloc[0]) for k, r in nxt.items()})
+        # per rank its owned time and contexts; each device's next row past it is known from the
+        # first pass (no read-ahead)
+        his = {r: hi for r, _, hi in spans}
+        ctxs = {}
+        spans = [x for x in spans if x[2] > x[1]]
+        for r, lo, hi in spans:
+            nxt = {k: row for k, row in scan.next_rows(hi).items() if k[0] == r}
+            ctxs[r] = (*contexts(lo, hi, [k for k in keys if k[0] == r], running,
+                                 {k: int(row["start_ns"].iloc[0]) for k, row in nxt.items()}), nxt)
+        clo = min(c[1] for c in ctxs.values())
+        chi = max(c[2] for c in ctxs.values())
         new_a = api.before(chi)
-        d = _cat(carry_d, dev.before(hi))
+        d = _cat(carry_d, dev.before(max(his.values())))
         a = overlapping(_cat(carry_a, new_a), clo, chi)
-        raise_running(running, d)
         if len(new_a):
             calls = new_a[isin(new_a["kind"], _CALL_KINDS + [ApiKind.GRAPH_LAUNCH])
                           & (new_a["correlation"].to_numpy() >= 0)]
             pending = _cat(pending, calls[list(pending.columns)])
         ctx.calls = pending
-        dw = in_contexts(_cat(d, pd.concat(list(nxt.values()), ignore_index=True)) if nxt else d, per)
-        tlw = Timeline(dw, a, overlapping(src.ranges, clo, chi), src.counters, src.meta)
-        parts.append(window_part(tlw, Window(lo, hi, clo, chi), ctx, params))
+        for r, lo, hi in spans:
+            per, rlo, rhi, nxt = ctxs[r]
+            dr = of_rank(d, r)
+            dw = in_contexts(_cat(dr, pd.concat(list(nxt.values()), ignore_index=True)) if nxt else dr, per)
+            tlw = Timeline(dw, overlapping(of_rank(a, r), rlo, rhi), overlapping(of_rank(src.ranges, r), rlo, rhi),
+                           src.counters, src.meta)
+            parts.append(window_part(tlw, Window(lo, hi, rlo, rhi, r), ctx, params))
         if edges_q and len(new_a):
             ns_, ne_ = new_a["start_ns"].to_numpy(), new_a["end_ns"].to_numpy()
             kept.append(new_a[np.logical_or.reduce([(ne_ > q0) & (ns_ < q1) for q0, q1 in edges_q])])
-        pending = _settled(pending, d)
-        carry_d = carried(d, hi, running)
-        nlo = min([hi, *(hi if r > hi else r - 1 for r in running.values())])
+        done = d[started_before(d, his)]
+        raise_running(running, done)
+        pending = _settled(pending, done)
+        carry_d = carried(d, his, running)
+        nlo = min([*his.values(), *(min(his[k[0]], r - 1) for k, r in running.items() if k[0] in his)])
         carry_a = a[(a["end_ns"].to_numpy() > nlo) | (a["start_ns"].to_numpy() >= nlo)].reset_index(drop=True)
     # NOTE: each window's new rows, once each: in start order
     edge_api = pd.concat(kept, ignore_index=True) if kept else validate_table(None, "api")
@@ -299,7 +324,7 @@ def _first_pass(src: ChunkSource, w: pd.DataFrame, params: DiagnoseParams) -> _F
     gkeys = (pd.concat(glaunch, ignore_index=True).drop_duplicates() if glaunch else None)
     # device: each device's figures (``DeviceScan``), per step busy time and graph kernels, rows before each step
     order = np.argsort(ws, kind="stable")
-    scan = DeviceScan(ws[order])
+    scan = DeviceScan(np.unique(np.r_[ws, we]))
     rows_before = np.zeros(n, np.int64)
     open_iv: dict[int, tuple[int, int]] = {}
     for d in src.iter_device():

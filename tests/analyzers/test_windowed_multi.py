@@ -19,7 +19,7 @@ from srtscope.analyzers.diagnose import diagnose
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.readers import load_timeline
 from srtscope.analyzers.timeline import Timeline
-from srtscope.analyzers.windowed import plan
+from srtscope.analyzers.windowed import plan, rank_edges
 from srtscope.analyzers.windowed_reduce import diagnose_windowed
 from srtscope.analyzers.windowed_stream import NotWindowable, TimelineChunks, diagnose_streamed
 from tests.analyzers._tl import api, kernel, rng, timeline
@@ -84,8 +84,9 @@ def two_ranks_collective_across_cut() -> Timeline:
 
 
 def interleaved_ranks() -> Timeline:
-    """Two ranks whose steps interleave (rank 1's start halfway into rank 0's): a window is cut only at
-    the pause after every fourth step, where no step of either rank is open."""
+    """Two ranks whose steps interleave (rank 1's start halfway into rank 0's), back to back but for a
+    pause after every fourth: a cut at one rank's step start falls inside the other rank's step, whose
+    own edge moves to that step's end."""
     t = _Trace()
     t0 = 0
     for n in range(12):
@@ -157,12 +158,34 @@ def test_collective_across_cut_names_the_straggler() -> None:
     assert any(((coll["start_ns"] < c) & (coll["end_ns"] > c)).any() for c in cuts)
 
 
-def test_cuts_only_where_no_step_of_any_rank_is_open() -> None:
+def test_no_rank_is_cut_inside_its_steps() -> None:
     _, steps = find_steps(interleaved_ranks(), PARAMS.step_rule)
-    cuts = [hi for _, hi in plan(steps, np.arange(len(steps)) * 10, 1)[:-1]]
-    s, e = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
-    assert cuts and all(not ((s < c) & (e > c)).any() for c in cuts)
-    assert len(cuts) == 2                                     # the two pauses, nowhere else
+    windows = plan(steps, np.arange(len(steps)) * 10, 1)
+    assert len(windows) == len(steps)                         # a cut at every step start, of either rank
+    edges = rank_edges(steps, windows)
+    for rank, spans in edges.items():
+        mine = steps[steps["rank"] == rank]
+        s, e = mine["start_ns"].to_numpy(), mine["end_ns"].to_numpy()
+        cuts = [hi for _, hi in spans[:-1]]
+        assert all(not ((s < c) & (e > c)).any() for c in cuts), rank
+        assert all(a[1] == b[0] for a, b in zip(spans[:-1], spans[1:]))    # the rank's time, all of it
+        assert sum(hi > lo for lo, hi in spans) >= len(mine)     # about a window a step for each rank
+
+
+@pytest.mark.parametrize("cut, rank0, rank1", [
+    # rank 0: [0, 100) [100, 200); rank 1: [50, 150) [150, 250); us
+    (100, 100, 150),          # rank 0 between its steps; inside rank 1's first: to its end
+    (150, 200, 150),          # inside rank 0's second: to its end; rank 1 between its steps
+    (300, 300, 300),          # after every step
+])
+def test_rank_edges_move_past_open_steps(cut: int, rank0: int, rank1: int) -> None:
+    t = _Trace()
+    for n, (r, s) in enumerate([(0, 0), (0, 100), (1, 50), (1, 150)]):
+        t.step(s, s + 100, n, rank=r)
+    _, steps = find_steps(t.timeline((0, 1)), PARAMS.step_rule)
+    got = rank_edges(steps, [(-1, cut * 1000), (cut * 1000, 10**9)])
+    assert got[0][0][1] == rank0 * 1000 and got[1][0][1] == rank1 * 1000
+    assert got[0][1][0] == got[0][0][1] and got[1][1][0] == got[1][0][1]
 
 
 def test_idle_device_does_not_widen_the_windows(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -195,6 +218,9 @@ TWO_RANK_FILES = [("comm_straggler.rank0.sqlite", "comm_straggler.rank1.sqlite")
 def test_sample_ranks_read_together(files: tuple[str, ...]) -> None:
     tl = load_timeline([REPO / "sample_traces" / f for f in files])
     assert len(set(tl.device["rank"])) == 2
+    # the ranks' steps are back to back and skewed: no instant without an open step, yet cut per step
+    _, steps = find_steps(tl, PARAMS.step_rule)
+    assert len(plan(steps, np.arange(len(steps)) * 10, 2)) == len(steps)
     whole = _all_equal(tl)
     assert whole["comm"]["straggler_rank"] == 1 and whole["comm"]["participants"] == 2
 
