@@ -8,6 +8,8 @@ first, ...), and each window's device rows stay bounded while a device idles.
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -236,3 +238,30 @@ def test_api_steps_on_several_devices_say_why() -> None:
         diagnose_streamed(TimelineChunks(tl, 256), PARAMS, 300)
     whole = diagnose(tl, PARAMS).to_json()
     assert diagnose_windowed(tl, PARAMS, 2).to_json() == whole
+
+
+@pytest.fixture(scope="module")
+def tp_node(tmp_path_factory) -> Path:
+    """``benchmarks/gen_nsys.py --gpus 2``: two ranks, a GPU each, in one export, running batches of 5
+    steps, rank 1 3 us behind rank 0, collectives among the kernels; 10 k kernels. NOTE: the
+    generator's steps of one batch overlap (the GPU lags its launches): windows end between batches."""
+    out = tmp_path_factory.mktemp("gen") / "tp2.sqlite"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "gen_nsys.py"), "--size-mb", "1", "--gpus", "2",
+                    "--batch-steps", "5", str(out)], check=True, capture_output=True, cwd=REPO)
+    return out
+
+
+def test_tp_node_export_spilled(tp_node: Path, tmp_path: Path) -> None:
+    """End to end: the two-rank export spilled to disk in time order, diagnosed in windows of 500 rows."""
+    from srtscope.analyzers.readers.nsys_spill import read_nsys_spilled
+
+    tl = load_timeline([tp_node])
+    assert sorted(set(zip(tl.device["rank"], tl.device["device"]))) == [(0, 0), (1, 1)]
+    whole = diagnose(tl, PARAMS).to_json()
+    with read_nsys_spilled(tp_node, folder=tmp_path / "spill", chunk_rows=1_000) as src:
+        got = diagnose_streamed(src, PARAMS, 500).to_json()
+    assert got == whole
+    assert whole["steps"]["count"] == 50 and whole["comm"]["participants"] == 2 and whole["comm"]["kernels"] > 0
+    _, steps = find_steps(tl, PARAMS.step_rule)
+    starts = np.sort(steps["start_ns"].to_numpy())
+    assert len(plan(steps, np.searchsorted(tl.device["start_ns"].to_numpy(), starts), 500)) == 5
