@@ -128,6 +128,7 @@ class DeviceScan:
         self.stand_in_only = True
         self._next: dict[Key, list[tuple[np.ndarray, pd.DataFrame]]] = {}
         self._found: dict[Key, int] = {}          # per device, how many cuts (a prefix) have their next row
+        self._rows: dict[Key, tuple[pd.DataFrame, np.ndarray]] = {}   # ``finish``'s: rows, position per cut
 
     def add(self, d: pd.DataFrame) -> None:
         if len(d) == 0:
@@ -160,6 +161,12 @@ class DeviceScan:
         for key, (a, b) in self._open.items():
             self.busy[key] += b - a
         self._open = {}
+        # per device: its next rows in one table, and per candidate cut the position of its row (-1: none)
+        for key, got in self._next.items():
+            pos = np.full(len(self.cuts), -1, np.int64)
+            pos[np.concatenate([idx for idx, _ in got])] = np.arange(sum(len(idx) for idx, _ in got))
+            self._rows[key] = (pd.concat([r for _, r in got], ignore_index=True), pos)
+        self._next = {}
 
     def comm_rows(self) -> tuple[str, pd.DataFrame]:
         """(source, rows) of every collective (``comm._instances``'s, when the trace has any)."""
@@ -178,9 +185,7 @@ class DeviceScan:
                 return {}       # ``windowed.plan``'s last edge: no row after it
             raise ValueError(f"{t} ns is not a step start or end: no next rows kept for it")
         out = {}
-        for key, got in self._next.items():
-            for idx, rows in got:
-                if len(idx) and idx[0] <= i <= idx[-1]:
-                    out[key] = rows.iloc[[int(np.searchsorted(idx, i))]]
-                    break
+        for key, (rows, pos) in self._rows.items():
+            if pos[i] >= 0:
+                out[key] = rows.iloc[[int(pos[i])]]
         return out
