@@ -42,7 +42,8 @@ _MIN, _MAX = int(np.iinfo(np.int64).min) // 2, int(np.iinfo(np.int64).max) // 2
 
 @dataclass(frozen=True)
 class Window:
-    """Owned time ``[lo_ns, hi_ns)``; rows overlapping ``[ctx_lo_ns, ctx_hi_ns)`` are read for it."""
+    """Owned time ``[lo_ns, hi_ns)`` (of ``rank``: its steps, pieces and rows that start in it); rows
+    overlapping ``[ctx_lo_ns, ctx_hi_ns)`` are read for it."""
 
     lo_ns: int
     hi_ns: int

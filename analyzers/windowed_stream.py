@@ -147,11 +147,11 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
             nxt = {k: row for k, row in scan.next_rows(hi).items() if k[0] == r}
             ctxs[r] = (*contexts(lo, hi, [k for k in keys if k[0] == r], running,
                                  {k: int(row["start_ns"].iloc[0]) for k, row in nxt.items()}), nxt)
-        clo = min(c[1] for c in ctxs.values())
-        chi = max(c[2] for c in ctxs.values())
+        chi = max([*(c[2] for c in ctxs.values()), *his.values()])
         new_a = api.before(chi)
         d = _cat(carry_d, dev.before(max(his.values())))
-        a = overlapping(_cat(carry_a, new_a), clo, chi)
+        # NOTE: not cut to this window's contexts: a rank owning nothing here reads its rows later
+        a = _cat(carry_a, new_a)
         if len(new_a):
             calls = new_a[isin(new_a["kind"], _CALL_KINDS + [ApiKind.GRAPH_LAUNCH])
                           & (new_a["correlation"].to_numpy() >= 0)]
@@ -301,7 +301,7 @@ def _first_pass(src: ChunkSource, w: pd.DataFrame, params: DiagnoseParams) -> _F
         if (tk == tk[0]).all():
             threads.add(tuple(int(x) for x in tk[0]))
         else:
-            threads |= {tuple(int(x) for x in k) for k in np.unique(tk, axis=0)}
+            threads |= {tuple(int(x) for x in k) for k in pd.DataFrame(tk).drop_duplicates().to_numpy()}
         is_l = isin(a["kind"], [ApiKind.LAUNCH])
         is_g = isin(a["kind"], [ApiKind.GRAPH_LAUNCH])
         s_, r_ = a["start_ns"].to_numpy(), a["rank"].to_numpy()
