@@ -8,8 +8,8 @@ The host rows (API, ranges) are read over the widest of the devices' contexts (`
 
 ``DeviceScan`` is the first pass's device side over start-sorted chunks: each device's bounds and
 busy time (for the primary device of each rank), the collective rows (matched across ranks once, in
-``windowed_reduce``), and per candidate cut (step start) the first row of each device at or after it
-(the row that ends a gap reaching past the cut: O(steps x devices) rows, held whole).
+``windowed_reduce``), and the next row of each device idle across a candidate edge of a window (a
+step start or end): the row that ends its gap, one per gap, held whole.
 """
 from __future__ import annotations
 
@@ -104,6 +104,26 @@ def rank_windows(steps: pd.DataFrame, windows: list[tuple[int, int]],
     return [[(r, *(edges[r][i] if r in edges else w)) for r in ranks] for i, w in enumerate(windows)]
 
 
+def next_rows(dev: pd.DataFrame, hi: int, rank: int, scan: DeviceScan) -> tuple[dict[Key, int], list[pd.DataFrame]]:
+    """Per device of ``rank``: the start of its first row at or after ``hi`` (a candidate edge), from
+    ``dev`` (the rows read so far, through ``scan.read_to(hi)``, in start order), else from the first
+    pass — those rows, not read yet, are given too (one-row tables)."""
+    starts: dict[Key, int] = {}
+    mine = of_rank(dev, rank)
+    s = mine["start_ns"].to_numpy() if len(mine) else np.zeros(0, np.int64)
+    for key, m in by_key(mine):
+        sk = s[m]
+        j = int(np.searchsorted(sk, hi, side="left"))
+        if j < len(sk):
+            starts[key] = int(sk[j])
+    unread = []
+    for key, row in scan.far_rows(hi).items():
+        if key[0] == rank and key not in starts:
+            starts[key] = int(row["start_ns"].iloc[0])
+            unread.append(row)
+    return starts, unread
+
+
 def of_rank(df: pd.DataFrame, rank: int) -> pd.DataFrame:
     """The rows of one rank, in order."""
     if len(df) == 0:
@@ -121,7 +141,11 @@ def primary_of(busy: Mapping[Key, int]) -> dict[int, int]:
 
 class DeviceScan:
     """The first pass over start-sorted device chunks, device side (module doc). ``cuts``: the
-    candidate cuts (the step starts), sorted, ns."""
+    candidate edges of windows (every step start and end), sorted, ns.
+
+    NOTE: a window reads the device rows up to the candidate after its edge (``read_to``), which
+    holds each busy device's next row; only a device idle past that candidate needs its next row
+    kept from the first pass (``far_rows``): one row per such gap, however many windows it spans."""
 
     def __init__(self, cuts: np.ndarray) -> None:
         self.cuts = cuts
@@ -130,14 +154,15 @@ class DeviceScan:
         self._open: dict[Key, tuple[int, int]] = {}
         self._comm: list[pd.DataFrame] = []
         self.stand_in_only = True
-        self._next: dict[Key, list[tuple[np.ndarray, pd.DataFrame]]] = {}
+        self._far: dict[Key, list[tuple[np.ndarray, np.ndarray, pd.DataFrame]]] = {}
         self._found: dict[Key, int] = {}          # per device, how many cuts (a prefix) have their next row
-        self._rows: dict[Key, tuple[pd.DataFrame, np.ndarray]] = {}   # ``finish``'s: rows, position per cut
 
     def add(self, d: pd.DataFrame) -> None:
         if len(d) == 0:
             return
         s_, e_ = d["start_ns"].to_numpy(), d["end_ns"].to_numpy()
+        # per candidate, the candidate after it (the last: itself, read no further: ``read_to``)
+        after = np.r_[self.cuts[1:], self.cuts[-1:]]
         for key, m in by_key(d):
             s, e = s_[m], e_[m]
             b = self.bounds.get(key)
@@ -153,9 +178,15 @@ class DeviceScan:
             j = np.searchsorted(s, self.cuts[done:], side="left")
             hit = np.flatnonzero(j < len(s))
             if len(hit):
-                rows = d[m] if isinstance(m, np.ndarray) else d
-                self._next.setdefault(key, []).append((done + hit, rows.iloc[j[hit]]))
                 self._found[key] = done + int(hit[-1]) + 1
+                idx, jj = done + hit, j[hit]
+                far = s[jj] >= after[idx]
+                if far.any():
+                    idx, jj = idx[far], jj[far]
+                    first = np.flatnonzero(np.r_[True, jj[1:] != jj[:-1]])    # one row per gap
+                    last = np.r_[first[1:], len(jj)] - 1
+                    rows = d[m] if isinstance(m, np.ndarray) else d
+                    self._far.setdefault(key, []).append((idx[first], idx[last], rows.iloc[jj[first]]))
         cm = comm_mask(d)
         if cm.any():
             self._comm.append(d.loc[cm, COMM_COLUMNS])
@@ -165,12 +196,6 @@ class DeviceScan:
         for key, (a, b) in self._open.items():
             self.busy[key] += b - a
         self._open = {}
-        # per device: its next rows in one table, and per candidate cut the position of its row (-1: none)
-        for key, got in self._next.items():
-            pos = np.full(len(self.cuts), -1, np.int64)
-            pos[np.concatenate([idx for idx, _ in got])] = np.arange(sum(len(idx) for idx, _ in got))
-            self._rows[key] = (pd.concat([r for _, r in got], ignore_index=True), pos)
-        self._next = {}
 
     def comm_rows(self) -> tuple[str, pd.DataFrame]:
         """(source, rows) of every collective (``comm._instances``'s, when the trace has any)."""
@@ -181,15 +206,29 @@ class DeviceScan:
     def has_comm(self) -> bool:
         return bool(self._comm)
 
-    def next_rows(self, t: int) -> dict[Key, pd.DataFrame]:
-        """Per device, its first row starting at or after ``t`` (a candidate cut), as a one-row table."""
+    def _index(self, t: int) -> int | None:
         i = int(np.searchsorted(self.cuts, t, side="left"))
         if i == len(self.cuts) or self.cuts[i] != t:
             if t >= _MAX:
-                return {}       # ``windowed.plan``'s last edge: no row after it
+                return None     # ``windowed.plan``'s last edge: no row after it
             raise ValueError(f"{t} ns is not a step start or end: no next rows kept for it")
-        out = {}
-        for key, (rows, pos) in self._rows.items():
-            if pos[i] >= 0:
-                out[key] = rows.iloc[[int(pos[i])]]
+        return i
+
+    def read_to(self, t: int) -> int:
+        """Up to where (excluded) the device rows are read for a window ending at ``t``, ns."""
+        i = self._index(t)
+        return t if i is None or i + 1 == len(self.cuts) else int(self.cuts[i + 1])
+
+    def far_rows(self, t: int) -> dict[Key, pd.DataFrame]:
+        """Per device idle from ``t`` (a candidate) past ``read_to(t)``: its next row, a one-row table."""
+        i = self._index(t)
+        out: dict[Key, pd.DataFrame] = {}
+        if i is None:
+            return out
+        for key, got in self._far.items():
+            for i0, i1, rows in got:
+                k = int(np.searchsorted(i0, i, side="right")) - 1
+                if k >= 0 and i <= i1[k]:
+                    out[key] = rows.iloc[[k]]
+                    break
         return out

@@ -13,9 +13,9 @@ and counters whole, its device and API rows as chunks in start order (``iter_dev
    per device its own, the host rows over the widest — and analyses each (``windowed.window_part``);
    launch calls whose work has not started yet are carried to the windows that may ask for them;
 3. ``windowed_reduce.reduce`` adds the parts up; the collectives are matched there, once.
-Peak memory: one window's rows, the carried calls and rows that outlive their window; held whole:
-the per-step tables, each device's next row per step start (steps x devices rows), the collective
-rows and the bubble table — not the trace's device or API tables. NOTE: the host rows are read
+Peak memory: one window's rows (read to the step edge after it), the carried calls and rows that
+outlive their window; held whole: the per-step tables, the row ending each device gap that spans a
+step edge, the collective rows and the bubble table — not the trace's device or API tables. NOTE: the host rows are read
 over the widest device context: a device idle for a long stretch (its gap touching the window)
 keeps the host rows since its last activity in hand, as a bubble that long needs them.
 """
@@ -43,6 +43,7 @@ from srtscope.analyzers.windowed_devices import (
     carried,
     contexts,
     in_contexts,
+    next_rows,
     of_rank,
     primary_of,
     raise_running,
@@ -138,18 +139,17 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
     for i, spans in enumerate(windows):
         if progress is not None and i:
             progress(0.1 + 0.9 * i / len(windows))
-        # per rank its owned time and contexts; each device's next row past it is known from the
-        # first pass (no read-ahead)
+        # per rank its owned time and contexts; the device rows are read to the candidate edge after
+        # each rank's edge: a busy device's next row is among them, an idle one's kept by the first pass
         his = {r: hi for r, _, hi in spans}
-        ctxs = {}
         spans = [x for x in spans if x[2] > x[1]]
+        d = _cat(carry_d, dev.before(max([*his.values(), *(scan.read_to(hi) for _, _, hi in spans)])))
+        ctxs = {}
         for r, lo, hi in spans:
-            nxt = {k: row for k, row in scan.next_rows(hi).items() if k[0] == r}
-            ctxs[r] = (*contexts(lo, hi, [k for k in keys if k[0] == r], running,
-                                 {k: int(row["start_ns"].iloc[0]) for k, row in nxt.items()}), nxt)
+            starts, unread = next_rows(d, hi, r, scan)
+            ctxs[r] = (*contexts(lo, hi, [k for k in keys if k[0] == r], running, starts), unread)
         chi = max([*(c[2] for c in ctxs.values()), *his.values()])
         new_a = api.before(chi)
-        d = _cat(carry_d, dev.before(max(his.values())))
         # NOTE: not cut to this window's contexts: a rank owning nothing here reads its rows later
         a = _cat(carry_a, new_a)
         if len(new_a):
@@ -158,9 +158,9 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
             pending = _cat(pending, calls[list(pending.columns)])
         ctx.calls = pending
         for r, lo, hi in spans:
-            per, rlo, rhi, nxt = ctxs[r]
+            per, rlo, rhi, unread = ctxs[r]
             dr = of_rank(d, r)
-            dw = in_contexts(_cat(dr, pd.concat(list(nxt.values()), ignore_index=True)) if nxt else dr, per)
+            dw = in_contexts(_cat(dr, pd.concat(unread, ignore_index=True)) if unread else dr, per)
             tlw = Timeline(dw, overlapping(of_rank(a, r), rlo, rhi), overlapping(of_rank(src.ranges, r), rlo, rhi),
                            src.counters, src.meta)
             parts.append(window_part(tlw, Window(lo, hi, rlo, rhi, r), ctx, params))

@@ -22,6 +22,7 @@ from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.readers import load_timeline
 from srtscope.analyzers.timeline import Timeline
 from srtscope.analyzers.windowed import plan, rank_edges
+from srtscope.analyzers.windowed_devices import DeviceScan
 from srtscope.analyzers.windowed_reduce import diagnose_windowed
 from srtscope.analyzers.windowed_stream import NotWindowable, TimelineChunks, diagnose_streamed
 from tests.analyzers._tl import api, kernel, rng, timeline
@@ -210,7 +211,25 @@ def test_idle_device_does_not_widen_the_windows(monkeypatch: pytest.MonkeyPatch)
     diagnose_streamed(TimelineChunks(tp2_one_device_idle(), 4), PARAMS, 2)
     # a window: about one step of device 0 with a neighbour each side, device 1's rows around its gap
     assert len(seen) == 12 and max(seen) <= 6, seen
-    assert max(kept) <= 2, kept
+    assert max(kept) <= 5, kept     # each device's last row, and the rows read ahead to the next step edge
+
+
+def test_first_pass_keeps_one_row_per_idle_gap() -> None:
+    """The first pass keeps, of the rows ending gaps, only those of a device idle past the next step
+    edge: device 1's one gap (steps 1..10), not a row per step of either device."""
+    tl = tp2_one_device_idle()
+    _, steps = find_steps(tl, PARAMS.step_rule)
+    scan = DeviceScan(np.unique(np.r_[steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()]))
+    for i in range(0, len(tl.device), 4):
+        scan.add(tl.device.iloc[i:i + 4])
+    scan.finish()
+    kept = {k: sum(len(rows) for _, _, rows in got) for k, got in scan._far.items()}
+    assert kept == {(0, 1): 1}
+    row = scan.far_rows(500_000)[(0, 1)]                    # a cut in the middle of the gap
+    assert int(row["start_ns"].iloc[0]) == 1_112_000 and scan.read_to(500_000) == 600_000
+    assert scan.far_rows(1_100_000) == {}                  # the next row comes before the next edge
+    with pytest.raises(ValueError, match="not a step start or end"):
+        scan.far_rows(123)
 
 
 TWO_RANK_FILES = [("comm_straggler.rank0.sqlite", "comm_straggler.rank1.sqlite")]
