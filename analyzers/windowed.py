@@ -9,12 +9,17 @@ side, so the gaps that touch its edges are whole — with what only the whole tr
 that launch and that emit stages). The parts are then added up (``reduce``) into the same
 ``Diagnosis`` as the whole-trace one, figure for figure.
 
-Scope: one rank, one device (``applies``); other traces take the whole-trace path.
+Several ranks and devices: a window is cut at a step start of one rank, and each rank owns its own
+time — the window's edges moved past that rank's open steps (``rank_edges``), so no rank's step is
+ever cut — analysed as a window of its own (``Window.rank``, its rows only); each device has its own
+context (``windowed_devices``); the collectives of every rank are matched once, in ``reduce``.
+Scope: no step range (``applies``); a step range takes the whole-trace path.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -37,12 +42,14 @@ _MIN, _MAX = int(np.iinfo(np.int64).min) // 2, int(np.iinfo(np.int64).max) // 2
 
 @dataclass(frozen=True)
 class Window:
-    """Owned time ``[lo_ns, hi_ns)``; rows overlapping ``[ctx_lo_ns, ctx_hi_ns)`` are read for it."""
+    """Owned time ``[lo_ns, hi_ns)`` (of ``rank``: its steps, pieces and rows that start in it); rows
+    overlapping ``[ctx_lo_ns, ctx_hi_ns)`` are read for it."""
 
     lo_ns: int
     hi_ns: int
     ctx_lo_ns: int
     ctx_hi_ns: int
+    rank: int | None = None                  # the rank whose rows the window holds (None: every rank)
 
     def owns(self, t: np.ndarray) -> np.ndarray:
         return (t >= self.lo_ns) & (t < self.hi_ns)
@@ -50,14 +57,12 @@ class Window:
 
 @dataclass
 class Context:
-    """What the whole trace tells and one window cannot: set before the windows are walked.
-
-    NOTE: one device (``applies``): every device row is of the one union the context is cut on."""
+    """What the whole trace tells and one window cannot: set before the windows are walked."""
 
     steps: pd.DataFrame                      # the step table (``find_steps``), index 0..n-1
     source: str
     bounds: dict[Key, tuple[int, int]]       # each device's (first start, last end), ns
-    primary: dict[int, int]
+    primary: dict[int, int]                  # per rank, its busiest device (``budget.primary_devices``)
     comm_ranks: set[int]
     model: HostActivity                      # the trace's host model: stage names, bursts, threads
     default: dict[int, tuple[int, int]]      # per rank, the launching thread where nothing says
@@ -66,6 +71,9 @@ class Context:
     evidence: bool                           # stage ranges or engine frames anywhere in the trace
     helpers: dict[tuple, tuple]              # per thread, the other thread of its process with the
     #                                          most stage ranges (``host_activity.stage_threads``)
+    queries: dict[Key, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    #                                          the straggler's device: the time before its arrivals
+    #                                          whose busy share ``comm.finish`` asks for (``windowed_comm``)
 
 
 @dataclass
@@ -89,36 +97,60 @@ class Part:
     comm: list[int] = field(default_factory=lambda: [0, 0, 0])   # collectives: total, exposed, rows
     cold: list[int] = field(default_factory=lambda: [0, 0])      # start-up calls: all, inside the active window
     piece_threads: dict[tuple[int, int, int, int], int] = field(default_factory=dict)
+    straggler_busy: dict[Key, int] = field(default_factory=dict)   # ``queries``' busy ns inside the window
+    cpu_rows: bool = False                                          # owned CPU stand-in rows
+    step_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # the owned steps' rows
+    #                                          of ``Context.steps``: the order of ``budget`` and ``losses``
 
 
 def applies(tl: Timeline, params: DiagnoseParams) -> bool:
-    """Whether the windowed path covers this trace: one rank, one device, no step range."""
-    dev = tl.device
-    if params.step_range is not None or len(dev) == 0:
-        return False
-    r, d = dev["rank"].to_numpy(), dev["device"].to_numpy()
-    return bool((r == r[0]).all() and (d == d[0]).all())
+    """Whether the windowed path covers this trace: device rows, no step range."""
+    return params.step_range is None and len(tl.device) > 0
 
 
 def plan(steps: pd.DataFrame, rows_before: np.ndarray, max_rows: int) -> list[tuple[int, int]]:
     """Owned time of each window, ``[(lo, hi)]`` covering all time: cut at step starts where no step
-    is open, each window holding about ``max_rows`` device rows. ``rows_before``: per step in start
-    order, the device rows starting before it."""
+    of that step's rank is open, each window holding about ``max_rows`` device rows. ``rows_before``:
+    per step in start order, the device rows starting before it. NOTE: a cut may fall inside a step
+    of another rank: each rank's own edges are moved past its steps (``rank_edges``)."""
     if max_rows < 1:
         raise ValueError(f"max_rows must be >= 1, got {max_rows}")
     cuts: list[int] = []
     order = np.argsort(steps["start_ns"].to_numpy(), kind="stable") if len(steps) else np.zeros(0, np.int64)
     st = steps["start_ns"].to_numpy(np.int64)[order]
-    reach = np.maximum.accumulate(steps["end_ns"].to_numpy(np.int64)[order]) if len(st) else st
+    # per step in start order: the latest end of the earlier steps of its rank
+    ends = pd.Series(steps["end_ns"].to_numpy(np.int64)[order])
+    ranks = steps["rank"].to_numpy()[order] if "rank" in steps else np.zeros(len(st), np.int64)
+    reach = ends.groupby(ranks).cummax().groupby(ranks).shift(1).fillna(_MIN).to_numpy(np.int64)
     last = 0
     for i in range(1, len(st)):
-        if reach[i - 1] > st[i]:
-            continue                              # a step still open: no cut inside it
+        if reach[i] > st[i]:
+            continue                              # a step of its rank still open: no cut inside it
         if int(rows_before[i]) - last >= max_rows:
             cuts.append(int(st[i]))
             last = int(rows_before[i])
     edges = [_MIN, *cuts, _MAX]
     return list(zip(edges[:-1], edges[1:]))
+
+
+def rank_edges(steps: pd.DataFrame, windows: list[tuple[int, int]]) -> dict[int, list[tuple[int, int]]]:
+    """Per rank with steps, each window's owned time for that rank: the window's edges, each moved to
+    the end of the rank's steps open at it (a run of overlapping steps), so that no step of the rank
+    is cut; ``[lo, lo)`` where the window lies inside one of them. The edges stay in order."""
+    out = {}
+    for rank, idx in (steps.groupby("rank").indices.items() if len(steps) else []):
+        s, e = steps["start_ns"].to_numpy(np.int64)[idx], steps["end_ns"].to_numpy(np.int64)[idx]
+        o = np.argsort(s, kind="stable")
+        s, e = s[o], e[o]
+        reach = np.maximum.accumulate(e)
+        first = np.flatnonzero(np.r_[True, s[1:] >= reach[:-1]])      # runs of overlapping steps
+        bs, be = s[first], np.maximum.reduceat(e, first)
+        edges = [windows[0][0]]
+        for _, hi in windows:
+            j = int(np.searchsorted(bs, hi, side="left")) - 1
+            edges.append(int(be[j]) if j >= 0 and be[j] > hi else hi)
+        out[int(cast(int, rank))] = list(zip(edges[:-1], edges[1:]))
+    return out
 
 
 def context_of(lo: int, hi: int, running_end: int | None, next_start: int | None) -> tuple[int, int]:
@@ -138,7 +170,8 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
     sets._bounds.update(ctx.bounds)          # NOTE: the device's active window is the whole trace's
     mask = sets.comm
     steps = ctx.steps
-    own_steps = np.flatnonzero(w.owns(steps["start_ns"].to_numpy()))
+    mine = w.owns(steps["start_ns"].to_numpy())
+    own_steps = np.flatnonzero(mine if w.rank is None else mine & (steps["rank"].to_numpy() == w.rank))
     # bubbles: gaps of each device's activity over the threshold that touch the owned time
     rows, busy, gaps = [], {}, {}
     for key in sets.keys:
@@ -182,6 +215,11 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
                 *_kernels(tlw, w, mask), *_split(tlw, w, sets), _bins(w, sets, ctx))
     part.comm = _comm(tlw, w, sets)
     part.cold = _cold(tlw, w, model, ctx)
+    part.step_rows = own_steps
+    from srtscope.analyzers.windowed_comm import busy_in_window  # noqa: PLC0415 (it builds on this module)
+    part.straggler_busy = busy_in_window(sets, w, ctx.queries)
+    own = w.owns(tlw.device["start_ns"].to_numpy())
+    part.cpu_rows = bool((own & isin(tlw.device["kind"], [DeviceKind.CPU_FORWARD])).any()) if len(own) else False
     return part
 
 

@@ -2,14 +2,17 @@
 
 ``first_pass(src, small, windows, params)`` reads a ``ChunkSource``'s start-sorted API and device
 chunks and gives the steps and, per step, what ``steps.step_counts`` gives (busy time, graph kernels,
-launches), each device's active window, the launch counts and bursts of each thread, the collectives
-and the device rows before each step (``windowed.plan``).
+launches), the device side (``windowed_devices.DeviceScan``: each device's active window and busy
+time, the collectives, the rows that end device gaps across step edges), the launch counts and
+bursts of each thread and the device rows before each step (``windowed.plan``).
 
 Steps from ranges are known before the pass: one pass over each table. Steps from the API rows
 (``analyses/api_steps``) are found while the API chunks are read; the device pass then counts on
 them with the last step of each rank running to the end of time (its true end, the device's last
 end, is known only after that pass; no device row starts past it but at it), and a second pass over
-the API chunks counts the launches per step. Memory: the per-step tables and per-thread state.
+the API chunks counts the launches per step. The windows are cut on the steps the device pass saw
+(the scan keeps its rows for their edges): a provisional last step holds the final one. Memory: the
+per-step tables, per-thread state and what ``DeviceScan`` holds.
 """
 from __future__ import annotations
 
@@ -25,9 +28,9 @@ from srtscope.analyzers.analyses.api_steps import END_OF_TIME, ApiSteps
 from srtscope.analyzers.analyses.steps import COUNT_COLUMNS, api_step_windows
 from srtscope.analyzers.columns import distinct_keys, group_rows, isin
 from srtscope.analyzers.host_activity import BurstTracker, default_threads, launch_counts
-from srtscope.analyzers.names import comm_mask
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.timeline import ApiKind, DeviceKind, Timeline, TimelineMeta, validate_table
+from srtscope.analyzers.windowed_devices import DeviceScan
 
 
 class NotWindowable(ValueError):
@@ -48,62 +51,56 @@ class ChunkSource(Protocol):
 class First:
     source: str                         # where the steps come from (``find_steps``)
     windows: pd.DataFrame               # the steps (``step_windows``), by rank then start
-    bounds: dict
+    scan: DeviceScan                    # each device's bounds, busy time, next rows; the collectives
     span: tuple[int, int]
     counts: dict[str, np.ndarray]
     any_api: bool
     launches: pd.DataFrame
     bursts: dict
-    comm_rows: pd.DataFrame             # one row per (rank, device) with collectives
-    comm_n: int                         # collective rows
-    comm_source: str
     comm_ranks: set[int]
-    rows_before: np.ndarray
     threads: set                        # (rank, pid, tid) of every thread with API rows
+    cut_steps: pd.DataFrame             # the steps the windows are cut on (``DeviceScan``'s edges)
+    cut_rows_before: np.ndarray         # per step of ``cut_steps`` in start order, device rows before it
 
 
 def first_pass(src: ChunkSource, small: Timeline, windows: tuple[str, pd.DataFrame] | None,
                params: DiagnoseParams) -> First:
     """The first pass (module doc). ``small``: the trace's ranges, counters and metadata;
     ``windows``: the steps when the ranges give them (``step_windows``), None when the API rows do.
-    Raises ``NotWindowable`` for several ranks or devices."""
+    The windows are cut on the steps the device pass saw (``First.cut_steps``)."""
     if windows is not None:
         source, w = windows
         counts = {c: np.zeros(len(w), np.int64) for c in COUNT_COLUMNS}
         api = _api_pass(src, params, (counts, *_step_arrays(w)), None)
-        dev = _one_device(_device_pass(src, w, counts, api.span, api.gkeys))
-        return _first(source, w, counts, api, dev, dev.rows_before)
+        dev = _device_pass(src, w, counts, api.span, api.gkeys)
+        return _first(source, w, counts, api, dev, w)
     tracker = ApiSteps(params.step_rule.gap_ns)
     api = _api_pass(src, params, None, tracker)
     threads = tracker.close()
     default = default_threads(small, api.launches)
     _, prov = api_step_windows(threads, default, {r: END_OF_TIME for r in default})
     counts = {c: np.zeros(len(prov), np.int64) for c in COUNT_COLUMNS}
-    dev = _one_device(_device_pass(src, prov, counts, api.span, api.gkeys))
+    dev = _device_pass(src, prov, counts, api.span, api.gkeys)
     ends: dict[int, int] = {}
-    for (rank, _), (_, hi) in dev.bounds.items():
+    for (rank, _), (_, hi) in dev.scan.bounds.items():
         ends[rank] = max(hi, ends.get(rank, hi))
     source, w = api_step_windows(threads, default, ends)
-    keep, order = _kept(prov, w), np.argsort(prov["start_ns"].to_numpy(), kind="stable")
+    keep = _kept(prov, w)
     _last_graph_kernels(prov, w, keep, counts, dev.gk_top)
     counts = {c: v[keep] for c, v in counts.items()}
     ws, we, wr = _step_arrays(w)
     for a in src.iter_api():             # NOTE: the second pass: launches per step need the steps
         if len(a):
             _count_launches(a, counts, ws, we, wr)
-    return _first(source, w, counts, api, dev, dev.rows_before[keep[order]])
-
-
-def _one_device(dev: _Device) -> _Device:
-    if len(dev.bounds) != 1:
-        raise NotWindowable(f"{len(dev.bounds)} devices (one rank and one device are windowed)")
-    return dev
+    return _first(source, w, counts, api, dev, prov)
 
 
 def _first(source: str, w: pd.DataFrame, counts: dict[str, np.ndarray], api: _Api, dev: _Device,
-           rows_before: np.ndarray) -> First:
-    return First(source, w, dev.bounds, dev.span, counts, api.any_api, api.launches, api.bursts, dev.comm_rows,
-                 dev.comm_n, dev.comm_source, dev.comm_ranks, rows_before, api.threads)
+           cut: pd.DataFrame) -> First:
+    scan = dev.scan
+    comm_ranks = {int(r) for r in scan.comm_rows()[1]["rank"].unique()} if scan.has_comm else set()
+    return First(source, w, scan, dev.span, counts, api.any_api, api.launches, api.bursts, comm_ranks,
+                 api.threads, cut, dev.rows_before)
 
 
 def _step_arrays(w: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -197,50 +194,33 @@ def _count_launches(a: pd.DataFrame, counts: dict[str, np.ndarray], ws: np.ndarr
 
 @dataclass
 class _Device:
-    bounds: dict[tuple[int, int], tuple[int, int]]
+    scan: DeviceScan
     span: tuple[int, int]
     rows_before: np.ndarray
-    comm_rows: pd.DataFrame
-    comm_n: int
-    comm_source: str
-    comm_ranks: set[int]
     gk_top: dict[int, tuple[int, int]]     # per rank, the latest graph-kernel start and its rows
 
 
 def _device_pass(src: ChunkSource, w: pd.DataFrame, counts: dict[str, np.ndarray], span: tuple[int, int] | None,
                  gkeys: pd.DataFrame | None) -> _Device:
-    """Device chunks: each device's bounds, the collectives, per step of ``w`` its busy time and
-    graph kernels (added to ``counts``), the rows before each step (in start order)."""
+    """Device chunks: each device's figures (``DeviceScan``, its candidate edges the starts and ends
+    of ``w``), per step of ``w`` its busy time and graph kernels (added to ``counts``), the rows
+    before each step (in start order)."""
     ws, we, wr = _step_arrays(w)
     lo, hi = span if span is not None else (None, None)
-    bounds: dict[tuple[int, int], tuple[int, int]] = {}
     order = np.argsort(ws, kind="stable")
+    scan = DeviceScan(np.unique(np.r_[ws, we]))
     rows_before = np.zeros(len(w), np.int64)
-    comm_n, comm_pairs = 0, set()
-    stand_in_only = True
     open_iv: dict[int, tuple[int, int]] = {}
     gk_top: dict[int, tuple[int, int]] = {}
     for d in src.iter_device():
         if len(d) == 0:
             continue
+        scan.add(d)
         s_, e_ = d["start_ns"].to_numpy(), d["end_ns"].to_numpy()
         lo = int(s_.min()) if lo is None else min(lo, int(s_.min()))
         hi = int(e_.max()) if hi is None else max(hi, int(e_.max()))
         rows_before += np.searchsorted(s_, ws[order], side="left")
-        r_, dv = d["rank"].to_numpy(np.int64), d["device"].to_numpy(np.int64)
-        dev_pairs = distinct_keys(r_, dv)
-        one = len(dev_pairs) == 1
-        for key in dev_pairs:
-            m = slice(None) if one else (r_ == key[0]) & (dv == key[1])
-            b = bounds.get(key)
-            nb = (int(s_[m].min()), int(e_[m].max()))
-            bounds[key] = nb if b is None else (min(b[0], nb[0]), max(b[1], nb[1]))
-        cm = comm_mask(d)
-        if cm.any():
-            # NOTE: one device: the collectives are matched with no peer; their count and devices do
-            comm_n += int(cm.sum())
-            comm_pairs.update(distinct_keys(r_[cm], dv[cm]))
-            stand_in_only &= bool(isin(d["kind"], [DeviceKind.CPU_FORWARD])[cm].all())
+        r_ = d["rank"].to_numpy(np.int64)
         gk = ((d["graph_id"].to_numpy() >= 0) | (d["graph_node"].to_numpy() >= 0)
               | isin(d["kind"], [DeviceKind.GRAPH]))
         if gkeys is not None and len(gkeys):
@@ -266,12 +246,8 @@ def _device_pass(src: ChunkSource, w: pd.DataFrame, counts: dict[str, np.ndarray
     for rank, (a_, b_) in open_iv.items():
         on = wr == rank
         counts["busy_ns"][on] += iv.overlap((np.array([a_]), np.array([b_])), ws[on], we[on])
-    pairs = sorted(comm_pairs)
-    comm_rows = pd.DataFrame({"rank": [p[0] for p in pairs], "device": [p[1] for p in pairs],
-                              "start_ns": 0, "end_ns": 0, "name": ""}).astype(
-        {"rank": np.int64, "device": np.int64, "start_ns": np.int64, "end_ns": np.int64})
-    return _Device(bounds, (lo or 0, hi or 0), rows_before, comm_rows, comm_n,
-                   "stand_in" if stand_in_only else "kernels", {p[0] for p in pairs}, gk_top)
+    scan.finish()
+    return _Device(scan, (lo or 0, hi or 0), rows_before, gk_top)
 
 
 def _count_in(times: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:

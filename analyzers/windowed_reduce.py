@@ -12,15 +12,15 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
+from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.attribution import comm_ranks_of
 from srtscope.analyzers.analyses.budget import BUDGET_COLUMNS, budget_result
 from srtscope.analyzers.analyses.capture import CaptureFacts, capture_adequacy
-from srtscope.analyzers.analyses.comm import finish
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.analyses.device_split import copy_stat, device_result
 from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons, fallback_mask
 from srtscope.analyzers.analyses.io_frames import io_work
-from srtscope.analyzers.analyses.losses import HOST_WAIT, StepLosses, edge_losses, warmup_mask
+from srtscope.analyzers.analyses.losses import HOST_WAIT, StepLosses, edge_losses, step_skew, warmup_mask
 from srtscope.analyzers.analyses.overview import DEFAULT_BINS, bin_edges, device_overview
 from srtscope.analyzers.analyses.phases import phase_split
 from srtscope.analyzers.analyses.range_totals import top_ranges
@@ -31,6 +31,7 @@ from srtscope.analyzers.diagnose import bubble_result, capture_info, kernel_tabl
 from srtscope.analyzers.host_activity import HostActivity, default_threads, stage_threads
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.results import (
+    CommResult,
     DeviceResult,
     Diagnosis,
     OverviewResult,
@@ -38,7 +39,9 @@ from srtscope.analyzers.results import (
 )
 from srtscope.analyzers.timeline import Timeline, WarningCode
 from srtscope.analyzers.vocab import Cause
-from srtscope.analyzers.windowed import Context, Part, Window, context_of, crop_rows, plan, window_part
+from srtscope.analyzers.windowed import Context, Part, Window, crop_rows, plan, window_part
+from srtscope.analyzers.windowed_comm import comm_result, straggler_queries
+from srtscope.analyzers.windowed_devices import contexts, in_contexts, of_rank, primary_of, rank_windows
 
 
 def diagnose_windowed(tl: Timeline, params: DiagnoseParams, max_rows: int) -> Diagnosis:
@@ -51,21 +54,38 @@ def diagnose_windowed(tl: Timeline, params: DiagnoseParams, max_rows: int) -> Di
         for k in np.unique(api[["rank", "pid", "tid"]].to_numpy(np.int64), axis=0):
             model.bursts((int(k[0]), int(k[1]), int(k[2])))
     keys = sets.keys
-    ctx = Context(steps, source, {k: sets.bounds(k) for k in keys}, {k[0]: k[1] for k in keys},
+    facts_tl = Timeline(tl.device.iloc[:0], tl.api.iloc[:0], tl.ranges, tl.counters, tl.meta)
+    comm = _comm_source(tl, sets)
+    ctx = Context(steps, source, {k: sets.bounds(k) for k in keys},
+                  primary_of({k: iv.total(sets.union(k)) for k in keys}),
                   comm_ranks_of(tl, sets.comm), model, default_threads(tl), tl.api, model.has_engine_evidence,
-                  whole_helpers(tl, model))
-    starts, ends = tl.device["start_ns"].to_numpy(), tl.device["end_ns"].to_numpy()
-    run = np.maximum.accumulate(ends)
+                  whole_helpers(tl, model), straggler_queries(facts_tl, *comm, int(params.min_skew_us * 1000)))
+    # per device: its rows' starts (in start order) and their running end
+    dev = tl.device
+    starts, ends = dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy()
+    mine = {k: sets.rows(k) for k in keys}
+    run = {k: np.maximum.accumulate(ends[g]) for k, g in mine.items()}
     parts = []
     rows_before = np.searchsorted(starts, np.sort(steps["start_ns"].to_numpy()), side="left")
-    for lo, hi in plan(steps, rows_before, max_rows):
-        i = int(np.searchsorted(starts, lo, side="left"))
-        j = int(np.searchsorted(starts, hi, side="left"))
-        clo, chi = context_of(lo, hi, int(run[i - 1]) if i else None, int(starts[j]) if j < len(starts) else None)
-        parts.append(window_part(crop_rows(tl, clo, chi), Window(lo, hi, clo, chi), ctx, params))
-    facts_tl = Timeline(tl.device.iloc[:0], tl.api.iloc[:0], tl.ranges, tl.counters, tl.meta)
-    return reduce(parts, ctx, params, facts_tl, tl.span_ns, lambda lo, hi: crop_rows(tl, lo, hi),
-                  _comm_source(tl, sets))
+    ranks = sorted({int(x) for df in (dev, tl.api, tl.ranges, steps) for x in df["rank"].unique()})
+    for spans in rank_windows(steps, plan(steps, rows_before, max_rows), ranks):
+        for r, lo, hi in spans:
+            if hi <= lo:
+                continue
+            own = [k for k in keys if k[0] == r]
+            running, nxt = {}, {}
+            for k in own:
+                g = mine[k]
+                i, j = np.searchsorted(starts[g], [lo, hi], side="left")
+                if i:
+                    running[k] = int(run[k][i - 1])
+                nxt[k] = int(starts[g][j]) if j < len(g) else None
+            per, clo, chi = contexts(lo, hi, own, running, nxt)
+            c = crop_rows(tl, clo, chi)
+            tlw = Timeline(in_contexts(of_rank(c.device, r), per), of_rank(c.api, r), of_rank(c.ranges, r),
+                           c.counters, c.meta)
+            parts.append(window_part(tlw, Window(lo, hi, clo, chi, r), ctx, params))
+    return reduce(parts, ctx, params, facts_tl, tl.span_ns, lambda lo, hi: crop_rows(tl, lo, hi), comm)
 
 
 def whole_helpers(tl: Timeline, model: HostActivity, threads: set | None = None) -> dict:
@@ -85,13 +105,11 @@ def _comm_source(tl: Timeline, sets: DeviceSets) -> tuple[str, pd.DataFrame]:
 
 
 def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timeline, span: tuple[int, int],
-           rows_of, comm: tuple[str, pd.DataFrame], shrink_ns: Mapping[str, int] | None = None,
-           n_comm: int | None = None) -> Diagnosis:
+           rows_of, comm: tuple[str, pd.DataFrame], shrink_ns: Mapping[str, int] | None = None) -> Diagnosis:
     """The parts of every window added up. ``small``: the trace's metadata, ranges and counters
     (no device or API rows); ``span``: first start and last end of all rows; ``rows_of(lo, hi)``: a
     Timeline of the rows overlapping ``[lo, hi)`` (the steps' edges are attributed on it);
-    ``comm``: (source, rows) of the collectives (``n_comm``: how many, where ``rows`` holds one
-    per device only)."""
+    ``comm``: (source, rows) of every collective of every rank (``comm._instances``)."""
     steps, source, thr = ctx.steps, ctx.source, params.threshold_ns
     keys = sorted(ctx.bounds)
     # bubbles: the owned ones, numbered as the whole trace numbers them (device, then time)
@@ -122,13 +140,15 @@ def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timel
     reasons = eager_reasons(steps)
     sres = StepsResult(source, steps, {str(k): int(v) for k, v in reasons[reasons != ""].value_counts().items()})
     csrc, inst = comm
-    ctot = [sum(p.comm[i] for p in parts) for i in range(3)]
+    ctot = [sum(p.comm[i] for p in parts) for i in range(2)]
     sets0 = DeviceSets(small)
-    cres = finish(small, csrc, inst, ctot[0], ctot[1], int(params.min_skew_us * 1000), np.zeros(0, bool), sets0)
-    if n_comm is not None:
-        cres = replace(cres, n_kernels=n_comm)
+    cres = comm_result(small, csrc, inst, ctot[0], ctot[1], int(params.min_skew_us * 1000),
+                       [p.straggler_busy for p in parts])
     eres = eager_fallback(steps)
-    budget = budget_result(pd.concat([p.budget for p in parts], ignore_index=True)[list(BUDGET_COLUMNS)]) \
+    # NOTE: the parts hold their steps in window order; the step table is by rank, then start
+    order = step_order(parts)
+    budget = budget_result(pd.concat([p.budget for p in parts], ignore_index=True).iloc[order]
+                           .reset_index(drop=True)[list(BUDGET_COLUMNS)]) \
         if parts else budget_result(pd.DataFrame({c: pd.Series([], dtype=np.int64) for c in BUDGET_COLUMNS}))
     tk = _top_kernels(parts, params.top_kernels)
     dres = _device(parts)
@@ -140,7 +160,7 @@ def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timel
     if m.has_warning(WarningCode.PARTIAL_RANKS):
         cres = replace(cres, partial=True)
     primary = ctx.primary
-    losses = _losses(parts, ctx, pieces, params, rows_of)
+    losses = _losses(parts, ctx, pieces, params, rows_of, cres, order)
     budget = replace(budget, warmup=losses.warmup, lost_ns=losses.mean_lost())
     wif = what_if(small, steps, pieces, budget.table, cres, primary, thr, ctx.model, shrink_ns,
                   params.burst_rule, ctx.comm_ranks, sets0, losses)
@@ -225,7 +245,6 @@ def _device(parts: list[Part]) -> DeviceResult:
 
 
 def _facts(parts: list[Part], ctx: Context, span: tuple[int, int]) -> CaptureFacts:
-    from srtscope.analyzers import intervals as iv  # noqa: PLC0415
     b = np.array(list(ctx.bounds.values()), dtype=np.int64).reshape(-1, 2)
     counts: dict[str, int] = {}
     for p in parts:
@@ -234,25 +253,25 @@ def _facts(parts: list[Part], ctx: Context, span: tuple[int, int]) -> CaptureFac
     has = len(b) > 0
     return CaptureFacts(span, int(b[:, 0].min()) if has else None, int(b[:, 1].max()) if has else None,
                         iv.total(iv.union(b[:, 0], b[:, 1])) if has else 0,
-                        sum(p.cold[0] for p in parts), sum(p.cold[1] for p in parts), True,
+                        sum(p.cold[0] for p in parts), sum(p.cold[1] for p in parts),
+                        not any(p.cpu_rows for p in parts),
                         np.array([counts[k] for k in sorted(counts)], np.int64))
 
 
-def _losses(parts: list[Part], ctx: Context, pieces: pd.DataFrame, params: DiagnoseParams, rows_of) -> StepLosses:
-    """The owned steps' accountings in step order, with the edges and the warm-up of all the steps."""
+def _losses(parts: list[Part], ctx: Context, pieces: pd.DataFrame, params: DiagnoseParams, rows_of,
+            comm: CommResult, order: np.ndarray) -> StepLosses:
+    """The owned steps' accountings in step order, with the edges, the straggler's skew (``comm``:
+    all the ranks' collectives) and the warm-up of all the steps. ``order``: ``step_order(parts)``."""
     steps = ctx.steps
     ls = [p.losses for p in parts]
 
     def cat(get) -> np.ndarray:
-        return np.concatenate([get(x) for x in ls]) if ls else np.zeros(0, np.int64)
+        return np.concatenate([get(x) for x in ls])[order] if ls else np.zeros(0, np.int64)
     lost = {c: cat(lambda x, c=c: x.lost[c]) for c in Cause}
     bub = {c: cat(lambda x, c=c: x.bubbles[c]) for c in Cause}
     n = len(steps)
-    # the edges: steps reaching out of the device's active window (the first and last few)
-    w0 = min(b[0] for b in ctx.bounds.values())
-    w1 = max(b[1] for b in ctx.bounds.values())
-    s, e = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
-    out = (s < w0) | (e > w1)
+    # the edges: steps reaching out of their rank's primary device's active window (the first and last few)
+    out = edge_steps(steps, ctx.bounds, ctx.primary)
     edges = {c: np.zeros(n, np.int64) for c in HOST_WAIT}
     if out.any():
         q = pieces[(pieces["tid"].to_numpy() >= 0)] if len(pieces) else pieces
@@ -283,8 +302,12 @@ def _losses(parts: list[Part], ctx: Context, pieces: pd.DataFrame, params: Diagn
     lb, ef = Cause.LAUNCH_BOUND, Cause.EAGER_FALLBACK
     lost[lb] = lost[lb] - np.where(fb_part, 0, small) + np.where(fb, 0, small)
     lost[ef] = lost[ef] - np.where(fb_part, small, 0) + np.where(fb, small, 0)
+    # the parts were accounted with no straggler: its skew, once all the ranks' collectives are matched
+    skew, exposed = step_skew(steps, comm), cat(lambda x: x.exposed)
+    lost[Cause.EXPOSED_COMM] = lost[Cause.EXPOSED_COMM] - exposed + np.maximum(exposed - skew, 0)
+    lost[Cause.STRAGGLER] = lost[Cause.STRAGGLER] + skew
     return StepLosses(lost, bub, edges, small, fb,
-                      cat(lambda x: x.exposed), cat(lambda x: x.exposed_inline), cat(lambda x: x.skew),
+                      exposed, cat(lambda x: x.exposed_inline), skew,
                       cat(lambda x: x.bare_copies), cat(lambda x: x.copy_floor), cat(lambda x: x.kernel),
                       cat(lambda x: x.busy), cat(lambda x: x.wall), warmup_mask(steps))
 
@@ -299,3 +322,22 @@ def _overview(parts: list[Part], keys: list, ctx: Context, table: pd.DataFrame, 
             per_bin[cls] = np.sum(got, axis=0) if got else np.zeros(DEFAULT_BINS, np.int64)
         out.append(device_overview(key, ctx.bounds[key], edges, per_bin, table, steps))
     return OverviewResult(DEFAULT_BINS, tuple(out))
+
+
+def edge_steps(steps: pd.DataFrame, bounds: Mapping[tuple[int, int], tuple[int, int]],
+               primary: Mapping[int, int]) -> np.ndarray:
+    """Mask of the steps reaching out of their rank's primary device's active window (``losses._edges``)."""
+    out = np.zeros(len(steps), bool)
+    r = steps["rank"].to_numpy() if len(steps) else np.zeros(0, np.int64)
+    s, e = (steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()) if len(steps) else (r, r)
+    for rank, dev in primary.items():
+        w0, w1 = bounds[(rank, dev)]
+        on = r == rank
+        out |= on & ((s < w0) | (e > w1))
+    return out
+
+
+def step_order(parts: list[Part]) -> np.ndarray:
+    """The positions, in the parts' steps taken window after window, of the step table's rows in order."""
+    rows = np.concatenate([p.step_rows for p in parts]) if parts else np.zeros(0, np.int64)
+    return np.argsort(rows, kind="stable")

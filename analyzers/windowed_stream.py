@@ -4,15 +4,21 @@
 and counters whole, its device and API rows as chunks in start order (``iter_device`` /
 ``iter_api``, callable again) — and gives the ``Diagnosis`` ``diagnose`` gives on the whole Timeline:
 1. a first pass over the chunks (``windowed_first``) gathers the ``Context`` (the steps when the API
-   rows give them, each device's active window, the launch counts and bursts of each thread, the
-   collectives, per step its busy time, launches and graph kernels, where the device rows fall
-   between the steps);
-2. a second pass cuts the rows into windows (``windowed.plan``), each a Timeline of its context's
-   rows, and analyses each (``windowed.window_part``); launch calls whose work has not started yet
-   are carried to the windows that may ask for them;
-3. ``windowed_reduce.reduce`` adds the parts up.
-Peak memory: one window's rows, the carried calls and rows that outlive their window, the per-step
-tables and the bubble table — not the trace's device or API tables.
+   rows give them; the device side in ``windowed_devices.DeviceScan``: each device's active window
+   and busy time, every rank's collectives, each device's next row past every step start; the
+   launch counts and bursts of each thread, per step its busy time, launches and graph kernels,
+   where the device rows fall between the steps);
+2. a second pass cuts the rows into windows (``windowed.plan``; per rank its own edges, past its
+   open steps: ``windowed.rank_edges``), per rank a Timeline of its rows overlapping its contexts —
+   per device its own, the host rows over the widest — and analyses each (``windowed.window_part``);
+   launch calls whose work has not started yet are carried to the windows that may ask for them;
+3. ``windowed_reduce.reduce`` adds the parts up; the collectives are matched there, once.
+Peak memory: one window's rows (read to the step edge after it), the carried calls and rows that
+outlive their window; held whole: the per-step tables, the row ending each device gap that spans a
+step edge, the collective rows and the bubble table — not the trace's device or API tables.
+NOTE: the host rows are read over the widest device context: a device idle for a long stretch (its
+gap touching the window) keeps the host rows since its last activity in hand, as a bubble that long
+needs them.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.comm import _instances
 from srtscope.analyzers.analyses.steps import find_steps, step_windows, steps_from_ranges
 from srtscope.analyzers.columns import isin
@@ -29,9 +36,21 @@ from srtscope.analyzers.host_activity import HostActivity, default_threads
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.results import Diagnosis
 from srtscope.analyzers.timeline import ApiKind, Timeline, TimelineMeta, validate_table
-from srtscope.analyzers.windowed import Context, Window, context_of, overlapping, plan, window_part
+from srtscope.analyzers.windowed import Context, Window, overlapping, plan, window_part
+from srtscope.analyzers.windowed_comm import straggler_queries
+from srtscope.analyzers.windowed_devices import (
+    carried,
+    contexts,
+    in_contexts,
+    next_rows,
+    of_rank,
+    primary_of,
+    raise_running,
+    rank_windows,
+    started_before,
+)
 from srtscope.analyzers.windowed_first import ChunkSource, NotWindowable, first_pass
-from srtscope.analyzers.windowed_reduce import reduce, whole_helpers
+from srtscope.analyzers.windowed_reduce import edge_steps, reduce, whole_helpers
 
 #: API kinds whose calls device rows correlate to: carried until their work starts
 _CALL_KINDS = [ApiKind.LAUNCH, ApiKind.MEMCPY]
@@ -71,9 +90,9 @@ def _chunks(df: pd.DataFrame, rows: int) -> Iterator[pd.DataFrame]:
 def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
                       progress: Callable[[float], None] | None = None) -> Diagnosis:
     """``diagnose`` of the trace ``src`` holds, window by window (module doc). Raises
-    ``NotWindowable`` for a trace of several ranks or devices, a step range, or steps that an
-    engine's step openers give with the device rows. ``progress(fraction)``: after the first pass
-    and each window."""
+    ``NotWindowable`` for a step range, or steps that an engine's step openers give with the
+    device rows.
+    ``progress(fraction)``: after the first pass and each window."""
     if params.step_range is not None:
         raise NotWindowable("a step range is diagnosed from the whole trace")
     small = Timeline(validate_table(None, "device"), validate_table(None, "api"), src.ranges, src.counters,
@@ -88,46 +107,64 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
                           windows=(source, first.windows))
     model = HostActivity(small, params.burst_rule)
     model._bursts.update(first.bursts)
-    keys = sorted(first.bounds)
-    comm = (first.comm_source, first.comm_rows) if first.comm_n else _instances(small, np.zeros(0, bool))
-    ctx = Context(steps, source, first.bounds, {k[0]: k[1] for k in keys}, first.comm_ranks, model,
+    scan = first.scan
+    keys = sorted(scan.bounds)
+    comm = scan.comm_rows() if scan.has_comm else _instances(small, np.zeros(0, bool))
+    ctx = Context(steps, source, scan.bounds, primary_of(scan.busy), first.comm_ranks, model,
                   default_threads(small, first.launches), _empty_calls(), model.has_engine_evidence,
-                  whole_helpers(small, model, first.threads))
-    rows_before = first.rows_before
-    edges_q = _edge_ranges(steps, first.bounds)
+                  whole_helpers(small, model, first.threads),
+                  straggler_queries(small, *comm, int(params.min_skew_us * 1000)))
+    edges_q = _edge_ranges(steps, scan.bounds, ctx.primary)
     kept: list[pd.DataFrame] = []
     parts = []
     dev, api = _Rows(src.iter_device()), _Rows(src.iter_api())
     carry_d, carry_a = validate_table(None, "device"), validate_table(None, "api")
     pending = _empty_calls()
-    running: int | None = None
-    windows = plan(steps, rows_before, max_rows)
+    running: dict[tuple[int, int], int] = {}
+    ranks = sorted({k[0] for k in keys} | {t[0] for t in first.threads}
+                   | {int(x) for df in (src.ranges, steps) for x in df["rank"].unique()})
+    # NOTE: cut on the steps the device pass saw (``First.cut_steps``: API steps before the device's
+    # last end was known, each rank's last one open to the end of time): the candidate edges it kept
+    cut = first.cut_steps
+    windows = rank_windows(cut, plan(cut, first.cut_rows_before, max_rows), ranks)
     if progress is not None:
         progress(0.1)
-    for i, (lo, hi) in enumerate(windows):
+    for i, spans in enumerate(windows):
         if progress is not None and i:
             progress(0.1 + 0.9 * i / len(windows))
-        clo, chi = context_of(lo, hi, running, dev.first_at_or_after(hi))
+        # per rank its owned time and contexts; the device rows are read to the candidate edge after
+        # each rank's edge: a busy device's next row is among them, an idle one's kept by the first pass
+        his = {r: hi for r, _, hi in spans}
+        spans = [x for x in spans if x[2] > x[1]]
+        d = _cat(carry_d, dev.before(max([*his.values(), *(scan.read_to(hi) for _, _, hi in spans)])))
+        ctxs = {}
+        for r, lo, hi in spans:
+            starts, unread = next_rows(d, hi, r, scan)
+            ctxs[r] = (*contexts(lo, hi, [k for k in keys if k[0] == r], running, starts), unread)
+        chi = max([*(c[2] for c in ctxs.values()), *his.values()])
         new_a = api.before(chi)
-        d = overlapping(_cat(carry_d, dev.before(chi)), clo, chi)
-        a = overlapping(_cat(carry_a, new_a), clo, chi)
-        before = d["start_ns"].to_numpy() < hi
-        if before.any():
-            top = int(d["end_ns"].to_numpy()[before].max())
-            running = top if running is None else max(running, top)
+        # NOTE: not cut to this window's contexts: a rank owning nothing here reads its rows later
+        a = _cat(carry_a, new_a)
         if len(new_a):
             calls = new_a[isin(new_a["kind"], _CALL_KINDS + [ApiKind.GRAPH_LAUNCH])
                           & (new_a["correlation"].to_numpy() >= 0)]
             pending = _cat(pending, calls[list(pending.columns)])
         ctx.calls = pending
-        tlw = Timeline(d, a, overlapping(src.ranges, clo, chi), src.counters, src.meta)
-        parts.append(window_part(tlw, Window(lo, hi, clo, chi), ctx, params))
+        for r, lo, hi in spans:
+            per, rlo, rhi, unread = ctxs[r]
+            dr = of_rank(d, r)
+            dw = in_contexts(_cat(dr, pd.concat(unread, ignore_index=True)) if unread else dr, per)
+            tlw = Timeline(dw, overlapping(of_rank(a, r), rlo, rhi), overlapping(of_rank(src.ranges, r), rlo, rhi),
+                           src.counters, src.meta)
+            parts.append(window_part(tlw, Window(lo, hi, rlo, rhi, r), ctx, params))
         if edges_q and len(new_a):
             ns_, ne_ = new_a["start_ns"].to_numpy(), new_a["end_ns"].to_numpy()
             kept.append(new_a[np.logical_or.reduce([(ne_ > q0) & (ns_ < q1) for q0, q1 in edges_q])])
-        pending = _settled(pending, d[before])
-        nlo = hi if running is None or running > hi else running - 1
-        carry_d = d[(d["end_ns"].to_numpy() > nlo) | (d["start_ns"].to_numpy() >= nlo)].reset_index(drop=True)
+        done = d[started_before(d, his)]
+        raise_running(running, done)
+        pending = _settled(pending, done)
+        carry_d = carried(d, his, running)
+        nlo = min([*his.values(), *(min(his[k[0]], r - 1) for k, r in running.items() if k[0] in his)])
         carry_a = a[(a["end_ns"].to_numpy() > nlo) | (a["start_ns"].to_numpy() >= nlo)].reset_index(drop=True)
     # NOTE: each window's new rows, once each: in start order
     edge_api = pd.concat(kept, ignore_index=True) if kept else validate_table(None, "api")
@@ -136,7 +173,7 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
         m = (edge_api["end_ns"].to_numpy() > lo) & (edge_api["start_ns"].to_numpy() < hi)
         return Timeline(validate_table(None, "device"), edge_api[m].reset_index(drop=True), src.ranges,
                         src.counters, src.meta)
-    return reduce(parts, ctx, params, small, first.span, rows_of, comm, n_comm=first.comm_n)
+    return reduce(parts, ctx, params, small, first.span, rows_of, comm)
 
 
 def _empty_calls() -> pd.DataFrame:
@@ -171,19 +208,19 @@ def _in_keys(rows: pd.DataFrame, of: pd.DataFrame) -> np.ndarray:
     return pd.MultiIndex.from_arrays(a).isin(pd.MultiIndex.from_arrays(b))
 
 
-def _edge_ranges(steps: pd.DataFrame, bounds: dict) -> list[tuple[int, int]]:
-    """The time of the steps outside the device's active window (``losses.edge_losses`` reads it)."""
-    if len(steps) == 0 or not bounds:
+def _edge_ranges(steps: pd.DataFrame, bounds: dict, primary: dict[int, int]) -> list[tuple[int, int]]:
+    """The time of the steps outside their rank's primary device's active window (``losses.edge_losses``
+    reads it), as disjoint intervals."""
+    out = edge_steps(steps, bounds, primary)
+    if not out.any():
         return []
-    w0 = min(b[0] for b in bounds.values())
-    w1 = max(b[1] for b in bounds.values())
-    s, e = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
-    out = []
-    if (s < w0).any():
-        out.append((int(s[s < w0].min()), int(w0)))
-    if (e > w1).any():
-        out.append((int(w1), int(e[e > w1].max())))
-    return out
+    r, s, e = (steps[c].to_numpy()[out] for c in ("rank", "start_ns", "end_ns"))
+    w0 = np.array([bounds[(int(x), primary[int(x)])][0] for x in r], np.int64)
+    w1 = np.array([bounds[(int(x), primary[int(x)])][1] for x in r], np.int64)
+    qs, qe = np.r_[s, np.maximum(s, w1)], np.r_[np.minimum(e, w0), e]
+    keep = qe > qs
+    us, ue = iv.union(qs[keep], qe[keep])
+    return [(int(a), int(b)) for a, b in zip(us, ue)]
 
 
 class _Rows:
@@ -201,19 +238,6 @@ class _Rows:
                 return True
         self.done = True
         return False
-
-    def first_at_or_after(self, t: int) -> int | None:
-        """The first start at or after ``t`` (reads ahead as needed; nothing is handed out)."""
-        i = 0
-        while True:
-            while i < len(self.buf):
-                s = self.buf[i]["start_ns"].to_numpy()
-                j = int(np.searchsorted(s, t, side="left"))
-                if j < len(s):
-                    return int(s[j])
-                i += 1
-            if not self._more():
-                return None
 
     def before(self, t: int) -> pd.DataFrame:
         """The rows not handed out yet that start before ``t``, in order."""

@@ -6,6 +6,9 @@ Shape of an LLM decode loop on one GPU: engine steps of ~200 kernels (a few hund
 long template names), each launched by a correlated runtime/driver call from the scheduler
 thread, NVTX stage ranges per step (``loop.step``, ``sched.schedule``, ``prep.batch``,
 ``run.eager``, ``sched.result``) in the ``srtscope`` domain, H2D/D2H copies and a stream sync.
+``--gpus N``: a TP node captured into one file: N processes (ranks, in pid order), one GPU each,
+running the same steps, rank g ``RANK_SKEW_NS`` x g behind rank 0 (steps back to back and skewed:
+no instant with no rank inside a step).
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sample_traces.nsys_schema import NsysWriter  # noqa: E402
 
 PID, TID = 4242, 4243
+RANK_SKEW_NS = 3_000
 KERNELS_PER_STEP = 200
 STEPS_PER_BATCH = 500
 
@@ -36,9 +40,11 @@ def kernel_names(rng: np.random.Generator, n: int = 320) -> np.ndarray:
 
 
 def write_batch(w: NsysWriter, rng: np.random.Generator, names: np.ndarray, t0: int,
-                corr0: int) -> tuple[int, int]:
-    """One batch of steps starting at ``t0``; returns (next t0, next correlation id)."""
-    steps, kps = STEPS_PER_BATCH, KERNELS_PER_STEP
+                corr0: int, gpu: int = 0, steps: int = STEPS_PER_BATCH) -> tuple[int, int]:
+    """One batch of steps starting at ``t0`` on ``gpu`` (its own process); returns (next t0, next
+    correlation id)."""
+    pid, tid = _pid(gpu)
+    kps = KERNELS_PER_STEP
     n = steps * kps
     launch_dur = rng.integers(3_000, 8_000, n)
     gap = rng.integers(500, 2_000, n)
@@ -60,40 +66,45 @@ def write_batch(w: NsysWriter, rng: np.random.Generator, names: np.ndarray, t0: 
     k_start = k_end - k_dur
     kn = names[rng.integers(0, len(names), n)]
     api_names = np.where(in_step % 9 == 0, "cuLaunchKernel", "cudaLaunchKernel_v7000")
-    w.add_runtime(l_start, l_end, api_names, pid=PID, tid=TID, correlation=corr)
-    w.add_kernels(k_start, k_end, kn, device=0, stream=7, pid=PID, correlation=corr)
+    w.add_runtime(l_start, l_end, api_names, pid=pid, tid=tid, correlation=corr)
+    w.add_kernels(k_start, k_end, kn, device=gpu, stream=7, pid=pid, correlation=corr)
     # per step: H2D input copy, D2H result copy, a stream sync
     c_corr = corr0 + n + np.arange(steps * 3).reshape(steps, 3)
     h2d_s = step_start + 250_000
-    w.add_runtime(h2d_s, h2d_s + 6_000, ["cudaMemcpyAsync_v3020"] * steps, pid=PID, tid=TID,
+    w.add_runtime(h2d_s, h2d_s + 6_000, ["cudaMemcpyAsync_v3020"] * steps, pid=pid, tid=tid,
                   correlation=c_corr[:, 0])
-    w.add_memcpy(h2d_s + 7_000, h2d_s + 9_000, bytes=65_536, copy_kind=1, pid=PID,
+    w.add_memcpy(h2d_s + 7_000, h2d_s + 9_000, bytes=65_536, copy_kind=1, device=gpu, pid=pid,
                  correlation=c_corr[:, 0])
     last_k = k_end.reshape(steps, kps)[:, -1]
     d2h_s = np.maximum(last_k, l_end.reshape(steps, kps)[:, -1]) + 1_000
-    w.add_runtime(d2h_s - 500, d2h_s + 5_000, ["cudaMemcpyAsync_v3020"] * steps, pid=PID, tid=TID,
+    w.add_runtime(d2h_s - 500, d2h_s + 5_000, ["cudaMemcpyAsync_v3020"] * steps, pid=pid, tid=tid,
                   correlation=c_corr[:, 1])
-    w.add_memcpy(d2h_s, d2h_s + 3_000, bytes=1_024, copy_kind=2, pid=PID, correlation=c_corr[:, 1])
-    w.add_runtime(d2h_s + 5_100, d2h_s + 9_000, ["cudaStreamSynchronize_v3020"] * steps, pid=PID,
-                  tid=TID, correlation=c_corr[:, 2])
+    w.add_memcpy(d2h_s, d2h_s + 3_000, bytes=1_024, copy_kind=2, device=gpu, pid=pid, correlation=c_corr[:, 1])
+    w.add_runtime(d2h_s + 5_100, d2h_s + 9_000, ["cudaStreamSynchronize_v3020"] * steps, pid=pid,
+                  tid=tid, correlation=c_corr[:, 2])
     step_end = d2h_s + 20_000
     bs = rng.integers(1, 256, steps)
     w.add_nvtx(step_start, step_end, [f"loop.step step={i} mode=decode bs={b}"
                                       for i, b in zip(range(steps), bs.tolist())],
-               pid=PID, tid=TID, domain="srtscope")
+               pid=pid, tid=tid, domain="srtscope")
     w.add_nvtx(step_start + 1_000, step_start + 150_000, [f"sched.schedule bs={b}" for b in bs.tolist()],
-               pid=PID, tid=TID, domain="srtscope")
-    w.add_nvtx(step_start + 151_000, step_start + 290_000, ["prep.batch"] * steps, pid=PID, tid=TID,
+               pid=pid, tid=tid, domain="srtscope")
+    w.add_nvtx(step_start + 151_000, step_start + 290_000, ["prep.batch"] * steps, pid=pid, tid=tid,
                domain="srtscope")
     first_l = l_start.reshape(steps, kps)[:, 0]
-    w.add_nvtx(first_l - 100, d2h_s - 600, ["run.eager reason=bs_over_max"] * steps, pid=PID,
-               tid=TID, domain="srtscope")
-    w.add_nvtx(d2h_s + 9_500, step_end - 100, ["sched.result"] * steps, pid=PID, tid=TID,
+    w.add_nvtx(first_l - 100, d2h_s - 600, ["run.eager reason=bs_over_max"] * steps, pid=pid,
+               tid=tid, domain="srtscope")
+    w.add_nvtx(d2h_s + 9_500, step_end - 100, ["sched.result"] * steps, pid=pid, tid=tid,
                domain="srtscope")
     return int(max(step_end.max(), k_end.max())) + 100_000, int(c_corr.max()) + 1
 
 
-def generate(out: Path, size_mb: float, seed: int = 0) -> dict:
+def _pid(gpu: int) -> tuple[int, int]:
+    """(pid, scheduler tid) of the process driving ``gpu``."""
+    return PID + 10 * gpu, TID + 10 * gpu
+
+
+def generate(out: Path, size_mb: float, seed: int = 0, gpus: int = 1, batch_steps: int = STEPS_PER_BATCH) -> dict:
     rng = np.random.default_rng(seed)
     names = kernel_names(rng)
     t0, corr = 1_000_000_000, 1
@@ -101,17 +112,25 @@ def generate(out: Path, size_mb: float, seed: int = 0) -> dict:
     t_begin = time.perf_counter()
     batches = 0
     with NsysWriter(out, version="2025.3.1") as w:
-        w.add_gpu(0, "NVIDIA H100 80GB HBM3", sm_count=132)
-        w.add_process(PID, "python")
-        w.add_thread(PID, TID, "scheduler")
+        for g in range(gpus):
+            w.add_gpu(g, "NVIDIA H100 80GB HBM3", sm_count=132)
+            w.add_process(_pid(g)[0], "python")
+            w.add_thread(*_pid(g), "scheduler")
         while True:
-            t0, corr = write_batch(w, rng, names, t0, corr)
+            # every rank runs the same steps (one draw), each a skew behind the one before
+            seed_b = int(rng.integers(0, 2**31)) if gpus > 1 else 0
+            ends = []
+            for g in range(gpus):
+                draw = np.random.default_rng(seed_b) if gpus > 1 else rng   # one GPU: the draws as ever
+                end, corr = write_batch(w, draw, names, t0 + g * RANK_SKEW_NS, corr, g, batch_steps)
+                ends.append(end)
+            t0 = max(ends)
             batches += 1
             w.flush()
             if out.stat().st_size >= target:
                 break
     return {"path": str(out), "bytes": out.stat().st_size,
-            "kernels": batches * STEPS_PER_BATCH * KERNELS_PER_STEP,
+            "kernels": batches * batch_steps * KERNELS_PER_STEP * gpus,
             "seconds": round(time.perf_counter() - t_begin, 1)}
 
 
@@ -119,11 +138,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mb", type=float, required=True, help="approximate output size (MB)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--gpus", type=int, default=1, help="ranks (one GPU each) in the one file")
+    ap.add_argument("--batch-steps", type=int, default=STEPS_PER_BATCH, help="steps written at a time")
     ap.add_argument("out", type=Path)
     a = ap.parse_args(argv)
     if a.size_mb <= 0:
         ap.error("--size-mb must be > 0")
-    print(generate(a.out, a.size_mb, a.seed))
+    if a.gpus < 1 or a.batch_steps < 1:
+        ap.error("--gpus and --batch-steps must be >= 1")
+    print(generate(a.out, a.size_mb, a.seed, a.gpus, a.batch_steps))
     return 0
 
 

@@ -12,6 +12,9 @@ just before it arrived.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import numpy as np
 import pandas as pd
 
@@ -23,6 +26,9 @@ from srtscope.analyzers.names import comm_mask
 from srtscope.analyzers.results import CommResult
 from srtscope.analyzers.timeline import DeviceKind, Timeline
 from srtscope.probes.stages import Stage, resolve_stage
+
+BusyBefore = Callable[[int, int, np.ndarray, np.ndarray], "float | None"]
+"""(rank, device, arrivals, skews) -> the device's busy share before the arrivals (``device_busy_before``)."""
 
 COLLECTIVE_COLUMNS = ("index", "name", "start_ns", "skew_ns", "transfer_ns", "straggler_rank",
                       "straggler_device")
@@ -81,9 +87,10 @@ def communication(tl: Timeline, mask: np.ndarray | None = None, min_skew_ns: int
 
 
 def finish(tl: Timeline, source: str, inst: pd.DataFrame, total: int, exposed: int, min_skew_ns: int,
-           mask: np.ndarray, sets: DeviceSets) -> CommResult:
+           mask: np.ndarray, sets: DeviceSets, busy_of: BusyBefore | None = None) -> CommResult:
     """The result from the collectives' rows (``_instances``) and their summed and exposed time:
-    matched across participants, skew, transfer, the straggler."""
+    matched across participants, skew, transfer, the straggler. ``busy_of(rank, device, arrive_ns,
+    skew_ns)``: the straggler's ``device_busy_before`` (read from ``tl``'s device rows when None)."""
     coll, parts, arrive_ns = _match(inst)
     strag_rank = strag_dev = share = stage = busy_before = None
     offset = np.zeros(0, np.int64)
@@ -108,8 +115,8 @@ def finish(tl: Timeline, source: str, inst: pd.DataFrame, total: int, exposed: i
                 arrive = mine["start_ns"].to_numpy() + mine["skew_ns"].to_numpy()
                 stage = _host_stage_before(tl, int(r), arrive, mine["skew_ns"].to_numpy())
                 if source == "kernels":   # a CPU stand-in's "device" is the host itself: no separate view
-                    busy_before = device_busy_before(tl, int(r), int(d), arrive, mine["skew_ns"].to_numpy(),
-                                                     mask, sets)
+                    busy_before = (busy_of or partial(device_busy_before, tl, mask=mask, sets=sets))(
+                        int(r), int(d), arrive, mine["skew_ns"].to_numpy())
     return CommResult(total_ns=int(total), exposed_ns=int(exposed), skew_ns=skew, transfer_ns=transfer,
                       n_kernels=len(inst), participants=len(parts), straggler_rank=strag_rank,
                       straggler_device=strag_dev, straggler_share=share, straggler_host_stage=stage,

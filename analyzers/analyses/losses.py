@@ -118,7 +118,7 @@ def step_losses(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget:
         b[c] = b[c] + edge[c]
     small = _short_gaps(steps, primary, threshold_ns, sets)
     fb = fallback_mask(steps) if n else np.zeros(0, bool)
-    skew = _skew(steps, comm)
+    skew = step_skew(steps, comm)
     exposed = budget["exposed_comm_ns"].to_numpy(np.int64) if "exposed_comm_ns" in budget and n \
         else np.zeros(n, np.int64)
     per = _per_device(tl, steps, primary, sets)
@@ -276,7 +276,7 @@ def _short_gaps(steps: pd.DataFrame, primary: Mapping[int, int], threshold_ns: i
     return out
 
 
-def _skew(steps: pd.DataFrame, comm: CommResult) -> np.ndarray:
+def step_skew(steps: pd.DataFrame, comm: CommResult) -> np.ndarray:
     """Per step: the named straggler's excess lateness, ns, over the collectives whose last participant
     arrived in it — only where a straggler is named (a rank or device late in most skewed collectives).
 

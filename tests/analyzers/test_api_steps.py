@@ -161,8 +161,9 @@ def test_two_ranks_steps_per_rank() -> None:
                               (1, 100, 1, 1005 * US, 2005 * US), (1, 100, 1, 2005 * US, 2200 * US)]
     for chunk in (1, 3, 256):
         assert _streamed(tl, chunk)[0] == source and _bounds(_streamed(tl, chunk)[1]) == _bounds(whole)
-    with pytest.raises(NotWindowable, match="2 devices"):
-        diagnose_streamed(TimelineChunks(tl, 3), DiagnoseParams(), 2)
+    whole = diagnose(tl, DiagnoseParams()).to_json()
+    for chunk, rows in ((3, 2), (256, 300)):
+        assert diagnose_streamed(TimelineChunks(tl, chunk), DiagnoseParams(), rows).to_json() == whole
 
 
 def test_steps_that_need_the_device_rows_are_not_windowed() -> None:
