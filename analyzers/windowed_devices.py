@@ -147,8 +147,13 @@ class DeviceScan:
     holds each busy device's next row; only a device idle past that candidate needs its next row
     kept from the first pass (``far_rows``): one row per such gap, however many windows it spans."""
 
-    def __init__(self, cuts: np.ndarray) -> None:
+    def __init__(self, cuts: np.ndarray, comm_rows: bool = True) -> None:
         self.cuts = cuts
+        # NOTE: one device in the trace (``comm_rows`` False): its collectives have no peer to be
+        # matched with; their count and first row do (not millions of rows held whole)
+        self.keep_comm_rows = comm_rows
+        self.comm_n = 0
+        self._comm_keys: set[Key] = set()
         self.bounds: dict[Key, tuple[int, int]] = {}
         self.busy: dict[Key, int] = {}
         self._open: dict[Key, tuple[int, int]] = {}
@@ -189,7 +194,17 @@ class DeviceScan:
                     self._far.setdefault(key, []).append((idx[first], idx[last], rows.iloc[jj[first]]))
         cm = comm_mask(d)
         if cm.any():
-            self._comm.append(d.loc[cm, COMM_COLUMNS])
+            self.comm_n += int(cm.sum())
+            rows = d.loc[cm, COMM_COLUMNS]
+            if not self.keep_comm_rows:         # each device's first collective row only
+                firsts = []
+                for key, m in by_key(rows):
+                    if key not in self._comm_keys:
+                        self._comm_keys.add(key)
+                        firsts.append(int(np.argmax(m)) if isinstance(m, np.ndarray) else 0)
+                rows = rows.iloc[firsts]
+            if len(rows):
+                self._comm.append(rows)
             self.stand_in_only &= bool(isin(d["kind"], [DeviceKind.CPU_FORWARD])[cm].all())
 
     def finish(self) -> None:
@@ -198,8 +213,11 @@ class DeviceScan:
         self._open = {}
 
     def comm_rows(self) -> tuple[str, pd.DataFrame]:
-        """(source, rows) of every collective (``comm._instances``'s, when the trace has any)."""
+        """(source, rows) of every collective (``comm._instances``'s, when the trace has any); the
+        first of each device's only where the rows are not kept (``comm_n`` counts them all)."""
         rows = pd.concat(self._comm, ignore_index=True)
+        if not self.keep_comm_rows:
+            rows = rows.sort_values(["rank", "device"], kind="stable", ignore_index=True)
         return ("stand_in" if self.stand_in_only else "kernels"), rows
 
     @property

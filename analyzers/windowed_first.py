@@ -42,6 +42,11 @@ class ChunkSource(Protocol):
     ranges: pd.DataFrame
     counters: pd.DataFrame
 
+    @property
+    def one_device(self) -> bool:
+        """Whether every device row is of one (rank, device), known before the chunks are read."""
+        ...
+
     def iter_device(self) -> Iterator[pd.DataFrame]: ...
 
     def iter_api(self) -> Iterator[pd.DataFrame]: ...
@@ -208,7 +213,7 @@ def _device_pass(src: ChunkSource, w: pd.DataFrame, counts: dict[str, np.ndarray
     ws, we, wr = _step_arrays(w)
     lo, hi = span if span is not None else (None, None)
     order = np.argsort(ws, kind="stable")
-    scan = DeviceScan(np.unique(np.r_[ws, we]))
+    scan = DeviceScan(np.unique(np.r_[ws, we]), comm_rows=not src.one_device)
     rows_before = np.zeros(len(w), np.int64)
     open_iv: dict[int, tuple[int, int]] = {}
     gk_top: dict[int, tuple[int, int]] = {}

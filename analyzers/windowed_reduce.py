@@ -105,11 +105,13 @@ def _comm_source(tl: Timeline, sets: DeviceSets) -> tuple[str, pd.DataFrame]:
 
 
 def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timeline, span: tuple[int, int],
-           rows_of, comm: tuple[str, pd.DataFrame], shrink_ns: Mapping[str, int] | None = None) -> Diagnosis:
+           rows_of, comm: tuple[str, pd.DataFrame], shrink_ns: Mapping[str, int] | None = None,
+           n_comm: int | None = None) -> Diagnosis:
     """The parts of every window added up. ``small``: the trace's metadata, ranges and counters
     (no device or API rows); ``span``: first start and last end of all rows; ``rows_of(lo, hi)``: a
     Timeline of the rows overlapping ``[lo, hi)`` (the steps' edges are attributed on it);
-    ``comm``: (source, rows) of every collective of every rank (``comm._instances``)."""
+    ``comm``: (source, rows) of every collective of every rank (``comm._instances``; ``n_comm``: how
+    many, where one device's rows are only its first)."""
     steps, source, thr = ctx.steps, ctx.source, params.threshold_ns
     keys = sorted(ctx.bounds)
     # bubbles: the owned ones, numbered as the whole trace numbers them (device, then time)
@@ -144,6 +146,8 @@ def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timel
     sets0 = DeviceSets(small)
     cres = comm_result(small, csrc, inst, ctot[0], ctot[1], int(params.min_skew_us * 1000),
                        [p.straggler_busy for p in parts])
+    if n_comm is not None:
+        cres = replace(cres, n_kernels=n_comm)
     eres = eager_fallback(steps)
     # NOTE: the parts hold their steps in window order; the step table is by rank, then start
     order = step_order(parts)

@@ -75,6 +75,12 @@ class TimelineChunks:
     def counters(self) -> pd.DataFrame:
         return self.tl.counters
 
+    @property
+    def one_device(self) -> bool:
+        d = self.tl.device
+        r, v = d["rank"].to_numpy(), d["device"].to_numpy()
+        return bool((r == r[0]).all() and (v == v[0]).all()) if len(d) else True
+
     def iter_device(self) -> Iterator[pd.DataFrame]:
         return _chunks(self.tl.device, self.rows)
 
@@ -173,7 +179,8 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
         m = (edge_api["end_ns"].to_numpy() > lo) & (edge_api["start_ns"].to_numpy() < hi)
         return Timeline(validate_table(None, "device"), edge_api[m].reset_index(drop=True), src.ranges,
                         src.counters, src.meta)
-    return reduce(parts, ctx, params, small, first.span, rows_of, comm)
+    return reduce(parts, ctx, params, small, first.span, rows_of, comm,
+                  n_comm=None if scan.keep_comm_rows else scan.comm_n)
 
 
 def _empty_calls() -> pd.DataFrame:

@@ -204,8 +204,11 @@ class SpilledTrace:
     leaving a ``with`` block) deletes the files it wrote."""
 
     def __init__(self, meta: TimelineMeta, ranges: pd.DataFrame, counters: pd.DataFrame,
-                 device: TimeSpool, api: TimeSpool, rank_pids: list[int], rank: int) -> None:
+                 device: TimeSpool, api: TimeSpool, rank_pids: list[int], rank: int,
+                 one_device: bool = False) -> None:
         self.meta, self.ranges, self.counters = meta, ranges, counters
+        #: every device row is of one process and one device (from the facts the spill gathered)
+        self.one_device = one_device
         self._device, self._api = device, api
         self._rank_pids, self._rank = rank_pids, rank
         self.device_rows, self.api_rows = device.rows, api.rows
@@ -306,5 +309,6 @@ def read_nsys_spilled(path: str | Path, rank: int = 0, *, folder: str | Path,
         raise
     finally:
         con.close()
-    return SpilledTrace(tl.meta, tl.ranges, tl.counters, device, api,
-                        spiller.facts.rank_pids(), rank)
+    facts = spiller.facts
+    return SpilledTrace(tl.meta, tl.ranges, tl.counters, device, api, facts.rank_pids(), rank,
+                        len(facts.devices) <= 1 and len(facts.dev_pids) <= 1)
