@@ -30,7 +30,7 @@ from srtscope.analyzers.analyses.budget import step_budget
 from srtscope.analyzers.analyses.comm import split_compute
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.analyses.losses import StepLosses, step_losses
-from srtscope.analyzers.columns import isin, str_codes, sum_by
+from srtscope.analyzers.columns import distinct_keys, isin, str_codes, sum_by
 from srtscope.analyzers.host_activity import HostActivity
 from srtscope.analyzers.names import copy_direction
 from srtscope.analyzers.params import DiagnoseParams
@@ -329,11 +329,8 @@ def _comm(tlw: Timeline, w: Window, sets: DeviceSets) -> list[int]:
             total += iv.total(iv.clip(c, w.lo_ns, w.hi_ns))
             exposed += iv.total(iv.clip(split_compute(k, c, False)[1], w.lo_ns, w.hi_ns))
     elif source != "none":
-        pairs = inst[["rank", "device"]].to_numpy(np.int64)
-        one = bool((pairs == pairs[0]).all())
-        for key in ([(int(pairs[0][0]), int(pairs[0][1]))] if one
-                    else sorted({(int(a), int(b)) for a, b in np.unique(pairs, axis=0)})):
-            c, k = sets.union(key, "comm"), sets.union(key, "noncomm")
+        for rank, device in distinct_keys(inst["rank"].to_numpy(), inst["device"].to_numpy()):
+            c, k = sets.union((rank, device), "comm"), sets.union((rank, device), "noncomm")
             total += iv.total(iv.clip(c, w.lo_ns, w.hi_ns))
             exposed += iv.total(iv.clip(split_compute(k, c, source == "stand_in")[1], w.lo_ns, w.hi_ns))
     return [total, exposed, 0]

@@ -20,7 +20,7 @@ import pandas as pd
 
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.budget import primary_devices
-from srtscope.analyzers.columns import isin
+from srtscope.analyzers.columns import group_rows, isin
 from srtscope.analyzers.names import comm_mask
 from srtscope.analyzers.timeline import DeviceKind
 from srtscope.analyzers.windowed import context_of, rank_edges
@@ -31,19 +31,16 @@ COMM_COLUMNS = ["rank", "device", "start_ns", "end_ns", "name"]
 
 
 def by_key(df: pd.DataFrame) -> Iterator[tuple[Key, np.ndarray | slice]]:
-    """(rank, device), rows of ``df`` of that device (a slice when all are), sorted by key."""
+    """(rank, device), rows of ``df`` of that device (a slice when all are, else ascending
+    positions: ``columns.group_rows``), sorted by key."""
     if len(df) == 0:
         return
     r, d = df["rank"].to_numpy(np.int64), df["device"].to_numpy(np.int64)
     if (r == r[0]).all() and (d == d[0]).all():
         yield (int(r[0]), int(d[0])), slice(None)
         return
-    # NOTE: one code per (rank, device) and a hash for the few distinct ones: no sort of the rows
-    code = r * (1 << 32) + d
-    for c in np.sort(pd.unique(code)):
-        m = code == c
-        i = int(np.argmax(m))
-        yield (int(r[i]), int(d[i])), m
+    for k, idx in group_rows(df, ["rank", "device"]).items():
+        yield (int(k[0]), int(k[1])), idx
 
 
 def contexts(lo: int, hi: int, keys: list[Key], running: Mapping[Key, int],
@@ -190,7 +187,7 @@ class DeviceScan:
                     idx, jj = idx[far], jj[far]
                     first = np.flatnonzero(np.r_[True, jj[1:] != jj[:-1]])    # one row per gap
                     last = np.r_[first[1:], len(jj)] - 1
-                    rows = d[m] if isinstance(m, np.ndarray) else d
+                    rows = d.iloc[m] if isinstance(m, np.ndarray) else d
                     self._far.setdefault(key, []).append((idx[first], idx[last], rows.iloc[jj[first]]))
         cm = comm_mask(d)
         if cm.any():
@@ -201,7 +198,7 @@ class DeviceScan:
                 for key, m in by_key(rows):
                     if key not in self._comm_keys:
                         self._comm_keys.add(key)
-                        firsts.append(int(np.argmax(m)) if isinstance(m, np.ndarray) else 0)
+                        firsts.append(int(m[0]) if isinstance(m, np.ndarray) else 0)
                 rows = rows.iloc[firsts]
             if len(rows):
                 self._comm.append(rows)
