@@ -62,6 +62,7 @@ def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Con
     from srtscope.analyzers.readers import TraceError, rank_from_name
     from srtscope.analyzers.readers.nsys_spill import read_nsys_spilled
     from srtscope.analyzers.windowed_stream import NotWindowable, diagnose_streamed
+    from srtscope.cli.loading import keep_freed_memory
 
     size = path.stat().st_size
     tmp = Path(tempfile.gettempdir())
@@ -73,6 +74,7 @@ def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Con
         return None
     rows = window_rows(budget_bytes, size)
     rank = rank_from_name(path) or 0
+    keep_freed_memory()                 # before the spill's threads start (one arena for them all)
     with tempfile.TemporaryDirectory(prefix="srtscope-spill-") as folder, _bar(console, quiet, path) as tick:
         try:
             with _scanned(tick, path):
