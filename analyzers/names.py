@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from enum import Enum
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -144,8 +145,11 @@ _COMM_OPS: tuple[tuple[CommOp, re.Pattern[str]], ...] = (
 )
 
 
+@lru_cache(maxsize=1 << 16)
 def comm_family(name: str) -> str | None:
-    """The ``COMM_FAMILIES`` family of a kernel name, None for no collective."""
+    """The ``COMM_FAMILIES`` family of a kernel name, None for no collective.
+
+    NOTE: cached: every window of a trace in windows classifies the whole trace's kernel names."""
     n = name or ""
     for fam, pat in COMM_FAMILIES:
         if pat.search(n):
