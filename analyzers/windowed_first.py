@@ -16,9 +16,10 @@ per-step tables, per-thread state and what ``DeviceScan`` holds.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Protocol, TypeVar, cast
 
 import numpy as np
 import pandas as pd
@@ -31,6 +32,9 @@ from srtscope.analyzers.host_activity import BurstTracker, default_threads, laun
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.timeline import ApiKind, DeviceKind, Timeline, TimelineMeta, validate_table
 from srtscope.analyzers.windowed_devices import DeviceScan
+
+_D = TypeVar("_D")
+_A = TypeVar("_A")
 
 
 class NotWindowable(ValueError):
@@ -45,6 +49,12 @@ class ChunkSource(Protocol):
     @property
     def one_device(self) -> bool:
         """Whether every device row is of one (rank, device), known before the chunks are read."""
+        ...
+
+    @property
+    def graph_launches(self) -> bool:
+        """Whether any API row is a graph launch, known before the chunks are read (False only
+        where none is)."""
         ...
 
     def iter_device(self) -> Iterator[pd.DataFrame]: ...
@@ -72,12 +82,19 @@ def first_pass(src: ChunkSource, small: Timeline, windows: tuple[str, pd.DataFra
                params: DiagnoseParams) -> First:
     """The first pass (module doc). ``small``: the trace's ranges, counters and metadata;
     ``windows``: the steps when the ranges give them (``step_windows``), None when the API rows do.
-    The windows are cut on the steps the device pass saw (``First.cut_steps``)."""
+    The windows are cut on the steps the device pass saw (``First.cut_steps``).
+    NOTE: the device pass and an API pass that needs nothing from it run at once, in two threads
+    (numpy leaves the GIL for most of their time): the device pass needs the graph launches' keys
+    from the API first only where the trace has graph launches."""
     if windows is not None:
         source, w = windows
         counts = {c: np.zeros(len(w), np.int64) for c in COUNT_COLUMNS}
-        api = _api_pass(src, params, (counts, *_step_arrays(w)), None)
-        dev = _device_pass(src, w, counts, api.span, api.gkeys)
+        if src.graph_launches:
+            api = _api_pass(src, params, (counts, *_step_arrays(w)), None)
+            dev = _device_pass(src, w, counts, api.gkeys)
+        else:
+            dev, api = _beside(lambda: _device_pass(src, w, counts, None),
+                               lambda: _api_pass(src, params, (counts, *_step_arrays(w)), None))
         return _first(source, w, counts, api, dev, w)
     tracker = ApiSteps(params.step_rule.gap_ns)
     api = _api_pass(src, params, None, tracker)
@@ -85,26 +102,99 @@ def first_pass(src: ChunkSource, small: Timeline, windows: tuple[str, pd.DataFra
     default = default_threads(small, api.launches)
     _, prov = api_step_windows(threads, default, {r: END_OF_TIME for r in default})
     counts = {c: np.zeros(len(prov), np.int64) for c in COUNT_COLUMNS}
-    dev = _device_pass(src, prov, counts, api.span, api.gkeys)
+    # NOTE: the launches per step are counted on the provisional steps beside the device pass; a
+    # rank's last step then loses the calls at or past its true end (the tail's)
+    tail = _Tail(prov)
+    dev, _ = _beside(lambda: _device_pass(src, prov, counts, api.gkeys),
+                     lambda: _launch_pass(src, counts, prov, tail))
     ends: dict[int, int] = {}
     for (rank, _), (_, hi) in dev.scan.bounds.items():
         ends[rank] = max(hi, ends.get(rank, hi))
     source, w = api_step_windows(threads, default, ends)
     keep = _kept(prov, w)
     _last_graph_kernels(prov, w, keep, counts, dev.gk_top)
-    counts = {c: v[keep] for c, v in counts.items()}
+    if tail.whole:
+        tail.trim(prov, w, keep, counts)
+        counts = {c: v[keep] for c, v in counts.items()}
+    else:                                # the tail outgrew its bound: counted again on the final steps
+        counts = {c: v[keep] for c, v in counts.items()}
+        for c in ("launches", "graph_launches"):
+            counts[c][:] = 0
+        _launch_pass(src, counts, w, None)
+    return _first(source, w, counts, api, dev, prov)
+
+
+def _beside(main: Callable[[], _D], other: Callable[[], _A]) -> tuple[_D, _A]:
+    """``main()`` here and ``other()`` in a thread at the same time: both results (an error of
+    either raised, once both are done)."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="srtscope-first-pass") as pool:
+        fut = pool.submit(other)
+        try:
+            done = main()
+        except BaseException:
+            fut.cancel()
+            raise
+        return done, fut.result()
+
+
+def _launch_pass(src: ChunkSource, counts: dict[str, np.ndarray], w: pd.DataFrame, tail: _Tail | None) -> None:
+    """Launches and graph launches per step of ``w`` over the API chunks (``tail`` sees each)."""
     ws, we, wr = _step_arrays(w)
-    for a in src.iter_api():             # NOTE: the second pass: launches per step need the steps
+    for a in src.iter_api():
         if len(a):
             _count_launches(a, counts, ws, we, wr)
-    return _first(source, w, counts, api, dev, prov)
+            if tail is not None:
+                tail.add(a)
+
+
+class _Tail:
+    """The launch and graph-launch starts in each rank's last provisional step (open to the end of
+    time), to take those at or past its true end off its counts. At most ``MAX_TAIL`` starts held:
+    past that, ``whole`` is False and nothing more is kept."""
+
+    MAX_TAIL = 1 << 22
+
+    def __init__(self, prov: pd.DataFrame) -> None:
+        self.first = {int(cast(int, r)): int(prov["start_ns"].to_numpy()[idx[-1]])
+                      for r, idx in prov.groupby("rank").indices.items()}
+        self.starts: dict[tuple[int, str], list[np.ndarray]] = {}
+        self.n = 0
+        self.whole = True
+
+    def add(self, a: pd.DataFrame) -> None:
+        if not self.whole:
+            return
+        s_, r_ = a["start_ns"].to_numpy(), a["rank"].to_numpy()
+        for kind in (ApiKind.LAUNCH, ApiKind.GRAPH_LAUNCH):
+            is_k = isin(a["kind"], [kind])
+            for rank, first in self.first.items():
+                got = s_[is_k & (r_ == rank) & (s_ >= first)]
+                if len(got):
+                    self.starts.setdefault((rank, kind.value), []).append(got)
+                    self.n += len(got)
+        if self.n > self.MAX_TAIL:
+            self.whole, self.starts = False, {}
+
+    def trim(self, prov: pd.DataFrame, final: pd.DataFrame, keep: np.ndarray, counts: dict[str, np.ndarray]) -> None:
+        """Each rank's last kept step loses the calls that start at or past its final end."""
+        for rank, idx in prov.groupby("rank").indices.items():
+            last = int(idx[-1])
+            if not keep[last]:
+                continue
+            end = int(final.loc[final["rank"] == rank, "end_ns"].max())
+            for kind, col in ((ApiKind.LAUNCH, "launches"), (ApiKind.GRAPH_LAUNCH, "graph_launches")):
+                parts = self.starts.get((int(cast(int, rank)), kind.value))
+                if parts:
+                    counts[col][last] -= int(sum(int((p >= end).sum()) for p in parts))
 
 
 def _first(source: str, w: pd.DataFrame, counts: dict[str, np.ndarray], api: _Api, dev: _Device,
            cut: pd.DataFrame) -> First:
     scan = dev.scan
     comm_ranks = {int(r) for r in scan.comm_rows()[1]["rank"].unique()} if scan.has_comm else set()
-    return First(source, w, scan, dev.span, counts, api.any_api, api.launches, api.bursts, comm_ranks,
+    spans = [x for x in (api.span, dev.span) if x is not None]
+    span = (min(x[0] for x in spans), max(x[1] for x in spans)) if spans else (0, 0)
+    return First(source, w, scan, span, counts, api.any_api, api.launches, api.bursts, comm_ranks,
                  api.threads, cut, dev.rows_before)
 
 
@@ -200,18 +290,19 @@ def _count_launches(a: pd.DataFrame, counts: dict[str, np.ndarray], ws: np.ndarr
 @dataclass
 class _Device:
     scan: DeviceScan
-    span: tuple[int, int]
+    span: tuple[int, int] | None          # (first start, last end) of the device rows, ns
     rows_before: np.ndarray
     gk_top: dict[int, tuple[int, int]]     # per rank, the latest graph-kernel start and its rows
 
 
-def _device_pass(src: ChunkSource, w: pd.DataFrame, counts: dict[str, np.ndarray], span: tuple[int, int] | None,
+def _device_pass(src: ChunkSource, w: pd.DataFrame, counts: dict[str, np.ndarray],
                  gkeys: pd.DataFrame | None) -> _Device:
     """Device chunks: each device's figures (``DeviceScan``, its candidate edges the starts and ends
     of ``w``), per step of ``w`` its busy time and graph kernels (added to ``counts``), the rows
     before each step (in start order)."""
     ws, we, wr = _step_arrays(w)
-    lo, hi = span if span is not None else (None, None)
+    lo: int | None = None
+    hi: int | None = None
     order = np.argsort(ws, kind="stable")
     scan = DeviceScan(np.unique(np.r_[ws, we]), comm_rows=not src.one_device)
     rows_before = np.zeros(len(w), np.int64)
@@ -252,7 +343,7 @@ def _device_pass(src: ChunkSource, w: pd.DataFrame, counts: dict[str, np.ndarray
         on = wr == rank
         counts["busy_ns"][on] += iv.overlap((np.array([a_]), np.array([b_])), ws[on], we[on])
     scan.finish()
-    return _Device(scan, (lo or 0, hi or 0), rows_before, gk_top)
+    return _Device(scan, None if lo is None or hi is None else (lo, hi), rows_before, gk_top)
 
 
 def _count_in(times: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:

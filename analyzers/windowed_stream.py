@@ -81,6 +81,10 @@ class TimelineChunks:
         r, v = d["rank"].to_numpy(), d["device"].to_numpy()
         return bool((r == r[0]).all() and (v == v[0]).all()) if len(d) else True
 
+    @property
+    def graph_launches(self) -> bool:
+        return bool(isin(self.tl.api["kind"], [ApiKind.GRAPH_LAUNCH]).any())
+
     def iter_device(self) -> Iterator[pd.DataFrame]:
         return _chunks(self.tl.device, self.rows)
 

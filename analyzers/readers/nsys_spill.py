@@ -205,10 +205,12 @@ class SpilledTrace:
 
     def __init__(self, meta: TimelineMeta, ranges: pd.DataFrame, counters: pd.DataFrame,
                  device: TimeSpool, api: TimeSpool, rank_pids: list[int], rank: int,
-                 one_device: bool = False) -> None:
+                 one_device: bool = False, graph_launches: bool = True) -> None:
         self.meta, self.ranges, self.counters = meta, ranges, counters
         #: every device row is of one process and one device (from the facts the spill gathered)
         self.one_device = one_device
+        #: some API row is a graph launch (from the facts; True when not known)
+        self.graph_launches = graph_launches
         self._device, self._api = device, api
         self._rank_pids, self._rank = rank_pids, rank
         self.device_rows, self.api_rows = device.rows, api.rows
@@ -311,4 +313,4 @@ def read_nsys_spilled(path: str | Path, rank: int = 0, *, folder: str | Path,
         con.close()
     facts = spiller.facts
     return SpilledTrace(tl.meta, tl.ranges, tl.counters, device, api, facts.rank_pids(), rank,
-                        len(facts.devices) <= 1 and len(facts.dev_pids) <= 1)
+                        len(facts.devices) <= 1 and len(facts.dev_pids) <= 1, facts.graph_launches > 0)
