@@ -11,8 +11,10 @@ Steps from ranges are known before the pass: one pass over each table. Steps fro
 them with the last step of each rank running to the end of time (its true end, the device's last
 end, is known only after that pass; no device row starts past it but at it), and a second pass over
 the API chunks counts the launches per step. The windows are cut on the steps the device pass saw
-(the scan keeps its rows for their edges): a provisional last step holds the final one. Memory: the
-per-step tables, per-thread state and what ``DeviceScan`` holds.
+(the scan keeps its rows for their edges): a provisional last step holds the final one. The device
+pass runs beside the API pass that does not feed it, in a second thread (``_beside``). Memory: the
+per-step tables, per-thread state, what ``DeviceScan`` holds, a chunk of each table in hand, and
+the launch starts of each rank's last provisional step (``_Tail``, at most 4 M).
 """
 from __future__ import annotations
 
