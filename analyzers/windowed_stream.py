@@ -156,9 +156,9 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
         # NOTE: not cut to this window's contexts: a rank owning nothing here reads its rows later
         a = _cat(carry_a, new_a)
         if len(new_a):
-            calls = new_a[isin(new_a["kind"], _CALL_KINDS + [ApiKind.GRAPH_LAUNCH])
-                          & (new_a["correlation"].to_numpy() >= 0)]
-            pending = _cat(pending, calls[list(pending.columns)])
+            calls = new_a.loc[isin(new_a["kind"], _CALL_KINDS + [ApiKind.GRAPH_LAUNCH])
+                              & (new_a["correlation"].to_numpy() >= 0), list(pending.columns)]
+            pending = _cat(pending, calls)
         ctx.calls = pending
         for r, lo, hi in spans:
             per, rlo, rhi, unread = ctxs[r]
@@ -170,7 +170,8 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
         if edges_q and len(new_a):
             ns_, ne_ = new_a["start_ns"].to_numpy(), new_a["end_ns"].to_numpy()
             kept.append(new_a[np.logical_or.reduce([(ne_ > q0) & (ns_ < q1) for q0, q1 in edges_q])])
-        done = d[started_before(d, his)]
+        # NOTE: the columns ``raise_running`` and ``_settled`` read, not every column of the window
+        done = d.loc[started_before(d, his), ["rank", "device", "pid", "correlation", "end_ns"]]
         raise_running(running, done)
         pending = _settled(pending, done)
         carry_d = carried(d, his, running)

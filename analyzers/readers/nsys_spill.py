@@ -236,6 +236,8 @@ class SpilledTrace:
             return
         cats = {c: spool.categories(c) for c in ("kind", "name")}
         luts = {c: spool.lookup(c, v) for c, v in cats.items()}
+        # NOTE: one dtype per table, its codes made here: no chunk hashes the categories again
+        dtypes = {c: pd.CategoricalDtype(v) for c, v in cats.items()}
         wide = os.environ.get(WIDE_IDS_ENV) == "1"
         narrow = {c for c, (lo, hi) in spool.id_range.items()
                   if not wide and c in ID_COLUMNS and _I32.min <= lo and hi <= _I32.max}
@@ -244,7 +246,7 @@ class SpilledTrace:
             cols: dict = {}
             for k, v in chunk.items():
                 if k in cats:
-                    cols[k] = pd.Categorical.from_codes(luts[k][v], categories=cats[k])  # type: ignore[call-overload]
+                    cols[k] = pd.Categorical.from_codes(luts[k][v], dtype=dtypes[k], validate=False)
                 elif k in ID_COLUMNS:       # int32 on disk where a chunk fitted: one width per table
                     cols[k] = v.astype(np.int32 if k in narrow else np.int64, copy=False)
                 else:
