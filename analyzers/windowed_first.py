@@ -18,6 +18,7 @@ the launch starts of each rank's last provisional step (``_Tail``, at most 4 M).
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -95,8 +96,8 @@ def first_pass(src: ChunkSource, small: Timeline, windows: tuple[str, pd.DataFra
             api = _api_pass(src, params, (counts, *_step_arrays(w)), None)
             dev = _device_pass(src, w, counts, api.gkeys)
         else:
-            dev, api = _beside(lambda: _device_pass(src, w, counts, None),
-                               lambda: _api_pass(src, params, (counts, *_step_arrays(w)), None))
+            dev, api = _beside(src, lambda s: _device_pass(s, w, counts, None),
+                               lambda s: _api_pass(s, params, (counts, *_step_arrays(w)), None))
         return _first(source, w, counts, api, dev, w)
     tracker = ApiSteps(params.step_rule.gap_ns)
     api = _api_pass(src, params, None, tracker)
@@ -107,8 +108,8 @@ def first_pass(src: ChunkSource, small: Timeline, windows: tuple[str, pd.DataFra
     # NOTE: the launches per step are counted on the provisional steps beside the device pass; a
     # rank's last step then loses the calls at or past its true end (the tail's)
     tail = _Tail(prov)
-    dev, _ = _beside(lambda: _device_pass(src, prov, counts, api.gkeys),
-                     lambda: _launch_pass(src, counts, prov, tail))
+    dev, _ = _beside(src, lambda s: _device_pass(s, prov, counts, api.gkeys),
+                     lambda s: _launch_pass(s, counts, prov, tail))
     ends: dict[int, int] = {}
     for (rank, _), (_, hi) in dev.scan.bounds.items():
         ends[rank] = max(hi, ends.get(rank, hi))
@@ -126,17 +127,44 @@ def first_pass(src: ChunkSource, small: Timeline, windows: tuple[str, pd.DataFra
     return _first(source, w, counts, api, dev, prov)
 
 
-def _beside(main: Callable[[], _D], other: Callable[[], _A]) -> tuple[_D, _A]:
-    """``main()`` here and ``other()`` in a thread at the same time: both results (an error of
-    either raised, once both are done)."""
+def _beside(src: ChunkSource, main: Callable[[ChunkSource], _D],
+            other: Callable[[ChunkSource], _A]) -> tuple[_D, _A]:
+    """``main(src)`` here and ``other(src)`` in a thread at the same time: both results. An error of
+    either stops the other at its next chunk and is raised, once both are done (a pass that stopped
+    early gives nothing out)."""
+    stop = threading.Event()
+    both = cast(ChunkSource, _Stoppable(src, stop))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="srtscope-first-pass") as pool:
-        fut = pool.submit(other)
+        fut = pool.submit(other, both)
+        fut.add_done_callback(lambda f: stop.set() if not f.cancelled() and f.exception() is not None else None)
         try:
-            done = main()
+            done = main(both)
         except BaseException:
-            fut.cancel()
+            stop.set()
             raise
         return done, fut.result()
+
+
+class _Stoppable:
+    """``src`` whose chunks end early once ``stop`` is set (the other pass failed)."""
+
+    def __init__(self, src: ChunkSource, stop: threading.Event) -> None:
+        self._src, self._stop = src, stop
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._src, name)
+
+    def iter_device(self) -> Iterator[pd.DataFrame]:
+        return self._until(self._src.iter_device())
+
+    def iter_api(self) -> Iterator[pd.DataFrame]:
+        return self._until(self._src.iter_api())
+
+    def _until(self, chunks: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for c in chunks:
+            if self._stop.is_set():
+                return
+            yield c
 
 
 def _launch_pass(src: ChunkSource, counts: dict[str, np.ndarray], w: pd.DataFrame, tail: _Tail | None) -> None:

@@ -99,3 +99,56 @@ def test_scenarios_are_what_they_say() -> None:
     small = Timeline(g.device.iloc[:0], g.api.iloc[:0], g.ranges, g.counters, g.meta)
     gfirst = windowed_first.first_pass(gsrc, small, step_windows(small, PARAMS.step_rule), PARAMS)
     assert int(gfirst.counts["graph_kernels"].sum()) == 18
+
+
+class _Failing(TimelineChunks):
+    """Chunks of ``tl``; the ``fail`` table raises at its ``at``-th chunk (counted over every pass
+    of it); counts the chunks given."""
+
+    def __init__(self, tl: Timeline, rows: int, fail: str, at: int) -> None:
+        super().__init__(tl, rows)
+        self.fail, self.at = fail, at
+        self.given = {"device": 0, "api": 0}
+
+    def _count(self, table: str, chunks):
+        for c in chunks:
+            if table == self.fail and self.given[table] == self.at:
+                raise OSError(f"{table} chunk {self.at} unreadable")
+            self.given[table] += 1
+            yield c
+
+    def iter_device(self):
+        return self._count("device", super().iter_device())
+
+    def iter_api(self):
+        return self._count("api", super().iter_api())
+
+
+@pytest.mark.parametrize("fail", ["device", "api"])
+@pytest.mark.parametrize("name", ["range_steps_launches", "sync_steps_trailing_launches"])
+def test_a_failing_pass_stops_the_other(name: str, fail: str) -> None:
+    """The pass beside a failing one stops at its next chunk (no reading on for nothing), and the
+    error is the failing pass's. ``range_steps_launches`` runs the device pass beside the API pass;
+    ``sync_steps_trailing_launches`` beside the launches-per-step pass (its first API pass alone)."""
+    import threading
+
+    tl = SCENARIOS[name]()
+    total = {"device": len(tl.device), "api": len(tl.api)}
+    # the sync scenario's first API pass runs alone: fail in the API pass beside the device pass
+    at = total["api"] + 2 if name.startswith("sync") and fail == "api" else 2
+    src = _Failing(tl, 1, fail, at)
+    other = "api" if fail == "device" else "device"
+    gate = threading.Event()
+    if fail == "device":      # the failing side runs here: the API side waits for the stop
+        orig = src._count
+
+        def slow(table, chunks):
+            for c in orig(table, chunks):
+                if table == "api":
+                    gate.wait(0.05)
+                yield c
+        src._count = slow  # type: ignore[method-assign]
+    with pytest.raises(OSError, match=f"{fail} chunk {at} unreadable"):
+        diagnose_streamed(src, PARAMS, 300)
+    read = src.given[other] - (total["api"] if name.startswith("sync") and other == "api" else 0)
+    assert read < total[other]
