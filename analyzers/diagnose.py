@@ -192,15 +192,23 @@ def diagnose(tl: Timeline, params: DiagnoseParams = _DEFAULT_PARAMS, *,
                      top_ranges(tl), phases)
 
 
-def with_causes(pieces: pd.DataFrame, classes: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+def with_causes(pieces: pd.DataFrame, classes: pd.DataFrame, steps: pd.DataFrame,
+                fb_rows: np.ndarray | None = None) -> pd.DataFrame:
     """Attributed bubble pieces: ``pieces`` (their ``queued_ns`` dropped) beside ``attribute``'s
-    ``classes``, with the launch-bound time of eager-fallback steps moved to the fallback (in place)."""
-    fb_rows = steps.index.to_numpy()[fallback_mask(steps)]
+    ``classes``, with the launch-bound time of eager-fallback steps moved to the fallback (in place).
+    ``fb_rows``: ``steps``' eager-fallback rows when known already (``fallback_rows``)."""
+    if fb_rows is None:
+        fb_rows = fallback_rows(steps)
     in_fb = np.isin(pieces["step_row"].to_numpy(), fb_rows) if len(fb_rows) else np.zeros(len(pieces), bool)
     lb, ef = f"cause.{Cause.LAUNCH_BOUND.value}_ns", f"cause.{Cause.EAGER_FALLBACK.value}_ns"
     classes.loc[in_fb, ef] += classes.loc[in_fb, lb]
     classes.loc[in_fb, lb] = 0
     return pd.concat([pieces.drop(columns=["queued_ns"]), classes], axis=1)
+
+
+def fallback_rows(steps: pd.DataFrame) -> np.ndarray:
+    """The index labels of ``steps`` that are an eager fallback (``eager.fallback_mask``)."""
+    return steps.index.to_numpy()[fallback_mask(steps)]
 
 
 def bubble_result(bubbles: pd.DataFrame, pieces: pd.DataFrame, stages: pd.DataFrame, by_device: pd.DataFrame,

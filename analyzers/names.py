@@ -194,8 +194,10 @@ _DIRECTION = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP|Peer)", re.IGNORECASE)
 _CANON = {"htod": "HtoD", "dtoh": "DtoH", "dtod": "DtoD", "htoh": "HtoH", "ptop": "PtoP", "peer": "PtoP"}
 
 
+@lru_cache(maxsize=1 << 16)
 def copy_direction(name: str) -> str:
-    """``Memcpy HtoD (Pinned -> Device)`` -> ``HtoD``; unknown -> ``other``."""
+    """``Memcpy HtoD (Pinned -> Device)`` -> ``HtoD``; unknown -> ``other``. Cached, as
+    ``comm_family``."""
     m = _DIRECTION.search(name or "")
     return _CANON[m.group(1).lower()] if m else "other"
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import cast
 
 import numpy as np
@@ -74,6 +75,13 @@ class Context:
     queries: dict[Key, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     #                                          the straggler's device: the time before its arrivals
     #                                          whose busy share ``comm.finish`` asks for (``windowed_comm``)
+
+    @cached_property
+    def fallback_rows(self) -> np.ndarray:
+        """The eager-fallback rows of ``steps`` (``diagnose.fallback_rows``): once, not per window
+        (the step table is the whole trace's: 430 k steps at 10 GB)."""
+        from srtscope.analyzers.diagnose import fallback_rows  # noqa: PLC0415 (it builds on this module)
+        return fallback_rows(self.steps)
 
 
 @dataclass
@@ -200,7 +208,7 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
         else np.zeros(0, np.int64)
     model = _window_model(tlw, ctx, params)
     classes, stages, user = attribute(tlw, pieces, params.burst_rule, model, ctx.comm_ranks)
-    pieces = with_causes(pieces, classes, steps)
+    pieces = with_causes(pieces, classes, steps, ctx.fallback_rows)
     owned_b = bub[w.owns(bub["start_ns"].to_numpy())].drop(columns=["next_row", "queued_ns"])
     # the owned steps' budget and accounting, on local rows 0..m-1
     local = steps.iloc[own_steps].reset_index(drop=True)

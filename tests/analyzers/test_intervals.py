@@ -57,6 +57,26 @@ def test_random_against_brute_force():
         assert (s[1:] > e[:-1]).all() and (e > s).all()
 
 
+def test_intersect_of_a_long_set_and_a_narrow_one_against_brute_force():
+    """The case ``intersect`` narrows for: many intervals (a thread's bursts over a trace) against a
+    few in a short span (one window's bubbles), either side first, spans that touch or miss."""
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        a_s = rng.integers(0, 600, 40)
+        a = iv.union(a_s, a_s + rng.integers(1, 12, 40))
+        lo = int(rng.integers(0, 640))
+        b_s = lo + rng.integers(0, 15, 3)
+        b = iv.union(b_s, b_s + rng.integers(0, 10, 3))
+        ga, gb = grid(*a, size=700), grid(*b, size=700)
+        for x, y in ((a, b), (b, a)):
+            got = iv.intersect(x, y)
+            assert (as_grid(got, size=700) == (ga & gb)).all()
+            assert (got[0][1:] > got[1][:-1]).all() and (got[1] > got[0]).all()
+    edge = (np.array([0, 10]), np.array([5, 20]))
+    assert iv.total(iv.intersect(edge, (np.array([5]), np.array([10])))) == 0    # touching: nothing
+    assert iv.intersect(edge, (np.array([20]), np.array([30])))[0].tolist() == []
+
+
 def test_split_at_pieces_add_up():
     ps, pe, src = iv.split_at([0, 10, 30], [10, 25, 40], [5, 12, 20, 35, 100])
     assert ps.tolist() == [0, 5, 10, 12, 20, 30, 35]
