@@ -132,3 +132,19 @@ def group_rows(df: pd.DataFrame, cols: list[str]) -> dict[tuple, np.ndarray]:
     order = np.argsort(lut[key], kind="stable")
     ends = np.cumsum(counts[used])
     return {_unpack(k, lo, span): order[ends[j] - counts[used[j]]:ends[j]] for j, k in enumerate(used.tolist())}
+
+
+def rows_where(df: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
+    """``df[keep].reset_index(drop=True)``; a slice (no copy of any column) where the kept rows are
+    one run, as a time cut of start-sorted rows mostly is."""
+    n = int(np.count_nonzero(keep))
+    if n == len(df):
+        return df.reset_index(drop=True) if n and not _plain(df.index) else df
+    i0 = int(np.argmax(keep)) if n else 0
+    if keep[i0:i0 + n].all():
+        return df.iloc[i0:i0 + n].reset_index(drop=True)
+    return df[keep].reset_index(drop=True)
+
+
+def _plain(index: pd.Index) -> bool:
+    return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1

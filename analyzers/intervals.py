@@ -166,7 +166,10 @@ def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
     b = _near(b, int(a[0][0]), int(a[1][-1]))
     if len(b[0]) == 0:
         return empty()
-    return _combine(a, b, np.logical_and)
+    b = _pick(b, _touching(b, a))
+    if len(b[0]) == 0:
+        return empty()
+    return _combine(_pick(a, _touching(a, b)), b, np.logical_and)
 
 
 def _near(iv: IntervalSet, lo: int, hi: int) -> IntervalSet:
@@ -181,7 +184,34 @@ def subtract(a: IntervalSet, b: IntervalSet) -> IntervalSet:
     """``a \\ b`` of two normal-form sets."""
     if len(a[0]) == 0 or len(b[0]) == 0:
         return a
-    return _combine(a, b, lambda x, y: x & ~y)
+    b = _pick(b, _touching(b, a))
+    if len(b[0]) == 0:
+        return a
+    hit = _touching(a, b)
+    if hit is None:
+        return _combine(a, b, lambda x, y: x & ~y)
+    # the intervals of ``a`` no interval of ``b`` reaches stay whole; they touch no piece of the rest
+    s, e = _combine(_pick(a, hit), b, lambda x, y: x & ~y)
+    s, e = np.concatenate([a[0][~hit], s]), np.concatenate([a[1][~hit], e])
+    order = np.argsort(s, kind="stable")
+    return s[order], e[order]
+
+
+def _touching(x: IntervalSet, y: IntervalSet) -> np.ndarray | None:
+    """Mask of the intervals of ``x`` that overlap some interval of ``y`` (both normal form), or
+    None when all do: per interval of ``y`` one index range of ``x``, two binary searches.
+    NOTE: an interval of ``x`` that only shares an end point with ``y`` does not overlap it."""
+    n = len(x[0])
+    lo = np.searchsorted(x[1], y[0], side="right")    # first x ending after the y interval's start
+    hi = np.searchsorted(x[0], y[1], side="left")     # first x starting at or after its end
+    ok = hi > lo
+    depth = np.cumsum(np.bincount(lo[ok], minlength=n + 1) - np.bincount(hi[ok], minlength=n + 1))
+    hit = depth[:n] > 0
+    return None if hit.all() else hit
+
+
+def _pick(x: IntervalSet, mask: np.ndarray | None) -> IntervalSet:
+    return x if mask is None else (x[0][mask], x[1][mask])
 
 
 def gaps(iv: IntervalSet, min_len_ns: int = 0) -> IntervalSet:

@@ -31,7 +31,7 @@ from srtscope.analyzers.analyses.budget import step_budget
 from srtscope.analyzers.analyses.comm import split_compute
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.analyses.losses import StepLosses, step_losses
-from srtscope.analyzers.columns import distinct_keys, isin, str_codes, sum_by
+from srtscope.analyzers.columns import distinct_keys, isin, rows_where, str_codes, sum_by
 from srtscope.analyzers.host_activity import HostActivity
 from srtscope.analyzers.names import copy_direction
 from srtscope.analyzers.params import DiagnoseParams
@@ -57,6 +57,34 @@ class Window:
 
 
 @dataclass
+class Calls:
+    """The launch calls a window's device rows may correlate to: those carried from earlier windows
+    (their work had not started by then: ``carried``, columns ``CALL_COLUMNS`` and ``graph``) and
+    the calls among the window's new API rows (``new``, where ``new_mask``). NOTE: the new rows are
+    not copied into one table: a window asks for a few ids (its bubbles' next rows) of millions."""
+
+    carried: pd.DataFrame
+    new: pd.DataFrame | None = None
+    new_mask: np.ndarray | None = None
+
+    def of(self, ids: np.ndarray) -> pd.DataFrame:
+        """The calls whose correlation is in ``ids``, the carried ones first, each in its order."""
+        parts = []
+        for df, m in ((self.carried, None), (self.new, self.new_mask)):
+            if df is None or not len(df):
+                continue
+            corr = df["correlation"].to_numpy()
+            hit = np.isin(corr, ids) if m is None else m & np.isin(corr, ids)
+            parts.append(pd.DataFrame({c: df[c].to_numpy()[hit] for c in CALL_COLUMNS}))
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+            {c: np.zeros(0, np.int64) for c in CALL_COLUMNS})
+
+
+#: what ``attribution.launch_calls`` reads of a call
+CALL_COLUMNS = ("rank", "pid", "tid", "correlation", "end_ns")
+
+
+@dataclass
 class Context:
     """What the whole trace tells and one window cannot: set before the windows are walked."""
 
@@ -67,7 +95,7 @@ class Context:
     comm_ranks: set[int]
     model: HostActivity                      # the trace's host model: stage names, bursts, threads
     default: dict[int, tuple[int, int]]      # per rank, the launching thread where nothing says
-    calls: pd.DataFrame                      # API rows a device row's launch is looked up in (its
+    calls: Calls                             # the calls a device row's launch is looked up in (its
     #                                          correlation): every launch a window may ask for
     evidence: bool                           # stage ranges or engine frames anywhere in the trace
     helpers: dict[tuple, tuple]              # per thread, the other thread of its process with the
@@ -198,8 +226,10 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
     for c in bub.columns:
         bub[c] = bub[c].astype(np.int64)
     # NOTE: a queued launch can lie before the window's context: looked up in ``ctx.calls``
-    joined = Timeline(tlw.device, ctx.calls, tlw.ranges, tlw.counters, tlw.meta)
-    pid, tid, ends = launch_calls(joined, bub["next_row"].to_numpy(), ctx.default)
+    nxt = bub["next_row"].to_numpy()
+    ids = np.unique(tlw.device["correlation"].to_numpy()[nxt]) if len(nxt) else np.zeros(0, np.int64)
+    joined = Timeline(tlw.device, ctx.calls.of(ids[ids >= 0]), tlw.ranges, tlw.counters, tlw.meta)
+    pid, tid, ends = launch_calls(joined, nxt, ctx.default)
     bub["pid"], bub["tid"], bub["queued_ns"] = pid, tid, ends
     from srtscope.analyzers.diagnose import _pieces, with_causes  # noqa: PLC0415 (one home for each)
     pieces = _pieces(bub, steps)
@@ -365,7 +395,7 @@ def overlapping(df: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
     NOTE: a zero-length row at ``lo`` is kept (it starts in the window)."""
     s, e = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
     m = ((e > lo) & (s < hi)) | (s == lo)
-    return df if m.all() else df[m].reset_index(drop=True)
+    return df if m.all() else rows_where(df, m)
 
 
 def crop_rows(tl: Timeline, lo: int, hi: int) -> Timeline:

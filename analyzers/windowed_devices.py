@@ -20,7 +20,7 @@ import pandas as pd
 
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.budget import primary_devices
-from srtscope.analyzers.columns import group_rows, isin
+from srtscope.analyzers.columns import group_rows, isin, rows_where
 from srtscope.analyzers.names import comm_mask
 from srtscope.analyzers.timeline import DeviceKind
 from srtscope.analyzers.windowed import context_of, rank_edges
@@ -60,7 +60,7 @@ def in_contexts(dev: pd.DataFrame, per: Mapping[Key, tuple[int, int]]) -> pd.Dat
     for key, m in by_key(dev):
         lo, hi = per.get(key, (0, 0))
         keep[m] = (((e > lo) & (s < hi)) | (s == lo))[m]
-    return dev if keep.all() else dev[keep].reset_index(drop=True)
+    return dev if keep.all() else rows_where(dev, keep)
 
 
 def raise_running(running: dict[Key, int], rows: pd.DataFrame) -> None:
@@ -90,7 +90,7 @@ def carried(dev: pd.DataFrame, his: Mapping[int, int], running: Mapping[Key, int
         r, hi = running.get(key), his.get(key[0], _MAX)
         nlo = hi if r is None or r > hi else r - 1
         keep[m] = ((e > nlo) | (s >= nlo))[m]
-    return dev[keep].reset_index(drop=True)
+    return rows_where(dev, keep)
 
 
 def rank_windows(steps: pd.DataFrame, windows: list[tuple[int, int]],

@@ -39,7 +39,7 @@ from srtscope.analyzers.results import (
 )
 from srtscope.analyzers.timeline import Timeline, WarningCode
 from srtscope.analyzers.vocab import Cause
-from srtscope.analyzers.windowed import Context, Part, Window, crop_rows, plan, window_part
+from srtscope.analyzers.windowed import Calls, Context, Part, Window, crop_rows, plan, window_part
 from srtscope.analyzers.windowed_comm import comm_result, straggler_queries
 from srtscope.analyzers.windowed_devices import contexts, in_contexts, of_rank, primary_of, rank_windows
 
@@ -58,7 +58,7 @@ def diagnose_windowed(tl: Timeline, params: DiagnoseParams, max_rows: int) -> Di
     comm = _comm_source(tl, sets)
     ctx = Context(steps, source, {k: sets.bounds(k) for k in keys},
                   primary_of({k: iv.total(sets.union(k)) for k in keys}),
-                  comm_ranks_of(tl, sets.comm), model, default_threads(tl), tl.api, model.has_engine_evidence,
+                  comm_ranks_of(tl, sets.comm), model, default_threads(tl), Calls(tl.api), model.has_engine_evidence,
                   whole_helpers(tl, model), straggler_queries(facts_tl, *comm, int(params.min_skew_us * 1000)))
     # per device: its rows' starts (in start order) and their running end
     dev = tl.device

@@ -31,12 +31,12 @@ import pandas as pd
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.comm import _instances
 from srtscope.analyzers.analyses.steps import find_steps, step_windows, steps_from_ranges
-from srtscope.analyzers.columns import isin
+from srtscope.analyzers.columns import isin, rows_where
 from srtscope.analyzers.host_activity import HostActivity, default_threads
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.results import Diagnosis
 from srtscope.analyzers.timeline import ApiKind, Timeline, TimelineMeta, validate_table
-from srtscope.analyzers.windowed import Context, Window, overlapping, plan, window_part
+from srtscope.analyzers.windowed import CALL_COLUMNS, Calls, Context, Window, overlapping, plan, window_part
 from srtscope.analyzers.windowed_comm import straggler_queries
 from srtscope.analyzers.windowed_devices import (
     carried,
@@ -121,7 +121,7 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
     keys = sorted(scan.bounds)
     comm = scan.comm_rows() if scan.has_comm else _instances(small, np.zeros(0, bool))
     ctx = Context(steps, source, scan.bounds, primary_of(scan.busy), first.comm_ranks, model,
-                  default_threads(small, first.launches), _empty_calls(), model.has_engine_evidence,
+                  default_threads(small, first.launches), Calls(_empty_calls()), model.has_engine_evidence,
                   whole_helpers(small, model, first.threads),
                   straggler_queries(small, *comm, int(params.min_skew_us * 1000)))
     edges_q = _edge_ranges(steps, scan.bounds, ctx.primary)
@@ -155,11 +155,9 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
         new_a = api.before(chi)
         # NOTE: not cut to this window's contexts: a rank owning nothing here reads its rows later
         a = _cat(carry_a, new_a)
-        if len(new_a):
-            calls = new_a.loc[isin(new_a["kind"], _CALL_KINDS + [ApiKind.GRAPH_LAUNCH])
-                              & (new_a["correlation"].to_numpy() >= 0), list(pending.columns)]
-            pending = _cat(pending, calls)
-        ctx.calls = pending
+        is_call = (isin(new_a["kind"], _CALL_KINDS + [ApiKind.GRAPH_LAUNCH])
+                   & (new_a["correlation"].to_numpy() >= 0)) if len(new_a) else np.zeros(0, bool)
+        ctx.calls = Calls(pending, new_a, is_call)
         for r, lo, hi in spans:
             per, rlo, rhi, unread = ctxs[r]
             dr = of_rank(d, r)
@@ -173,10 +171,10 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
         # NOTE: the columns ``raise_running`` and ``_settled`` read, not every column of the window
         done = d.loc[started_before(d, his), ["rank", "device", "pid", "correlation", "end_ns"]]
         raise_running(running, done)
-        pending = _settled(pending, done)
+        pending = _settled(pending, new_a, is_call, done)
         carry_d = carried(d, his, running)
         nlo = min([*his.values(), *(min(his[k[0]], r - 1) for k, r in running.items() if k[0] in his)])
-        carry_a = a[(a["end_ns"].to_numpy() > nlo) | (a["start_ns"].to_numpy() >= nlo)].reset_index(drop=True)
+        carry_a = rows_where(a, (a["end_ns"].to_numpy() > nlo) | (a["start_ns"].to_numpy() >= nlo))
     # NOTE: each window's new rows, once each: in start order
     edge_api = pd.concat(kept, ignore_index=True) if kept else validate_table(None, "api")
 
@@ -189,9 +187,7 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
 
 
 def _empty_calls() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series([], dtype=np.int64) for c in
-                         ("rank", "pid", "tid", "correlation", "start_ns", "end_ns")}).assign(
-        kind=pd.Series([], dtype=object), name=pd.Series([], dtype=object))
+    return pd.DataFrame({c: np.zeros(0, np.int64) for c in CALL_COLUMNS}).assign(graph=np.zeros(0, bool))
 
 
 def _cat(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
@@ -202,12 +198,18 @@ def _cat(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([a, b], ignore_index=True)
 
 
-def _settled(pending: pd.DataFrame, started: pd.DataFrame) -> pd.DataFrame:
-    """The calls whose work has not started yet (graph launches stay: many rows share their id)."""
-    if len(pending) == 0 or len(started) == 0:
-        return pending
-    drop = _in_keys(pending, started) & ~isin(pending["kind"], [ApiKind.GRAPH_LAUNCH])
-    return pending[~drop].reset_index(drop=True)
+def _settled(pending: pd.DataFrame, new: pd.DataFrame, is_call: np.ndarray, started: pd.DataFrame) -> pd.DataFrame:
+    """Of the carried calls ``pending`` and the calls among ``new`` (``is_call``), in that order, those
+    whose work has not started yet: not in ``started`` (graph launches stay: many rows share their id)."""
+    old = pending
+    if len(pending) and len(started):
+        drop = _in_keys(pending, started) & ~pending["graph"].to_numpy()
+        old = rows_where(pending, ~drop)
+    if not (len(new) and is_call.any()):
+        return old
+    graph = isin(new["kind"], [ApiKind.GRAPH_LAUNCH])
+    keep = is_call & ~(_in_keys(new, started) & ~graph) if len(started) else is_call
+    return _cat(old, pd.DataFrame({c: new[c].to_numpy()[keep] for c in CALL_COLUMNS}).assign(graph=graph[keep]))
 
 
 def _in_keys(rows: pd.DataFrame, of: pd.DataFrame) -> np.ndarray:

@@ -77,6 +77,39 @@ def test_intersect_of_a_long_set_and_a_narrow_one_against_brute_force():
     assert iv.intersect(edge, (np.array([20]), np.array([30])))[0].tolist() == []
 
 
+def _normal(x):
+    return bool((x[0][1:] > x[1][:-1]).all() and (x[1] > x[0]).all())
+
+
+@pytest.mark.parametrize("many, few, span", [
+    (40, 3, 15),      # the few reach a short stretch: most of the many pass untouched
+    (40, 3, 600),     # the few spread over the whole span
+    (3, 40, 600),     # a few intervals minus many (collectives minus a window's compute)
+    (40, 40, 600),    # both dense: nearly every interval touched (no narrowing)
+])
+def test_subtract_and_intersect_narrowed_against_brute_force(many, few, span):
+    """``subtract`` / ``intersect`` work on the intervals of each side that reach the other; the
+    rest pass whole or drop. Against the grid, and in normal form, either side first, with spans
+    that touch at end points."""
+    rng = np.random.default_rng(many * 1000 + few + span)
+    for _ in range(300):
+        a_s = rng.integers(0, 600, many)
+        a = iv.union(a_s, a_s + rng.integers(1, 12, many))
+        lo = int(rng.integers(0, 640 - min(span, 600)))
+        b_s = lo + rng.integers(0, span, few)
+        b = iv.union(b_s, b_s + rng.integers(0, 10, few))
+        ga, gb = grid(*a, size=700), grid(*b, size=700)
+        for x, y, gx, gy in ((a, b, ga, gb), (b, a, gb, ga)):
+            got = iv.subtract(x, y)
+            assert (as_grid(got, size=700) == (gx & ~gy)).all() and _normal(got)
+            got = iv.intersect(x, y)
+            assert (as_grid(got, size=700) == (gx & gy)).all() and _normal(got)
+    edge = (np.array([0, 10]), np.array([5, 20]))
+    # shares only end points with ``edge``: nothing taken away
+    assert [v.tolist() for v in iv.subtract(edge, (np.array([5, 20]), np.array([10, 30])))] == [[0, 10], [5, 20]]
+    assert [v.tolist() for v in iv.subtract(edge, (np.array([12]), np.array([14])))] == [[0, 10, 14], [5, 12, 20]]
+
+
 def test_split_at_pieces_add_up():
     ps, pe, src = iv.split_at([0, 10, 30], [10, 25, 40], [5, 12, 20, 35, 100])
     assert ps.tolist() == [0, 5, 10, 12, 20, 30, 35]
