@@ -203,7 +203,7 @@ def _per_device(tl: Timeline, steps: pd.DataFrame, primary: Mapping[int, int],
             floor = np.zeros(len(idx), np.int64)
             crow = sets.positions(key, sets.in_group(key, copy))
             dc = direction[crow]
-            for d in np.unique(dc):
+            for d in np.flatnonzero(np.bincount(dc)) if len(dc) else ():
                 r = crow[dc == d]
                 floor = np.maximum(floor, iv.overlap(iv.union(s_all[r], e_all[r]), ss, ee))
             out["copy_floor"][idx] = floor

@@ -28,8 +28,12 @@ def top_ranges(tl: Timeline, n: int = TOP_RANGES) -> pd.DataFrame:
     rg = tl.host_ranges
     if not len(rg) or n <= 0:
         return pd.DataFrame({c: pd.Series([], dtype=object if c == "name" else np.int64) for c in COLUMNS})
-    names = pd.Series([normalise_instance(str(x)) for x in rg["name"].to_numpy()])
-    codes, uniq = str_codes(names)
+    # NOTE: normalised once per distinct name, not per range (hundreds of thousands per GB)
+    raw, raw_names = str_codes(rg["name"])
+    norm = [normalise_instance(str(x)) for x in raw_names]
+    uniq = np.array(sorted(set(norm)), dtype=object)
+    lut = np.searchsorted(uniq, np.array(norm, dtype=object)) if len(norm) else np.zeros(0, np.int64)
+    codes = lut[raw]
     dur = rg["end_ns"].to_numpy(np.int64) - rg["start_ns"].to_numpy(np.int64)
     count = np.bincount(codes, minlength=len(uniq))
     total = sum_by(codes, dur, len(uniq))
