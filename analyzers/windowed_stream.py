@@ -32,6 +32,7 @@ from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.comm import _instances
 from srtscope.analyzers.analyses.steps import find_steps, step_windows, steps_from_ranges
 from srtscope.analyzers.columns import isin, rows_where
+from srtscope.analyzers.forked import Beside, available
 from srtscope.analyzers.host_activity import HostActivity, default_threads
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.results import Diagnosis
@@ -39,6 +40,7 @@ from srtscope.analyzers.timeline import ApiKind, Timeline, TimelineMeta, validat
 from srtscope.analyzers.windowed import CALL_COLUMNS, Calls, Context, Window, overlapping, plan, window_part
 from srtscope.analyzers.windowed_comm import straggler_queries
 from srtscope.analyzers.windowed_devices import (
+    DeviceScan,
     carried,
     contexts,
     in_contexts,
@@ -98,11 +100,13 @@ def _chunks(df: pd.DataFrame, rows: int) -> Iterator[pd.DataFrame]:
 
 
 def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
-                      progress: Callable[[float], None] | None = None) -> Diagnosis:
+                      progress: Callable[[float], None] | None = None, workers: int = 1) -> Diagnosis:
     """``diagnose`` of the trace ``src`` holds, window by window (module doc). Raises
     ``NotWindowable`` for a step range, or steps that an engine's step openers give with the
     device rows.
-    ``progress(fraction)``: after the first pass and each window."""
+    ``progress(fraction)``: after the first pass and each window. ``workers``: 2 walks the later
+    windows in a forked copy beside this process (``split_at``), each holding a window of
+    ``max_rows``: the same Diagnosis."""
     if params.step_range is not None:
         raise NotWindowable("a step range is diagnosed from the whole trace")
     small = Timeline(validate_table(None, "device"), validate_table(None, "api"), src.ranges, src.counters,
@@ -124,13 +128,7 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
                   default_threads(small, first.launches), Calls(_empty_calls()), model.has_engine_evidence,
                   whole_helpers(small, model, first.threads),
                   straggler_queries(small, *comm, int(params.min_skew_us * 1000)))
-    edges_q = _edge_ranges(steps, scan.bounds, ctx.primary)
-    kept: list[pd.DataFrame] = []
-    parts = []
-    dev, api = _Rows(src.iter_device()), _Rows(src.iter_api())
-    carry_d, carry_a = validate_table(None, "device"), validate_table(None, "api")
-    pending = _empty_calls()
-    running: dict[tuple[int, int], int] = {}
+    walk = _Walk(src, ctx, params, scan, keys, _edge_ranges(steps, scan.bounds, ctx.primary))
     ranks = sorted({k[0] for k in keys} | {t[0] for t in first.threads}
                    | {int(x) for df in (src.ranges, steps) for x in df["rank"].unique()})
     # NOTE: cut on the steps the device pass saw (``First.cut_steps``: API steps before the device's
@@ -139,42 +137,34 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
     windows = rank_windows(cut, plan(cut, first.cut_rows_before, max_rows), ranks)
     if progress is not None:
         progress(0.1)
-    for i, spans in enumerate(windows):
-        if progress is not None and i:
-            progress(0.1 + 0.9 * i / len(windows))
-        # per rank its owned time and contexts; the device rows are read to the candidate edge after
-        # each rank's edge: a busy device's next row is among them, an idle one's kept by the first pass
-        his = {r: hi for r, _, hi in spans}
-        spans = [x for x in spans if x[2] > x[1]]
-        d = _cat(carry_d, dev.before(max([*his.values(), *(scan.read_to(hi) for _, _, hi in spans)])))
-        ctxs = {}
-        for r, lo, hi in spans:
-            starts, unread = next_rows(d, hi, r, scan)
-            ctxs[r] = (*contexts(lo, hi, [k for k in keys if k[0] == r], running, starts), unread)
-        chi = max([*(c[2] for c in ctxs.values()), *his.values()])
-        new_a = api.before(chi)
-        # NOTE: not cut to this window's contexts: a rank owning nothing here reads its rows later
-        a = _cat(carry_a, new_a)
-        is_call = (isin(new_a["kind"], _CALL_KINDS + [ApiKind.GRAPH_LAUNCH])
-                   & (new_a["correlation"].to_numpy() >= 0)) if len(new_a) else np.zeros(0, bool)
-        ctx.calls = Calls(pending, new_a, is_call)
-        for r, lo, hi in spans:
-            per, rlo, rhi, unread = ctxs[r]
-            dr = of_rank(d, r)
-            dw = in_contexts(_cat(dr, pd.concat(unread, ignore_index=True)) if unread else dr, per)
-            tlw = Timeline(dw, overlapping(of_rank(a, r), rlo, rhi), overlapping(of_rank(src.ranges, r), rlo, rhi),
-                           src.counters, src.meta)
-            parts.append(window_part(tlw, Window(lo, hi, rlo, rhi, r), ctx, params))
-        if edges_q and len(new_a):
-            ns_, ne_ = new_a["start_ns"].to_numpy(), new_a["end_ns"].to_numpy()
-            kept.append(new_a[np.logical_or.reduce([(ne_ > q0) & (ns_ < q1) for q0, q1 in edges_q])])
-        # NOTE: the columns ``raise_running`` and ``_settled`` read, not every column of the window
-        done = d.loc[started_before(d, his), ["rank", "device", "pid", "correlation", "end_ns"]]
-        raise_running(running, done)
-        pending = _settled(pending, new_a, is_call, done)
-        carry_d = carried(d, his, running)
-        nlo = min([*his.values(), *(min(his[k[0]], r - 1) for k, r in running.items() if k[0] in his)])
-        carry_a = rows_where(a, (a["end_ns"].to_numpy() > nlo) | (a["start_ns"].to_numpy() >= nlo))
+    k = split_at(len(windows), workers)
+    mine = len(windows) if k is None else k
+
+    def walk_to(stop: int) -> None:
+        for i in range(len(walk.parts_of), stop):
+            if progress is not None and i:
+                progress(0.1 + 0.9 * min(1.0, i / mine))
+            walk.window(windows[i])
+    if k is None:
+        walk_to(len(windows))
+    else:
+        def theirs() -> tuple[list, list]:
+            for spans in windows[:k]:
+                walk.window(spans, analyse=False)
+            walk.parts_of, walk.kept = [], []
+            for spans in windows[k:]:
+                walk.window(spans)
+            return walk.parts_of, walk.kept
+        with Beside(theirs) as other:
+            walk_to(k)
+            got = other.result()
+        if got is None:
+            walk_to(len(windows))          # the copy failed: its windows walked here
+        else:
+            walk.parts_of += got[0]
+            walk.kept += got[1]
+    parts = [p for ps in walk.parts_of for p in ps]
+    kept = walk.kept
     # NOTE: each window's new rows, once each: in start order
     edge_api = pd.concat(kept, ignore_index=True) if kept else validate_table(None, "api")
 
@@ -184,6 +174,75 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
                         src.counters, src.meta)
     return reduce(parts, ctx, params, small, first.span, rows_of, comm,
                   n_comm=None if scan.keep_comm_rows else scan.comm_n)
+
+
+#: of a window's time, the part spent on what a replay repeats (reading, carrying, settling: not
+#: ``window_part``), measured on the generated 1 GB export (1.5 s of 3.7)
+REPLAY_SHARE = 0.4
+
+
+def split_at(n: int, workers: int) -> int | None:
+    """With two workers, the window where the copy (``forked.Beside``) takes over: the first ``k``
+    windows analysed here, the rest by a copy that walks the first ``k`` without analysing them (to
+    carry the same rows) — each side about the same time. None: one walk (one worker, one window,
+    or no fork here)."""
+    if workers < 2 or n < 2 or not available():
+        return None
+    return min(n - 1, max(1, round(n / (2 - REPLAY_SHARE))))
+
+
+class _Walk:
+    """The windows walked in time order, carrying what outlives each (module doc, step 2)."""
+
+    def __init__(self, src: ChunkSource, ctx: Context, params: DiagnoseParams, scan: DeviceScan, keys: list,
+                 edges_q: list[tuple[int, int]]) -> None:
+        self.src, self.ctx, self.params, self.scan, self.keys, self.edges_q = src, ctx, params, scan, keys, edges_q
+        self.dev, self.api = _Rows(src.iter_device()), _Rows(src.iter_api())
+        self.carry_d, self.carry_a = validate_table(None, "device"), validate_table(None, "api")
+        self.pending = _empty_calls()
+        self.running: dict[tuple[int, int], int] = {}
+        self.parts_of: list[list] = []        # per window walked, its parts (none when not analysed)
+        self.kept: list[pd.DataFrame] = []    # API rows over the edge steps (``_edge_ranges``)
+
+    def window(self, spans: list[tuple[int, int, int]], analyse: bool = True) -> None:
+        """One window: ``spans`` per rank (rank, lo, hi); ``analyse`` False only carries its rows on."""
+        scan, keys, ctx, src, running = self.scan, self.keys, self.ctx, self.src, self.running
+        # per rank its owned time and contexts; the device rows are read to the candidate edge after
+        # each rank's edge: a busy device's next row is among them, an idle one's kept by the first pass
+        his = {r: hi for r, _, hi in spans}
+        spans = [x for x in spans if x[2] > x[1]]
+        d = _cat(self.carry_d, self.dev.before(max([*his.values(), *(scan.read_to(hi) for _, _, hi in spans)])))
+        ctxs = {}
+        for r, lo, hi in spans:
+            starts, unread = next_rows(d, hi, r, scan)
+            ctxs[r] = (*contexts(lo, hi, [k for k in keys if k[0] == r], running, starts), unread)
+        chi = max([*(c[2] for c in ctxs.values()), *his.values()])
+        new_a = self.api.before(chi)
+        # NOTE: not cut to this window's contexts: a rank owning nothing here reads its rows later
+        a = _cat(self.carry_a, new_a)
+        is_call = (isin(new_a["kind"], _CALL_KINDS + [ApiKind.GRAPH_LAUNCH])
+                   & (new_a["correlation"].to_numpy() >= 0)) if len(new_a) else np.zeros(0, bool)
+        parts = []
+        if analyse:
+            ctx.calls = Calls(self.pending, new_a, is_call)
+            for r, lo, hi in spans:
+                per, rlo, rhi, unread = ctxs[r]
+                dr = of_rank(d, r)
+                dw = in_contexts(_cat(dr, pd.concat(unread, ignore_index=True)) if unread else dr, per)
+                tlw = Timeline(dw, overlapping(of_rank(a, r), rlo, rhi),
+                               overlapping(of_rank(src.ranges, r), rlo, rhi), src.counters, src.meta)
+                parts.append(window_part(tlw, Window(lo, hi, rlo, rhi, r), ctx, self.params))
+            if self.edges_q and len(new_a):
+                ns_, ne_ = new_a["start_ns"].to_numpy(), new_a["end_ns"].to_numpy()
+                self.kept.append(new_a[np.logical_or.reduce([(ne_ > q0) & (ns_ < q1) for q0, q1 in self.edges_q])])
+        self.parts_of.append(parts)
+        # NOTE: the columns ``raise_running`` and ``_settled`` read, not every column of the window
+        done = d.loc[started_before(d, his), ["rank", "device", "pid", "correlation", "end_ns"]]
+        raise_running(running, done)
+        self.pending = _settled(self.pending, new_a, is_call, done)
+        self.carry_d = carried(d, his, running)
+        nlo = min([*his.values(), *(min(his[k[0]], r - 1) for k, r in running.items() if k[0] in his)])
+        self.carry_a = rows_where(a, (a["end_ns"].to_numpy() > nlo) | (a["start_ns"].to_numpy() >= nlo))
 
 
 def _empty_calls() -> pd.DataFrame:

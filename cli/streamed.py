@@ -59,6 +59,7 @@ def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Con
                         quiet: bool) -> Any:
     """The whole-trace Diagnosis of one nsys export within ``budget_bytes``, or None where the
     windowed path does not cover the trace (said on stderr)."""
+    from srtscope.analyzers.forked import available
     from srtscope.analyzers.readers import TraceError, rank_from_name
     from srtscope.analyzers.readers.nsys_spill import read_nsys_spilled
     from srtscope.analyzers.windowed_stream import NotWindowable, diagnose_streamed
@@ -72,7 +73,9 @@ def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Con
               f"~{SPILL_SHARE * size / 2**30:.1f} GiB free under {tmp} ({free / 2**30:.1f} GiB; set TMPDIR)",
               file=sys.stderr)
         return None
-    rows = window_rows(budget_bytes, size)
+    # two walks where a second core is free (``windowed_stream.split_at``): each holds half the rows
+    workers = 2 if available() else 1
+    rows = window_rows(budget_bytes, size) // workers
     rank = rank_from_name(path) or 0
     keep_freed_memory()                 # before the spill's threads start (one arena for them all)
     with tempfile.TemporaryDirectory(prefix="srtscope-spill-") as folder, _bar(console, quiet, path) as tick:
@@ -80,7 +83,7 @@ def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Con
             with _scanned(tick, path):
                 src = read_nsys_spilled(path, rank, folder=folder)
             with src:
-                return diagnose_streamed(src, params, rows,
+                return diagnose_streamed(src, params, rows, workers=workers,
                                          progress=lambda f: tick(0.5 + 0.5 * f, "diagnosing in windows"))
         except NotWindowable as exc:
             print(f"srtscope: note: {path.name}: not diagnosed whole in windows ({exc})", file=sys.stderr)

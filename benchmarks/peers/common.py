@@ -156,17 +156,39 @@ class Run:
         return self.rc == 0 and self.out is not None
 
 
+def _tree_rss_mb(pid: int) -> float:
+    """Resident memory of ``pid`` and every process below it, summed (MiB; pages two processes
+    share after a fork count twice: an upper bound). 0 where /proc says nothing."""
+    total, todo, page = 0, [pid], os.sysconf("SC_PAGE_SIZE")
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1]) * page
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return total / 2**20
+
+
 def run_wait4(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 1800) -> Run:
-    """Run one command; wall time, the child's own peak RSS (MiB, via wait4) and its JSON stdout."""
+    """Run one command; wall time, peak RSS (MiB: the child's own via wait4, or where it forks, the
+    peak of its process tree's summed RSS sampled every 20 ms, whichever is larger) and its JSON stdout."""
     import tempfile
     with tempfile.TemporaryFile("w+") as fo, tempfile.TemporaryFile("w+") as fe:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=env, cwd=ROOT, text=True)
         deadline = t0 + timeout
+        tree, polls = 0.0, 0
         while True:
             pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
+            polls += 1
+            if polls % 4 == 0:
+                tree = max(tree, _tree_rss_mb(proc.pid))
             if time.perf_counter() > deadline:
                 proc.kill()
                 pid, status, ru = os.wait4(proc.pid, 0)
@@ -190,8 +212,8 @@ def run_wait4(cmd: list[str], env: dict[str, str] | None = None, timeout: float 
             parsed = json.loads(out)
         except json.JSONDecodeError:
             pass
-    return Run(wall, ru.ru_maxrss / 1024.0, proc.returncode, ru.ru_utime + ru.ru_stime, parsed, err[-2000:],
-               ru.ru_stime)
+    return Run(wall, max(ru.ru_maxrss / 1024.0, tree), proc.returncode, ru.ru_utime + ru.ru_stime, parsed,
+               err[-2000:], ru.ru_stime)
 
 
 @dataclass

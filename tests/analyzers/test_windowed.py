@@ -60,15 +60,15 @@ def test_windowed_equals_whole(path: Path) -> None:
 def test_streamed_equals_whole(path: Path) -> None:
     tl = load_timeline([path])
     whole = diagnose(tl, PARAMS).to_json()
-    for rows, chunk in ((40, 25), (500, 256)):
+    for rows, chunk, workers in ((40, 25, 1), (500, 256, 1), (40, 25, 2)):
         try:
-            got = diagnose_streamed(TimelineChunks(tl, chunk), PARAMS, rows).to_json()
+            got = diagnose_streamed(TimelineChunks(tl, chunk), PARAMS, rows, workers=workers).to_json()
         except NotWindowable as exc:
             # NOTE: steps from the ranges or the API rows, on any devices, are windowed; an engine's
             # step openers without forward ranges are not (their steps need the device rows)
             assert "need the device rows" in str(exc), str(exc)
             pytest.skip(f"not windowed: {exc}")
-        assert got == whole, f"{rows} rows a window, chunks of {chunk}"
+        assert got == whole, f"{rows} rows a window, chunks of {chunk}, {workers} worker(s)"
 
 
 def test_streamed_generated_export_spilled(generated: Path, tmp_path: Path) -> None:
@@ -78,6 +78,8 @@ def test_streamed_generated_export_spilled(generated: Path, tmp_path: Path) -> N
     whole = diagnose(load_timeline([generated]), PARAMS).to_json()
     with read_nsys_spilled(generated, folder=tmp_path / "spill", chunk_rows=5_000) as src:
         got = diagnose_streamed(src, PARAMS, 2_000).to_json()
+        # the later windows walked in a forked copy beside this process
+        assert diagnose_streamed(src, PARAMS, 2_000, workers=2).to_json() == whole
     assert got == whole
     assert whole["steps"]["count"] > 100 and whole["bubbles"]["count"] > 0   # the figures are not empty
 
@@ -104,6 +106,7 @@ def test_streamed_api_steps_spilled(path: Path, tmp_path: Path) -> None:
     assert whole["steps"]["source"] in ("sync", "bursts") and whole["steps"]["count"] >= 2
     with read_nsys_spilled(path, folder=tmp_path / "spill", chunk_rows=25) as src:
         assert diagnose_streamed(src, PARAMS, 40).to_json() == whole
+        assert diagnose_streamed(src, PARAMS, 40, workers=2).to_json() == whole
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -130,6 +130,9 @@ def _all_equal(tl: Timeline) -> dict:
         assert diagnose_windowed(tl, PARAMS, rows).to_json() == whole, f"windowed, {rows} rows a window"
         got = diagnose_streamed(TimelineChunks(tl, chunk), PARAMS, rows).to_json()
         assert got == whole, f"streamed, {rows} rows a window, chunks of {chunk}"
+    rows, chunk = WINDOWS[0]
+    got = diagnose_streamed(TimelineChunks(tl, chunk), PARAMS, rows, workers=2).to_json()
+    assert got == whole, f"streamed, {rows} rows a window, the later windows in a forked copy"
     return whole
 
 

@@ -1,0 +1,105 @@
+"""One function run in a forked copy of this process, beside the caller's own work.
+
+``Beside(fn)`` forks at once: the copy runs ``fn()`` on everything the caller held at that moment
+(copy-on-write: nothing is pickled on the way in) and sends its result back pickled through a pipe;
+``result()`` waits for it. The copy writes nothing to the terminal and touches no file of the
+caller's: its failure, or its being killed, makes ``result()`` None, and the caller does that work
+itself (a failure it meets again says what is wrong). Leaving the ``with`` block early (an error,
+Ctrl-C) kills the copy: nothing is left running.
+
+NOTE: only where ``os.fork`` exists (``available``); the copy's peak memory is its own on top of
+the caller's, less the pages both still share: callers size their pieces for two.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import warnings
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+
+def available() -> bool:
+    """Whether a copy can be forked and has a core of its own to run on."""
+    if not hasattr(os, "fork"):
+        return False
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores >= 2
+
+
+class Beside:
+    """``fn()`` in a forked copy of this process (module doc)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        read, write = os.pipe()
+        # NOTE: Python >= 3.12 warns of a fork beside threads: ours hold no lock the copy takes
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:                          # the copy: never returns
+            os.close(read)
+            _run(fn, write)
+        os.close(write)
+        self.pid: int | None = pid
+        self.fd: int | None = read
+
+    def result(self) -> Any:
+        """``fn()``'s result, or None where the copy failed or was killed."""
+        data = b""
+        try:
+            assert self.fd is not None and self.pid is not None
+            with os.fdopen(self.fd, "rb") as f:
+                self.fd = None
+                data = f.read()
+        finally:
+            status = self._wait()
+        if status != 0:
+            return None
+        try:
+            return pickle.loads(data)
+        except Exception:                     # noqa: BLE001 (a torn message is a failed copy)
+            return None
+
+    def _wait(self) -> int:
+        if self.pid is None:
+            return 1
+        _, status = os.waitpid(self.pid, 0)
+        self.pid = None
+        return os.waitstatus_to_exitcode(status)
+
+    def kill(self) -> None:
+        """Stop the copy if it still runs (its result is dropped)."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._wait()
+
+    def __enter__(self) -> Beside:
+        return self
+
+    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.kill()
+
+
+def _run(fn: Callable[[], Any], fd: int) -> None:
+    code = 1
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        data = pickle.dumps(fn(), protocol=pickle.HIGHEST_PROTOCOL)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        code = 0
+    except BaseException:                     # noqa: BLE001 (the caller redoes the work)
+        pass
+    finally:
+        os._exit(code)

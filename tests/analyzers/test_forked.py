@@ -1,0 +1,99 @@
+"""The later windows walked in a forked copy: its result comes back, its failure costs only time.
+
+``forked.Beside`` runs a function in a copy of the process: the value comes back; a copy that raises,
+exits or is killed gives None; leaving the block early leaves nothing running. The windowed diagnosis
+with two workers gives the same JSON as with one, also when the copy fails (its windows are then
+walked by the caller).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from srtscope.analyzers import forked, windowed_stream
+from srtscope.analyzers.diagnose import diagnose
+from srtscope.analyzers.params import DiagnoseParams
+from srtscope.analyzers.readers import load_timeline
+from srtscope.analyzers.windowed_stream import TimelineChunks, diagnose_streamed, split_at
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _raise() -> None:
+    raise ValueError("the copy fails")
+
+
+def _exit() -> None:
+    os._exit(3)
+
+
+def _killed() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.parametrize("fn, want", [
+    (lambda: {"rows": np.arange(5), "name": "x"}, {"rows": [0, 1, 2, 3, 4], "name": "x"}),   # the value back
+    (lambda: None, None),             # a None result reads as None
+    (_raise, None),                   # an exception in the copy: None, nothing printed
+    (_exit, None),                    # the copy exits non-zero
+    (_killed, None),                  # the copy is killed (out of memory, a signal)
+])
+def test_beside_gives_the_result_or_none(fn, want, capfd: pytest.CaptureFixture[str]) -> None:
+    with forked.Beside(fn) as other:
+        got = other.result()
+    if isinstance(got, dict):
+        got = {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in got.items()}
+    assert got == want
+    assert capfd.readouterr().err == ""            # the copy writes nothing to the terminal
+
+
+def test_leaving_early_kills_the_copy() -> None:
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        with forked.Beside(lambda: time.sleep(60)) as other:
+            pid = other.pid
+            raise KeyboardInterrupt
+    assert time.monotonic() - t0 < 10
+    assert other.pid is None
+    with pytest.raises(ChildProcessError):          # reaped: no zombie left behind
+        os.waitpid(pid, os.WNOHANG)
+
+
+@pytest.mark.parametrize("n, workers, want", [
+    (10, 1, None),     # one worker: one walk
+    (1, 2, None),      # one window: nothing to split
+    (2, 2, 1),         # the copy walks the first window without analysing it, then the second
+    (10, 2, 6),        # the copy repeats the carrying of the first 6 (REPLAY_SHARE of their time)
+    (100, 2, 62),
+])
+def test_split_point(n: int, workers: int, want: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(windowed_stream, "available", lambda: True)
+    assert split_at(n, workers) == want
+
+
+def test_a_failed_copy_walks_its_windows_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy's window analysis fails: the caller walks every window itself, same JSON."""
+    monkeypatch.setattr(windowed_stream, "available", lambda: True)
+    tl = load_timeline([REPO / "sample_traces" / "host_sync_bound.sqlite"])
+    params = DiagnoseParams()
+    whole = diagnose(tl, params).to_json()
+    me, calls = os.getpid(), []
+    real = windowed_stream.window_part
+
+    def part(*a, **k):
+        if os.getpid() != me:
+            raise RuntimeError("the copy fails")
+        calls.append(1)
+        return real(*a, **k)
+    monkeypatch.setattr(windowed_stream, "window_part", part)
+    assert diagnose_streamed(TimelineChunks(tl, 25), params, 40, workers=2).to_json() == whole
+    n_here = len(calls)
+    calls.clear()
+    diagnose_streamed(TimelineChunks(tl, 25), params, 40, workers=1)
+    assert n_here == len(calls) > 2                 # every window analysed here, none lost
