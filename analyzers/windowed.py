@@ -31,6 +31,7 @@ from srtscope.analyzers.analyses.budget import step_budget
 from srtscope.analyzers.analyses.comm import split_compute
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.analyses.losses import StepLosses, step_losses
+from srtscope.analyzers.analyses.step_index import StepIndex
 from srtscope.analyzers.columns import distinct_keys, isin, rows_where, str_codes, sum_by
 from srtscope.analyzers.host_activity import HostActivity
 from srtscope.analyzers.names import copy_direction
@@ -103,6 +104,11 @@ class Context:
     queries: dict[Key, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     #                                          the straggler's device: the time before its arrivals
     #                                          whose busy share ``comm.finish`` asks for (``windowed_comm``)
+
+    @cached_property
+    def step_index(self) -> StepIndex:
+        """``steps`` by rank and time: a window asks its few steps of the trace's every one."""
+        return StepIndex(self.steps)
 
     @cached_property
     def fallback_rows(self) -> np.ndarray:
@@ -205,9 +211,10 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
     sets = DeviceSets(tlw)
     sets._bounds.update(ctx.bounds)          # NOTE: the device's active window is the whole trace's
     mask = sets.comm
-    steps = ctx.steps
-    mine = w.owns(steps["start_ns"].to_numpy())
-    own_steps = np.flatnonzero(mine if w.rank is None else mine & (steps["rank"].to_numpy() == w.rank))
+    steps, index = ctx.steps, ctx.step_index
+    ranks = index.ranks if w.rank is None else [w.rank]
+    own_steps = np.sort(np.concatenate([index.starting(r, w.lo_ns, w.hi_ns) for r in ranks])) if ranks \
+        else np.zeros(0, np.int64)
     # bubbles: gaps of each device's activity over the threshold that touch the owned time
     rows, busy, gaps = [], {}, {}
     for key in sets.keys:
@@ -232,7 +239,10 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
     pid, tid, ends = launch_calls(joined, nxt, ctx.default)
     bub["pid"], bub["tid"], bub["queued_ns"] = pid, tid, ends
     from srtscope.analyzers.diagnose import _pieces, with_causes  # noqa: PLC0415 (one home for each)
-    pieces = _pieces(bub, steps)
+    # NOTE: the steps that cut or hold the bubbles' time, not the trace's every step (labels kept)
+    held = [index.holding(int(r), int(g["start_ns"].min()), int(g["end_ns"].max()))
+            for r, g in bub.groupby("rank")] if len(bub) else []
+    pieces = _pieces(bub, steps.iloc[np.sort(np.concatenate(held))] if held else steps.iloc[:0])
     pieces = pieces[w.owns(pieces["start_ns"].to_numpy())].reset_index(drop=True)
     pieces["bubble_start_ns"] = bub["start_ns"].to_numpy()[pieces["bubble"].to_numpy()] if len(pieces) \
         else np.zeros(0, np.int64)
@@ -242,10 +252,11 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
     owned_b = bub[w.owns(bub["start_ns"].to_numpy())].drop(columns=["next_row", "queued_ns"])
     # the owned steps' budget and accounting, on local rows 0..m-1
     local = steps.iloc[own_steps].reset_index(drop=True)
-    remap = np.full(len(steps) + 1, -1, np.int64)
-    remap[own_steps] = np.arange(len(own_steps))
     lp = pieces.copy()
-    lp["step_row"] = remap[lp["step_row"].to_numpy()]      # -1 stays -1 (remap[-1] is -1)
+    sr = lp["step_row"].to_numpy()
+    pos = np.minimum(np.searchsorted(own_steps, sr), max(len(own_steps) - 1, 0))
+    lp["step_row"] = np.where((sr >= 0) & (own_steps[pos] == sr), pos, -1) if len(own_steps) \
+        else np.full(len(sr), -1, np.int64)
     budget = step_budget(tlw, local, lp, mask, ctx.primary, sets)
     lost = step_losses(tlw, local, lp, budget.table, _no_comm(), ctx.primary, thr, model,
                        params.burst_rule, ctx.comm_ranks, sets, edges=False)

@@ -29,6 +29,7 @@ import pandas as pd
 
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.api_steps import END_OF_TIME, ApiSteps
+from srtscope.analyzers.analyses.step_index import StepIndex
 from srtscope.analyzers.analyses.steps import COUNT_COLUMNS, api_step_windows
 from srtscope.analyzers.columns import distinct_keys, group_rows, isin
 from srtscope.analyzers.host_activity import BurstTracker, default_threads, launch_counts
@@ -93,11 +94,11 @@ def first_pass(src: ChunkSource, small: Timeline, windows: tuple[str, pd.DataFra
         source, w = windows
         counts = {c: np.zeros(len(w), np.int64) for c in COUNT_COLUMNS}
         if src.graph_launches:
-            api = _api_pass(src, params, (counts, *_step_arrays(w)), None)
+            api = _api_pass(src, params, (counts, StepIndex(w)), None)
             dev = _device_pass(src, w, counts, api.gkeys)
         else:
             dev, api = _beside(src, lambda s: _device_pass(s, w, counts, None),
-                               lambda s: _api_pass(s, params, (counts, *_step_arrays(w)), None))
+                               lambda s: _api_pass(s, params, (counts, StepIndex(w)), None))
         return _first(source, w, counts, api, dev, w)
     tracker = ApiSteps(params.step_rule.gap_ns)
     api = _api_pass(src, params, None, tracker)
@@ -169,10 +170,10 @@ class _Stoppable:
 
 def _launch_pass(src: ChunkSource, counts: dict[str, np.ndarray], w: pd.DataFrame, tail: _Tail | None) -> None:
     """Launches and graph launches per step of ``w`` over the API chunks (``tail`` sees each)."""
-    ws, we, wr = _step_arrays(w)
+    steps = StepIndex(w)
     for a in src.iter_api():
         if len(a):
-            _count_launches(a, counts, ws, we, wr)
+            _count_launches(a, counts, steps)
             if tail is not None:
                 tail.add(a)
 
@@ -306,15 +307,17 @@ def _api_pass(src: ChunkSource, params: DiagnoseParams, steps: tuple | None, tra
                 {k: t.bursts() for k, t in trackers.items()}, threads, gkeys)
 
 
-def _count_launches(a: pd.DataFrame, counts: dict[str, np.ndarray], ws: np.ndarray, we: np.ndarray,
-                    wr: np.ndarray) -> None:
+def _count_launches(a: pd.DataFrame, counts: dict[str, np.ndarray], steps: StepIndex) -> None:
     """Adds the launch and graph-launch calls of the chunk ``a`` that start in each step."""
     is_l, is_g = isin(a["kind"], [ApiKind.LAUNCH]), isin(a["kind"], [ApiKind.GRAPH_LAUNCH])
     s_, r_ = a["start_ns"].to_numpy(), a["rank"].to_numpy()
-    for rank in np.unique(wr):
-        on = wr == rank
-        counts["launches"][on] += _count_in(s_[(r_ == rank) & is_l], ws[on], we[on])
-        counts["graph_launches"][on] += _count_in(s_[(r_ == rank) & is_g], ws[on], we[on])
+    for rank in steps.ranks:
+        mine = r_ == rank
+        for col, m in (("launches", is_l), ("graph_launches", is_g)):
+            ts = s_[mine & m]
+            if len(ts):
+                on = steps.near(rank, int(ts[0]), int(ts[-1]))
+                counts[col][on] += _count_in(ts, steps.ws[on], steps.we[on])
 
 
 @dataclass
@@ -330,12 +333,17 @@ def _device_pass(src: ChunkSource, w: pd.DataFrame, counts: dict[str, np.ndarray
     """Device chunks: each device's figures (``DeviceScan``, its candidate edges the starts and ends
     of ``w``), per step of ``w`` its busy time and graph kernels (added to ``counts``), the rows
     before each step (in start order)."""
-    ws, we, wr = _step_arrays(w)
+    steps = StepIndex(w)
+    ws, we = steps.ws, steps.we
     lo: int | None = None
     hi: int | None = None
     order = np.argsort(ws, kind="stable")
+    wso = ws[order]
     scan = DeviceScan(np.unique(np.r_[ws, we]), comm_rows=not src.one_device)
-    rows_before = np.zeros(len(w), np.int64)
+    # per step in start order, the rows before it: counted where a chunk's starts reach the step,
+    # the chunk's every row added at once to the steps past it (a running sum at the end)
+    rows_at = np.zeros(len(w), np.int64)
+    past = np.zeros(len(w) + 1, np.int64)
     open_iv: dict[int, tuple[int, int]] = {}
     gk_top: dict[int, tuple[int, int]] = {}
     for d in src.iter_device():
@@ -345,7 +353,10 @@ def _device_pass(src: ChunkSource, w: pd.DataFrame, counts: dict[str, np.ndarray
         s_, e_ = d["start_ns"].to_numpy(), d["end_ns"].to_numpy()
         lo = int(s_.min()) if lo is None else min(lo, int(s_.min()))
         hi = int(e_.max()) if hi is None else max(hi, int(e_.max()))
-        rows_before += np.searchsorted(s_, ws[order], side="left")
+        j0 = int(np.searchsorted(wso, s_[0], side="right"))
+        j1 = int(np.searchsorted(wso, s_[-1], side="right"))
+        rows_at[j0:j1] += np.searchsorted(s_, wso[j0:j1], side="left")
+        past[j1] += len(s_)
         r_ = d["rank"].to_numpy(np.int64)
         gk = ((d["graph_id"].to_numpy() >= 0) | (d["graph_node"].to_numpy() >= 0)
               | isin(d["kind"], [DeviceKind.GRAPH]))
@@ -354,10 +365,11 @@ def _device_pass(src: ChunkSource, w: pd.DataFrame, counts: dict[str, np.ndarray
                               **{c: d[c].to_numpy(np.int64) for c in ("rank", "pid", "correlation")}})
             gk[q.merge(gkeys.astype(np.int64), on=["rank", "pid", "correlation"])["i"].to_numpy()] = True
         for rank in np.unique(r_):
-            on, mine = wr == rank, r_ == rank
+            mine = r_ == rank
             gs = s_[mine & gk]
-            counts["graph_kernels"][on] += _count_in(gs, ws[on], we[on])
             if len(gs):
+                on = steps.near(int(rank), int(gs[0]), int(gs[-1]))
+                counts["graph_kernels"][on] += _count_in(gs, ws[on], we[on])
                 top, n_top = int(gs[-1]), len(gs) - int(np.searchsorted(gs, gs[-1], side="left"))
                 prev = gk_top.get(int(rank))
                 gk_top[int(rank)] = (top, n_top + (prev[1] if prev is not None and prev[0] == top else 0))
@@ -367,10 +379,13 @@ def _device_pass(src: ChunkSource, w: pd.DataFrame, counts: dict[str, np.ndarray
             else:
                 us, ue = iv.union(np.r_[prev_iv[0], s_[mine]], np.r_[prev_iv[1], e_[mine]])
             # all but the last interval are whole: the next chunk starts at or after the last start
-            counts["busy_ns"][on] += iv.overlap((us[:-1], ue[:-1]), ws[on], we[on])
+            if len(us) > 1:
+                on = steps.near(int(rank), int(us[0]), int(ue[-2]))
+                counts["busy_ns"][on] += iv.overlap((us[:-1], ue[:-1]), ws[on], we[on])
             open_iv[int(rank)] = (int(us[-1]), int(ue[-1]))
+    rows_before = rows_at + np.cumsum(past)[:-1]
     for rank, (a_, b_) in open_iv.items():
-        on = wr == rank
+        on = steps.near(rank, a_, b_)
         counts["busy_ns"][on] += iv.overlap((np.array([a_]), np.array([b_])), ws[on], we[on])
     scan.finish()
     return _Device(scan, None if lo is None or hi is None else (lo, hi), rows_before, gk_top)
