@@ -8,6 +8,7 @@ instead (``analyzers/memory_plan.py``), and says so.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -19,6 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from srtscope.analyzers.forked import available
 from srtscope.cli.errors import fail
 
 #: fixed part of a windowed diagnosis's peak (interpreter, libraries, the spill's index), bytes
@@ -28,6 +30,9 @@ PER_GB_BYTES = 140 << 20
 #: one window's device row (with its API rows) while it is analysed, bytes (measured ~500)
 ROW_BYTES = 700
 MIN_ROWS, MAX_ROWS = 100_000, 4_000_000
+#: the fewest device rows a window of each of two walks holds (``walks``)
+MIN_SPLIT_ROWS = 500_000
+WALKS_ENV = "SRTSCOPE_WINDOW_WALKS"
 #: disk the spill takes per byte of export (the device and API columns, Arrow IPC; measured 0.81 on
 #: a generated 1 GB export, less where strings and other tables take more of the file)
 SPILL_SHARE = 0.85
@@ -55,11 +60,20 @@ def window_rows(budget_bytes: int, export_bytes: int) -> int:
     return int(min(MAX_ROWS, max(MIN_ROWS, room / ROW_BYTES)))
 
 
+def walks(budget_bytes: int, export_bytes: int) -> tuple[int, int]:
+    """(device rows a window, walks): two walks, each with half the rows, where a second core is
+    free and the halves still hold ``MIN_SPLIT_ROWS`` (smaller windows cost more than the second
+    core gives back); ``$SRTSCOPE_WINDOW_WALKS`` (1 or 2) decides instead, for measurements."""
+    rows = window_rows(budget_bytes, export_bytes)
+    want = os.environ.get(WALKS_ENV, "")
+    two = want == "2" if want in ("1", "2") else rows // 2 >= MIN_SPLIT_ROWS
+    return (rows // 2, 2) if two and available() else (rows, 1)
+
+
 def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Console | None,
                         quiet: bool) -> Any:
     """The whole-trace Diagnosis of one nsys export within ``budget_bytes``, or None where the
     windowed path does not cover the trace (said on stderr)."""
-    from srtscope.analyzers.forked import available
     from srtscope.analyzers.readers import TraceError, rank_from_name
     from srtscope.analyzers.readers.nsys_spill import read_nsys_spilled
     from srtscope.analyzers.windowed_stream import NotWindowable, diagnose_streamed
@@ -73,9 +87,7 @@ def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Con
               f"~{SPILL_SHARE * size / 2**30:.1f} GiB free under {tmp} ({free / 2**30:.1f} GiB; set TMPDIR)",
               file=sys.stderr)
         return None
-    # two walks where a second core is free (``windowed_stream.split_at``): each holds half the rows
-    workers = 2 if available() else 1
-    rows = window_rows(budget_bytes, size) // workers
+    rows, workers = walks(budget_bytes, size)
     rank = rank_from_name(path) or 0
     keep_freed_memory()                 # before the spill's threads start (one arena for them all)
     with tempfile.TemporaryDirectory(prefix="srtscope-spill-") as folder, _bar(console, quiet, path) as tick:
