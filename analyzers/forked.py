@@ -5,7 +5,8 @@
 ``result()`` waits for it. The copy writes nothing to the terminal and touches no file of the
 caller's: its failure, or its being killed, makes ``result()`` None, and the caller does that work
 itself (a failure it meets again says what is wrong). Leaving the ``with`` block early (an error,
-Ctrl-C) kills the copy: nothing is left running.
+Ctrl-C) kills the copy, and on Linux the copy dies with the caller (killed outright, out of
+memory): nothing is left running.
 
 NOTE: only where ``os.fork`` exists (``available``); the copy's peak memory is its own on top of
 the caller's, less the pages both still share: callers size their pieces for two.
@@ -34,13 +35,14 @@ class Beside:
 
     def __init__(self, fn: Callable[[], Any]) -> None:
         read, write = os.pipe()
+        parent = os.getpid()
         # NOTE: Python >= 3.12 warns of a fork beside threads: ours hold no lock the copy takes
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             pid = os.fork()
         if pid == 0:                          # the copy: never returns
             os.close(read)
-            _run(fn, write)
+            _run(fn, write, parent)
         os.close(write)
         self.pid: int | None = pid
         self.fd: int | None = read
@@ -89,9 +91,21 @@ class Beside:
         self.kill()
 
 
-def _run(fn: Callable[[], Any], fd: int) -> None:
+def _die_with(parent: int) -> None:
+    """Linux: the copy is killed when the caller dies (killed itself: nothing left running)."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)     # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:                                          # it died before that
+        os._exit(1)
+
+
+def _run(fn: Callable[[], Any], fd: int, parent: int) -> None:
     code = 1
     try:
+        _die_with(parent)
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, 1)
         os.dup2(null, 2)

@@ -12,6 +12,9 @@ and counters whole, its device and API rows as chunks in start order (``iter_dev
    open steps: ``windowed.rank_edges``), per rank a Timeline of its rows overlapping its contexts —
    per device its own, the host rows over the widest — and analyses each (``windowed.window_part``);
    launch calls whose work has not started yet are carried to the windows that may ask for them;
+   with ``workers=2`` the later windows are walked in a forked copy of the process beside this one
+   (``split_at``, ``forked.Beside``), which carries the rows over the earlier windows without
+   analysing them; its parts come back pickled, and where it fails its windows are walked here;
 3. ``windowed_reduce.reduce`` adds the parts up; the collectives are matched there, once.
 Peak memory: one window's rows (read to the step edge after it), the carried calls and rows that
 outlive their window; held whole: the per-step tables, the row ending each device gap that spans a

@@ -6,8 +6,10 @@
 For each size (MB) an export of ``benchmarks/gen_nsys.py`` (generated once, kept under
 $SRTSCOPE_BENCH_CACHE, default /tmp/srtscope-bench; a size whose file would not fit the free disk is
 skipped and says so), each figure a whole process (interpreter start and imports included),
-measured with wait4 (``peers/common.py``): wall, CPU (user + system), the system part apart (paging
-and allocation show there), peak RSS:
+measured with wait4 (``peers/common.py``): wall, CPU (user + system, a forked copy's included), the
+system part apart (paging and allocation show there), peak RSS (where the diagnosis forks a copy
+for its second walk, the peak of both processes' RSS summed, sampled every 20 ms: pages they still
+share count twice):
   floor         the sqlite3 shell selecting the columns srtscope reads into /dev/null
   first look    ``srtscope diagnose --json --memory-budget 2GiB --no-cache FILE``: over the budget
                 the export is diagnosed whole, window by window (``cli/streamed.py``)

@@ -97,3 +97,29 @@ def test_a_failed_copy_walks_its_windows_here(monkeypatch: pytest.MonkeyPatch) -
     calls.clear()
     diagnose_streamed(TimelineChunks(tl, 25), params, 40, workers=1)
     assert n_here == len(calls) > 2                 # every window analysed here, none lost
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="no /proc here")
+def test_the_copy_dies_with_its_caller(tmp_path: Path) -> None:
+    """A caller killed outright (out of memory, SIGKILL) leaves no copy running on."""
+    import subprocess
+    import sys
+
+    code = ("import os, time\n"
+            "from srtscope.analyzers.forked import Beside\n"
+            "b = Beside(lambda: time.sleep(60))\n"
+            f"open({str(tmp_path / 'pid')!r}, 'w').write(str(b.pid))\n"
+            "os.kill(os.getpid(), 9)\n")
+    subprocess.run([sys.executable, "-c", code], timeout=30)
+    pid = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _running(pid):
+        time.sleep(0.05)
+    assert not _running(pid)
