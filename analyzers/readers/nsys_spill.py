@@ -102,33 +102,100 @@ class _ChunkReader(_Reader):
         return self._counts[(table, where)]
 
     def scan(self, table: str, read: _Read, spool: TimeSpool, note: Callable[[dict], None],
-             stop: threading.Event) -> None:
+             stop: threading.Event, publish: Callable[[_Shared | None], None] | None = None) -> None:
         """Every rowid chunk of ``table`` read by ``read`` into ``spool`` (``note`` sees each);
-        ``stop`` set: no further chunk (the other side of the read failed)."""
+        ``stop`` set: no further chunk (the other side of the read failed). ``publish`` is told the
+        scan while it runs, so an idle thread can take chunks of it (``_Shared.help``)."""
         if not self.has(table):
             return
         lo, hi = rowid_bounds(self.con, table)
         if lo is None or hi is None:
             return
         spool.start_part()
-        at: int | None = lo
-        while at is not None and at <= hi and not stop.is_set():
-            end = min(at + self.scan_rows - 1, hi)
-            self.rowids = (at, end)
-            try:
-                cols = read(self)
-            finally:
-                self.rowids = None
-            if cols is not None and len(cols["start_ns"]):
-                note(cols)
-                spool.add(cols)
-            del cols
-            nxt = self.con.execute(f"SELECT rowid FROM {table} WHERE rowid > ? ORDER BY rowid LIMIT 1",
-                                   (end,)).fetchone()
-            at = None if nxt is None else int(nxt[0])
-        rows = self._seen.get(table, 0)
+        shared = _Shared(table, read, spool, note, lo, hi, self.scan_rows, stop)
+        if publish is not None:
+            publish(shared)
+        try:
+            shared.help(self)
+            shared.wait()
+        finally:
+            if publish is not None:
+                publish(None)
+        if shared.error is not None:
+            raise shared.error
+        rows = shared.seen
         if rows and hi - lo + 1 != rows:     # as ``_Reader.fetch`` notes it for a whole table
             self.suspect.append(f"{rows} rows in {table} over rowids {lo}..{hi}")
+
+
+class _Shared:
+    """One table's rowid chunks handed out in order to whichever thread asks (each reading on its own
+    connection), their rows noted and added to the spool in rowid order whatever order they are
+    read in: the spool's ties of start keep the table's order."""
+
+    def __init__(self, table: str, read: _Read, spool: TimeSpool, note: Callable[[dict], None],
+                 lo: int, hi: int, scan_rows: int, stop: threading.Event) -> None:
+        self.table, self.read, self.spool, self.note = table, read, spool, note
+        self.at: int | None = lo
+        self.hi, self.scan_rows, self.stop = hi, scan_rows, stop
+        self.cv = threading.Condition()
+        self.claimed = self.added = 0
+        self.ready: dict[int, dict | None] = {}
+        self.seen = 0                          # rows the scans saw (``suspect``)
+        self.error: BaseException | None = None
+
+    def help(self, r: _ChunkReader) -> None:
+        """Read chunks with ``r`` until none is left."""
+        while (got := self._claim(r)) is not None:
+            seq, at, end = got
+            before = r._seen.get(self.table, 0)
+            r.rowids = (at, end)
+            try:
+                cols = self.read(r)
+            except BaseException as exc:
+                with self.cv:
+                    self.error = self.error or exc
+                    self.stop.set()
+                    self.cv.notify_all()
+                raise
+            finally:
+                r.rowids = None
+            self._deliver(seq, cols, r._seen.get(self.table, 0) - before)
+
+    def _claim(self, r: _ChunkReader) -> tuple[int, int, int] | None:
+        with self.cv:
+            if self.at is None or self.at > self.hi or self.stop.is_set():
+                return None
+            at, end = self.at, min(self.at + self.scan_rows - 1, self.hi)
+            nxt = r.con.execute(f"SELECT rowid FROM {self.table} WHERE rowid > ? ORDER BY rowid LIMIT 1",
+                                (end,)).fetchone()
+            self.at = None if nxt is None else int(nxt[0])
+            self.claimed += 1
+            return self.claimed - 1, at, end
+
+    def _deliver(self, seq: int, cols: dict | None, seen: int) -> None:
+        with self.cv:
+            self.ready[seq] = cols
+            self.seen += seen
+            try:
+                while self.added in self.ready:
+                    c = self.ready.pop(self.added)
+                    if c is not None and len(c["start_ns"]):
+                        self.note(c)
+                        self.spool.add(c)
+                    self.added += 1
+            except BaseException as exc:
+                self.error = self.error or exc
+                self.stop.set()
+                raise
+            finally:
+                self.cv.notify_all()
+
+    def wait(self) -> None:
+        """Until every chunk handed out is in the spool (or the read stopped)."""
+        with self.cv:
+            while self.added < self.claimed and not self.stop.is_set():
+                self.cv.wait(0.5)
 
 
 def _plan(con: sqlite3.Connection, tables: tuple[tuple[str, _Read], ...]) -> tuple[int, tuple[int, int] | None]:
@@ -162,6 +229,11 @@ class _Spiller:
         # add_device and add_api touch disjoint fields: one object for both threads
         self.facts = TableFacts()
         self.stop = threading.Event()      # set when either side fails: the other stops early
+        # the device table being scanned: the API thread, done first, takes chunks of it
+        self.current: _Shared | None = None
+
+    def _publish(self, shared: _Shared | None) -> None:
+        self.current = shared
 
     def __call__(self, path: Path, r: _Reader) -> ScannedTables:
         assert isinstance(r, _ChunkReader)
@@ -169,7 +241,7 @@ class _Spiller:
             host = pool.submit(self._host, path)
             try:
                 for table, read in DEVICE_TABLES:
-                    r.scan(table, read, self.device, self.facts.add_device, self.stop)
+                    r.scan(table, read, self.device, self.facts.add_device, self.stop, self._publish)
             except BaseException:
                 self.stop.set()
                 raise
@@ -187,6 +259,9 @@ class _Spiller:
                 for table, read in API_TABLES:
                     r.scan(table, read, self.api, self.facts.add_api, self.stop)
                 ranges, marks = r.nvtx()
+                shared = self.current
+                if shared is not None:
+                    shared.help(r)
             except BaseException:
                 self.stop.set()
                 raise

@@ -135,6 +135,28 @@ def test_two_reads_share_a_folder_without_touching_each_other(tmp_path):
     assert not list(folder.iterdir())
 
 
+def test_idle_thread_takes_kernel_chunks_in_order(generated, tmp_path, monkeypatch):
+    """The API thread, done first, reads chunks of the kernel table too: rows still added in rowid
+    order (ties keep the table's order), the read equal to ``read_nsys``'s."""
+    import threading
+    import time
+
+    from srtscope.analyzers.readers import nsys_spill
+
+    readers: list[str] = []
+    name, kernels = nsys_spill.DEVICE_TABLES[0]
+
+    def slow_here(r):
+        readers.append(threading.current_thread().name)
+        if threading.current_thread() is threading.main_thread():
+            time.sleep(0.02)                 # the device side slower than the API side
+        return kernels(r)
+    monkeypatch.setattr(nsys_spill, "DEVICE_TABLES", ((name, slow_here), *nsys_spill.DEVICE_TABLES[1:]))
+    assert_same_as_read_nsys(generated, tmp_path / "spill", chunk_rows=4000, scan_rows=3000)
+    here = readers.count(threading.main_thread().name)
+    assert 0 < here < len(readers), (here, len(readers))      # both threads read kernel chunks
+
+
 def test_error_mid_scan_removes_the_files_written(generated, tmp_path, monkeypatch):
     folder = tmp_path / "spill"
     calls = []
