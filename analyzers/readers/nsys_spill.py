@@ -222,7 +222,8 @@ def _plan(con: sqlite3.Connection, tables: tuple[tuple[str, _Read], ...]) -> tup
 
 class _Spiller:
     """The ``scan`` of ``_read``: device tables here, API and NVTX tables on a second connection in
-    a thread (as ``read_nsys`` overlaps them), rows into the two spools, facts gathered."""
+    a thread (as ``read_nsys`` overlaps them), which then takes chunks of the device table still
+    being scanned (``_Shared``); rows into the two spools, facts gathered."""
 
     def __init__(self, device: TimeSpool, api: TimeSpool, scan_rows: int) -> None:
         self.device, self.api, self.scan_rows = device, api, scan_rows
