@@ -229,10 +229,6 @@ def _first(source: str, w: pd.DataFrame, counts: dict[str, np.ndarray], api: _Ap
                  api.threads, cut, dev.rows_before)
 
 
-def _step_arrays(w: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return (w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64), w["rank"].to_numpy(np.int64))
-
-
 def _kept(prov: pd.DataFrame, final: pd.DataFrame) -> np.ndarray:
     """Mask of the provisional steps that are final steps (the same but a rank's last one may go)."""
     key = ["rank", "start_ns"]
