@@ -17,9 +17,16 @@ for ids; read back, a column is int32 only if every chunk's was) or categoricals
 into one label list per column; ``categories`` gives each column's categories as
 ``pandas.api.types.union_categoricals`` of the parts' categoricals would, in part order: see
 ``start_part``).
+
+On disk a segment written from a chunk holds less than its columns (``_encode``): a column of one
+value over the whole segment is kept as that value in the file's metadata, and ``end_ns`` as the
+int32 duration where every row's fits; reading a segment gives its columns back as they were added.
+Most of a kernel's columns (kind, device, stream, process, graph ids, bytes) are one value over a
+chunk of one table: a device row takes about half the bytes to write and read back.
 """
 from __future__ import annotations
 
+import json
 import math
 import uuid
 from collections.abc import Iterator
@@ -67,8 +74,74 @@ class _PartCats:
         return self.first + sorted(self.seen - set(self.first))
 
 
+#: schema metadata of an encoded segment: its columns' names and types, in order; its constant columns
+_COLS, _CONST, _DUR = b"srtscope.cols", b"srtscope.const", b"srtscope.dur"
+
+
+def _encode(table: pa.Table) -> pa.Table:
+    """``table`` as a segment stores it: a column of one value (not ``start_ns``) left out, its value
+    in the metadata (integer columns); ``end_ns`` as int32 ``end_ns - start_ns`` where every row's
+    fits (``_decode`` undoes both). A table of no rows is kept as it is."""
+    if not table.num_rows:
+        return table
+    cols = [[f.name, str(f.type)] for f in table.schema]
+    const: dict[str, int] = {}
+    keep: dict[str, pa.Array] = {}
+    dur = False
+    start = table.column("start_ns").to_numpy()
+    for f in table.schema:
+        a = table.column(f.name).to_numpy()
+        if f.name != "start_ns" and pa.types.is_integer(f.type) and (a == a[0]).all():
+            const[f.name] = int(a[0])
+        elif f.name == "end_ns":
+            d = a - start
+            if d.min() >= 0 and d.max() <= _I32.max:
+                keep[f.name], dur = pa.array(d.astype(np.int32)), True
+            else:
+                keep[f.name] = table.column(f.name)
+        else:
+            keep[f.name] = table.column(f.name)
+    meta = {_COLS: json.dumps(cols), _CONST: json.dumps(const), _DUR: b"1" if dur else b"0"}
+    return pa.table(keep).replace_schema_metadata(meta)
+
+
+def _columns(table: pa.Table) -> tuple[list[tuple[str, np.dtype]], dict[str, np.ndarray | int]]:
+    """A stored segment's (name, dtype) of every column as added, in order, and its columns: an
+    array, or the int a constant column holds (``_encode``)."""
+    meta = table.schema.metadata or {}
+    if _COLS not in meta:
+        return ([(f.name, np.dtype(f.type.to_pandas_dtype())) for f in table.schema],
+                {f.name: table.column(f.name).to_numpy() for f in table.schema})
+    const, dur = json.loads(meta[_CONST]), meta[_DUR] == b"1"
+    names = [(n, np.dtype(t)) for n, t in json.loads(meta[_COLS])]
+    out: dict[str, np.ndarray | int] = {}
+    for name, _ in names:
+        if name in const:
+            out[name] = const[name]
+        elif name == "end_ns" and dur:
+            out[name] = table.column("start_ns").to_numpy() + table.column(name).to_numpy()
+        else:
+            out[name] = table.column(name).to_numpy()
+    return names, out
+
+
+def _decode(table: pa.Table) -> pa.Table:
+    """A stored segment's table with its columns as they were added (``_encode``)."""
+    if _COLS not in (table.schema.metadata or {}):
+        return table
+    names, cols = _columns(table)
+    n = table.num_rows
+    return pa.table({k: (np.full(n, cols[k], t) if isinstance(cols[k], int) else cols[k]) for k, t in names})
+
+
 def _read(path: Path) -> pa.Table:
-    """A segment, memory-mapped (its pages leave memory with the last array using them)."""
+    """A segment, memory-mapped (its pages leave memory with the last array using them), its columns
+    as they were added."""
+    return _decode(_stored(path))
+
+
+def _stored(path: Path) -> pa.Table:
+    """A segment as stored (``_encode``), memory-mapped."""
     return ipc.open_file(pa.memory_map(str(path))).read_all()
 
 
@@ -199,6 +272,8 @@ class TimeSpool:
         self._n_files += 1
         self.files.add(path)
         assert self._schema is not None
+        if table is not None:
+            table = _encode(table)
         schema = table.schema if table is not None else self._schema
         with pa.OSFile(str(path), "wb") as sink, ipc.new_file(sink, schema) as w:
             if table is not None:
@@ -230,7 +305,7 @@ class TimeSpool:
 
     def _split(self, b: int) -> None:
         bk = self.buckets[b]
-        starts = np.concatenate([_ints(_read(p), "start_ns") for p in bk.segments])
+        starts = np.concatenate([_ints(_stored(p), "start_ns") for p in bk.segments])
         mid = int(np.partition(starts, len(starts) // 2)[len(starts) // 2])
         cut = mid if mid > int(starts.min()) else mid + 1        # left: start < cut (never empty)
         left, right = _Bucket(rows=int((starts < cut).sum())), _Bucket()
@@ -303,17 +378,24 @@ class TimeSpool:
             yield _concat(pending)
 
     def _sorted(self, bk: _Bucket) -> dict[str, np.ndarray]:
-        tables = [_read(p) for p in bk.segments]
-        start = np.concatenate([_ints(t, "start_ns") for t in tables])
+        segs = [_columns(_stored(p)) for p in bk.segments]
+        lens = [len(cols["start_ns"]) for _, cols in segs]      # start_ns is never left out
+        start = np.concatenate([cols["start_ns"] for _, cols in segs])
         # the segments hold the bucket's rows in arrival order: a stable sort resolves ties by it
         order = None if (np.diff(start) >= 0).all() else np.argsort(start, kind="stable")
         out = {"start_ns": start if order is None else start[order]}
         del start
         assert self._schema is not None
         for name in self._schema.names:
-            if name not in out:
-                col = np.concatenate([_ints(t, name) for t in tables])
-                out[name] = col if order is None else col[order]
+            if name in out:
+                continue
+            parts = [cols[name] for _, cols in segs]
+            typ = np.result_type(*[dict(names)[name] for names, _ in segs])
+            if all(isinstance(v, int) for v in parts) and len(set(parts)) == 1:
+                out[name] = np.full(bk.rows, parts[0], typ)     # one value: no gather
+                continue
+            col = np.concatenate([np.full(m, v, typ) if isinstance(v, int) else v for v, m in zip(parts, lens)])
+            out[name] = col if order is None else col[order]
         return out
 
     def remove(self) -> None:

@@ -20,7 +20,7 @@ from srtscope.analyzers.readers.errors import TraceError
 from srtscope.analyzers.readers.nsys_spill import read_nsys_spilled
 from srtscope.analyzers.readers.nsys_sqlite import read_nsys
 from srtscope.analyzers.readers.time_spool import MAX_SEGMENTS, TimeSpool
-from srtscope.analyzers.timeline import WIDE_IDS_ENV, TimelineError, WarningCode, empty_table
+from srtscope.analyzers.timeline import ID_COLUMNS, WIDE_IDS_ENV, TimelineError, WarningCode, empty_table
 from tests.conftest import REAL_TRACES
 
 SAMPLES = Path(scenarios.__file__).resolve().parent
@@ -300,3 +300,55 @@ def test_damaged_exports_fail_or_warn_as_read_nsys_does(tmp_path, table, sql, re
     assert not refused
     assert tl.meta.has_warning(WarningCode.CORRUPT)
     assert_same_as_read_nsys(bad, tmp_path / "spill", chunk_rows=9, scan_rows=7)
+
+
+@pytest.mark.parametrize("case, chunks", [
+    # a kernel chunk: one device, stream and process, no graphs; durations fit int32
+    ("constant columns and short durations", [{"dev": [3] * 6, "dur": [5, 1, 0, 7, 2, 9]}]),
+    # the same column constant in one segment, varying in the next (one bucket holds both)
+    ("constant in one chunk only", [{"dev": [3] * 4, "dur": [1] * 4}, {"dev": [1, 2, 3, 4], "dur": [2] * 4}]),
+    # two chunks constant at different values: no single value for the bucket
+    ("two constants", [{"dev": [7] * 3, "dur": [1] * 3}, {"dev": [-(2**40)] * 3, "dur": [1] * 3}]),
+    # a duration past int32 (a 3 s kernel) keeps end_ns as it is, as does an end before the start
+    ("duration past int32", [{"dev": [0, 1], "dur": [3 * 10**9, 4]}]),
+    ("end before start", [{"dev": [0, 1], "dur": [-5, 4]}]),
+])
+def test_time_spool_stores_less_and_gives_back_the_same_rows(tmp_path, case, chunks):
+    spool = TimeSpool(tmp_path, "t", 1 << 10, expect_rows=100)
+    want: dict[str, list] = {"start_ns": [], "end_ns": [], "dev": [], "row": []}
+    n = 0
+    for c in chunks:
+        k = len(c["dev"])
+        s = np.arange(n, n + k, dtype=np.int64) * 10 + 10**12
+        cols = {"start_ns": s, "end_ns": s + np.asarray(c["dur"], np.int64),
+                "dev": np.asarray(c["dev"], np.int64), "row": np.arange(n, n + k)}
+        spool.add(cols)
+        for name, v in cols.items():
+            want[name] += v.tolist()
+        n += k
+    got = list(spool.chunks())
+    for name, v in want.items():
+        back = np.concatenate([g[name] for g in got])
+        assert back.tolist() == v, (case, name)
+        assert back.dtype == np.int64, (case, name)
+    spool.remove()
+
+
+def test_a_kernel_chunk_is_stored_in_under_a_third_of_its_bytes(tmp_path):
+    # one device, stream, process, kind; no graph ids or bytes: only start, duration, name and
+    # correlation vary (as in a kernel table's chunk)
+    n = 100_000
+    s = np.arange(n, dtype=np.int64) * 1000 + 10**15
+    cols = {"start_ns": s, "end_ns": s + 700, "name": pd.Categorical(np.arange(n) % 13),
+            "correlation": np.arange(n, dtype=np.int64)}
+    cols |= {c: np.full(n, v, np.int64) for c, v in
+             (("device", 0), ("stream", 7), ("pid", 4242), ("graph_id", -1), ("graph_node", -1), ("bytes", -1))}
+    spool = TimeSpool(tmp_path, "t", 1 << 20, expect_rows=n, narrow=ID_COLUMNS)
+    spool.add(cols)
+    raw = sum(np.asarray(v).nbytes if not isinstance(v, pd.Categorical) else 4 * n for v in cols.values())
+    stored = sum(p.stat().st_size for p in tmp_path.iterdir())
+    assert stored < raw / 3, (stored, raw)
+    back = next(spool.chunks())
+    assert back["end_ns"].tolist() == (s + 700).tolist()
+    assert (back["stream"] == 7).all() and (back["graph_id"] == -1).all()
+    spool.remove()
