@@ -379,8 +379,10 @@ class TimeSpool:
 
     def _sorted(self, bk: _Bucket) -> dict[str, np.ndarray]:
         segs = [_columns(_stored(p)) for p in bk.segments]
-        lens = [len(cols["start_ns"]) for _, cols in segs]      # start_ns is never left out
-        start = np.concatenate([cols["start_ns"] for _, cols in segs])
+        starts = [np.asarray(cols["start_ns"]) for _, cols in segs]    # never left out
+        lens = [len(x) for x in starts]
+        start = np.concatenate(starts)
+        del starts
         # the segments hold the bucket's rows in arrival order: a stable sort resolves ties by it
         order = None if (np.diff(start) >= 0).all() else np.argsort(start, kind="stable")
         out = {"start_ns": start if order is None else start[order]}
