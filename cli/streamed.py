@@ -23,18 +23,20 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from srtscope.analyzers.forked import available
 from srtscope.cli.errors import fail
 
-#: fixed part of a windowed diagnosis's peak (interpreter, libraries, the spill's index), bytes
-BASE_BYTES = 300 << 20
-#: ... and per GB of export (ranges, steps and per-step tables held whole), bytes
-PER_GB_BYTES = 140 << 20
-#: one window's device row (with its API rows) while it is analysed, bytes (measured ~500)
-ROW_BYTES = 700
+#: one process's peak before its windows, bytes: the interpreter and libraries, the spill's index
+#: (and the memory its reading threads leave in the arena); measured 510 MiB at 3 GB, 933 at 10 GB
+BASE_BYTES = 330 << 20
+#: ... and per GB of export: ranges, steps and per-step tables held whole (~60 MiB), the parts of
+#: the windows walked, kept for the reduction (~16 MiB), bytes
+PER_GB_BYTES = 80 << 20
+#: one window's device row (with its API rows) while it is analysed, bytes (measured 405-540)
+ROW_BYTES = 500
 MIN_ROWS, MAX_ROWS = 100_000, 4_000_000
 #: the fewest device rows a window of each of two walks holds (``walks``)
 MIN_SPLIT_ROWS = 500_000
 WALKS_ENV = "SRTSCOPE_WINDOW_WALKS"
-#: disk the spill takes per byte of export (the device and API columns, Arrow IPC; measured 0.81 on
-#: a generated 1 GB export, less where strings and other tables take more of the file)
+#: disk the spill takes per byte of export at most: every column varying within a chunk (Arrow IPC,
+#: ``time_spool``); a generated export's spill, its kernels' ids mostly one value a chunk, takes 0.37
 SPILL_SHARE = 0.85
 
 
@@ -54,20 +56,24 @@ def over_budget(path: Path, budget_bytes: int) -> bool:
     return est is not None and est.peak_bytes > budget_bytes
 
 
-def window_rows(budget_bytes: int, export_bytes: int) -> int:
-    """Device rows a window may hold so the diagnosis keeps to ``budget_bytes``."""
-    room = budget_bytes - BASE_BYTES - PER_GB_BYTES * export_bytes / 1e9
+def window_rows(budget_bytes: int, export_bytes: int, processes: int = 1) -> int:
+    """Device rows a window of each of ``processes`` walks may hold so that together they keep to
+    ``budget_bytes`` (each process holds its own ``BASE_BYTES`` and per-GB part: pages a forked copy
+    shares count twice)."""
+    held = BASE_BYTES + PER_GB_BYTES * export_bytes / 1e9
+    room = (budget_bytes - processes * held) / processes
     return int(min(MAX_ROWS, max(MIN_ROWS, room / ROW_BYTES)))
 
 
 def walks(budget_bytes: int, export_bytes: int) -> tuple[int, int]:
-    """(device rows a window, walks): two walks, each with half the rows, where a second core is
-    free and the halves still hold ``MIN_SPLIT_ROWS`` (smaller windows cost more than the second
-    core gives back); ``$SRTSCOPE_WINDOW_WALKS`` (1 or 2) decides instead, for measurements."""
-    rows = window_rows(budget_bytes, export_bytes)
+    """(device rows a window, walks): two walks where a second core is free and each walk's window
+    still holds ``MIN_SPLIT_ROWS`` within the budget for both processes (smaller windows cost more
+    than the second core gives back); ``$SRTSCOPE_WINDOW_WALKS`` (1 or 2) decides instead, for
+    measurements."""
     want = os.environ.get(WALKS_ENV, "")
-    two = want == "2" if want in ("1", "2") else rows // 2 >= MIN_SPLIT_ROWS
-    return (rows // 2, 2) if two and available() else (rows, 1)
+    two_rows = window_rows(budget_bytes, export_bytes, 2)
+    two = want == "2" if want in ("1", "2") else two_rows >= MIN_SPLIT_ROWS
+    return (two_rows, 2) if two and available() else (window_rows(budget_bytes, export_bytes), 1)
 
 
 def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Console | None,

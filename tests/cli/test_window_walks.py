@@ -1,0 +1,51 @@
+"""How a diagnosis over the budget is cut: window rows and walks (``cli/streamed.walks``) keep both
+processes' modelled peak within the budget, two walks only where each keeps ``MIN_SPLIT_ROWS``."""
+from __future__ import annotations
+
+import pytest
+
+from srtscope.cli.streamed import (
+    BASE_BYTES,
+    MAX_ROWS,
+    MIN_ROWS,
+    MIN_SPLIT_ROWS,
+    PER_GB_BYTES,
+    ROW_BYTES,
+    WALKS_ENV,
+    walks,
+)
+
+GiB = 1 << 30
+
+
+def _peak(export_gb: float, rows: int, processes: int) -> float:
+    return processes * (BASE_BYTES + PER_GB_BYTES * export_gb + rows * ROW_BYTES)
+
+
+@pytest.mark.parametrize("case, budget, export_gb, want_walks", [
+    ("3 GB under 2 GiB: two walks, each window past the split floor", 2 * GiB, 3, 2),
+    ("5 GB under 2 GiB: still two", 2 * GiB, 5, 2),
+    ("10 GB under 2 GiB: both processes' held part leaves too little: one walk", 2 * GiB, 10, 1),
+    ("3 GB under 1 GiB: one walk", GiB, 3, 1),
+    ("3 GB under 8 GiB: two walks of the largest windows", 8 * GiB, 3, 2),
+])
+def test_walks_keep_the_modelled_peak_within_the_budget(monkeypatch, case, budget, export_gb, want_walks):
+    monkeypatch.delenv(WALKS_ENV, raising=False)
+    monkeypatch.setattr("srtscope.cli.streamed.available", lambda: True)
+    rows, n = walks(budget, int(export_gb * 1e9))
+    assert n == want_walks, case
+    assert MIN_ROWS <= rows <= MAX_ROWS, case
+    if rows > MIN_ROWS:           # the floor of rows may pass a budget too small for any window
+        assert _peak(export_gb, rows, n) <= budget, case
+    if n == 2:
+        assert rows >= MIN_SPLIT_ROWS, case
+    # one walk is never given fewer rows than each of two would hold
+    monkeypatch.setenv(WALKS_ENV, "1")
+    assert walks(budget, int(export_gb * 1e9))[0] >= rows, case
+
+
+@pytest.mark.parametrize("env, fork, want", [("1", True, 1), ("2", True, 2), ("2", False, 1), ("", False, 1)])
+def test_walks_follow_the_switch_and_a_fork(monkeypatch, env, fork, want):
+    monkeypatch.setenv(WALKS_ENV, env)
+    monkeypatch.setattr("srtscope.cli.streamed.available", lambda: fork)
+    assert walks(2 * GiB, int(10e9))[1] == want
