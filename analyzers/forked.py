@@ -9,7 +9,9 @@ Ctrl-C) kills the copy, and on Linux the copy dies with the caller (killed outri
 memory): nothing is left running.
 
 NOTE: only where ``os.fork`` exists (``available``); the copy's peak memory is its own on top of
-the caller's, less the pages both still share: callers size their pieces for two.
+the caller's, less the pages both still share: callers size their pieces for two. Before the fork
+the caller's C heap gives its freed memory back to the system (glibc ``malloc_trim``): neither
+process starts out holding the other's spare (10 GB export: 360 MiB of the reading's buffers).
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ class Beside:
     """``fn()`` in a forked copy of this process (module doc)."""
 
     def __init__(self, fn: Callable[[], Any]) -> None:
+        trim_heap()
         read, write = os.pipe()
         parent = os.getpid()
         # NOTE: Python >= 3.12 warns of a fork beside threads: ours hold no lock the copy takes
@@ -89,6 +92,16 @@ class Beside:
     def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.kill()
+
+
+def trim_heap() -> bool:
+    """Give the C heap's freed memory back to the system (glibc); False where there is no
+    ``malloc_trim`` (another C library) or nothing was given back."""
+    try:
+        import ctypes
+        return bool(ctypes.CDLL(None).malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
 
 
 def _die_with(parent: int) -> None:

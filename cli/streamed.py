@@ -31,6 +31,9 @@ BASE_BYTES = 330 << 20
 PER_GB_BYTES = 80 << 20
 #: one window's device row (with its API rows) while it is analysed, bytes (measured 405-540)
 ROW_BYTES = 500
+#: with two walks, each process's part before its windows, its heap trimmed at the fork
+#: (``forked.Beside``): measured 346 MiB at 3 GB, ~580 at 10 GB; a window's row, measured 336-550 B
+TRIMMED_BASE_BYTES, TRIMMED_PER_GB_BYTES, TWO_WALK_ROW_BYTES = 250 << 20, 50 << 20, 600
 MIN_ROWS, MAX_ROWS = 100_000, 4_000_000
 #: the fewest device rows a window of each of two walks holds (``walks``)
 MIN_SPLIT_ROWS = 500_000
@@ -57,12 +60,15 @@ def over_budget(path: Path, budget_bytes: int) -> bool:
 
 
 def window_rows(budget_bytes: int, export_bytes: int, processes: int = 1) -> int:
-    """Device rows a window of each of ``processes`` walks may hold so that together they keep to
-    ``budget_bytes`` (each process holds its own ``BASE_BYTES`` and per-GB part: pages a forked copy
-    shares count twice)."""
-    held = BASE_BYTES + PER_GB_BYTES * export_bytes / 1e9
-    room = (budget_bytes - processes * held) / processes
-    return int(min(MAX_ROWS, max(MIN_ROWS, room / ROW_BYTES)))
+    """Device rows a window of each of ``processes`` walks (1 or 2) may hold so that together they
+    keep to ``budget_bytes``: each process holds its own part before its windows (pages a forked
+    copy shares count twice) and its windows' rows."""
+    gb = export_bytes / 1e9
+    if processes == 1:
+        held, row = BASE_BYTES + PER_GB_BYTES * gb, ROW_BYTES
+    else:
+        held, row = TRIMMED_BASE_BYTES + TRIMMED_PER_GB_BYTES * gb, TWO_WALK_ROW_BYTES
+    return int(min(MAX_ROWS, max(MIN_ROWS, (budget_bytes / processes - held) / row)))
 
 
 def walks(budget_bytes: int, export_bytes: int) -> tuple[int, int]:

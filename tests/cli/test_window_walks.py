@@ -11,6 +11,9 @@ from srtscope.cli.streamed import (
     MIN_SPLIT_ROWS,
     PER_GB_BYTES,
     ROW_BYTES,
+    TRIMMED_BASE_BYTES,
+    TRIMMED_PER_GB_BYTES,
+    TWO_WALK_ROW_BYTES,
     WALKS_ENV,
     walks,
 )
@@ -19,7 +22,10 @@ GiB = 1 << 30
 
 
 def _peak(export_gb: float, rows: int, processes: int) -> float:
-    return processes * (BASE_BYTES + PER_GB_BYTES * export_gb + rows * ROW_BYTES)
+    """Both processes' modelled peak: each its held part (trimmed at the fork for two) and window."""
+    if processes == 1:
+        return BASE_BYTES + PER_GB_BYTES * export_gb + rows * ROW_BYTES
+    return 2 * (TRIMMED_BASE_BYTES + TRIMMED_PER_GB_BYTES * export_gb + rows * TWO_WALK_ROW_BYTES)
 
 
 @pytest.mark.parametrize("case, budget, export_gb, want_walks", [
