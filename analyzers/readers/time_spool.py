@@ -113,7 +113,7 @@ def _columns(table: pa.Table) -> tuple[list[tuple[str, np.dtype]], dict[str, np.
         return ([(f.name, np.dtype(f.type.to_pandas_dtype())) for f in table.schema],
                 {f.name: table.column(f.name).to_numpy() for f in table.schema})
     const, dur = json.loads(meta[_CONST]), meta[_DUR] == b"1"
-    names = [(n, np.dtype(t)) for n, t in json.loads(meta[_COLS])]
+    names = [(n, np.dtype(pa.type_for_alias(t).to_pandas_dtype())) for n, t in json.loads(meta[_COLS])]
     out: dict[str, np.ndarray | int] = {}
     for name, _ in names:
         if name in const:
