@@ -22,6 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from srtscope.analyzers.forked import available
 from srtscope.cli.errors import fail
+from srtscope.cli.spill_folder import spill_folder, sweep_stale
 
 #: one process's peak before its windows, bytes: the interpreter and libraries, the spill's index
 #: (and the memory its reading threads leave in the arena); measured 510 MiB at 3 GB, 933 at 10 GB
@@ -93,6 +94,7 @@ def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Con
 
     size = path.stat().st_size
     tmp = Path(tempfile.gettempdir())
+    sweep_stale(tmp)                    # a killed run's spill: its space counts as free
     free = shutil.disk_usage(tmp).free
     if free < SPILL_SHARE * size + (1 << 30):
         print(f"srtscope: note: {path.name}: not diagnosed whole in windows: its spill needs "
@@ -102,7 +104,7 @@ def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Con
     rows, workers = walks(budget_bytes, size)
     rank = rank_from_name(path) or 0
     keep_freed_memory()                 # before the spill's threads start (one arena for them all)
-    with tempfile.TemporaryDirectory(prefix="srtscope-spill-") as folder, _bar(console, quiet, path) as tick:
+    with spill_folder() as folder, _bar(console, quiet, path) as tick:
         try:
             with _scanned(tick, path):
                 src = read_nsys_spilled(path, rank, folder=folder)

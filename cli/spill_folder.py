@@ -1,0 +1,120 @@
+"""The private folder a diagnosis in windows spills to, which never outlives its run.
+
+``spill_folder()`` makes ``$TMPDIR/srtscope-spill-*`` with an ``owner`` file (this process's pid and
+start time) and removes it on leaving, also when the run is ended by SIGTERM or SIGHUP (they unwind
+it like Ctrl-C; exit 128+signal). A run killed outright (SIGKILL, out of memory) cannot clean up:
+the next one removes its folder (``sweep_stale``) — only a folder of this user whose owner process
+is gone and that holds nothing but the spill's own files; anything else is left alone.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+PREFIX = "srtscope-spill-"
+OWNER = "owner"
+#: the files a spill writes (``time_spool.TimeSpool`` of ``nsys_spill``) beside its owner file
+_FILE = re.compile(r"(device|api)-[0-9a-f]{12}-\d{7}\.arrow")
+_ENDING = (signal.SIGTERM, signal.SIGHUP) if hasattr(signal, "SIGHUP") else (signal.SIGTERM,)
+
+
+def _started(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, from Linux /proc; "" without /proc while
+    the pid exists), None where ``pid`` runs no process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[19]
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return None
+    except (OSError, IndexError):
+        return ""
+    try:                                       # no /proc: whether the pid exists at all
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except OSError:
+        pass
+    return ""
+
+
+def _alive(owner: str) -> bool:
+    """Whether the ``owner`` file's process still runs (a reused pid with another start time does
+    not count); True where the file cannot be read as ours."""
+    parts = owner.split()
+    if not parts or not parts[0].isdigit():
+        return True
+    started = _started(int(parts[0]))
+    if started is None:
+        return False
+    return not (len(parts) > 1 and started and started != parts[1])
+
+
+def sweep_stale(tmp: Path) -> int:
+    """Remove the spill folders under ``tmp`` left by runs of this user that ended without cleaning
+    up (module doc), saying so on stderr; the bytes given back."""
+    freed = 0
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    for d in sorted(tmp.glob(PREFIX + "*")):
+        try:
+            if d.is_symlink() or not d.is_dir() or (uid is not None and d.stat().st_uid != uid):
+                continue
+            owner = d / OWNER
+            if owner.is_symlink() or not owner.is_file() or _alive(owner.read_text()):
+                continue
+            files = list(d.iterdir())
+            if any(f.is_symlink() or not f.is_file() or not (f.name == OWNER or _FILE.fullmatch(f.name))
+                   for f in files):
+                continue
+            size = sum(f.stat().st_size for f in files)
+            for f in files:
+                f.unlink()
+            d.rmdir()
+            freed += size
+        except OSError:
+            continue
+    if freed:
+        print(f"srtscope: note: removed {freed / 2**30:.2f} GiB of spill left under {tmp} by a run that "
+              f"ended without cleaning up", file=sys.stderr)
+    return freed
+
+
+_ended_by: list[int] = []      # the signal being handled (``_unwind``)
+
+
+def _unwind(signum: int, frame: object) -> None:
+    """SIGTERM / SIGHUP: unwind like Ctrl-C (the spill's threads stop at their next chunk, a forked
+    walk is killed, the folder removed); a second one is ignored while that runs."""
+    signal.signal(signum, signal.SIG_IGN)
+    _ended_by.append(signum)
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def spill_folder() -> Iterator[Path]:
+    """A new spill folder under ``$TMPDIR``, removed on leaving; SIGTERM and SIGHUP remove it too and
+    end the run with one line on stderr, exit 128+signal."""
+    before = {}
+    if threading.current_thread() is threading.main_thread():    # only it may set handlers
+        for s in _ENDING:
+            before[s] = signal.signal(s, _unwind)
+    try:
+        with tempfile.TemporaryDirectory(prefix=PREFIX) as folder:
+            path = Path(folder)
+            (path / OWNER).write_text(f"{os.getpid()} {_started(os.getpid()) or ''}\n")
+            yield path
+    except KeyboardInterrupt:
+        if not _ended_by:
+            raise                        # Ctrl-C: the caller says so
+        signum = _ended_by.pop()
+        print(f"srtscope: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
+        raise SystemExit(128 + signum) from None
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
