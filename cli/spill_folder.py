@@ -96,10 +96,18 @@ def _unwind(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def check_ended() -> None:
+    """Raise KeyboardInterrupt in the main thread where SIGTERM or SIGHUP came and its exception was
+    lost. NOTE: C code that clears errors (numpy's dtype comparison, for one) can swallow the
+    exception a handler raises: the run then goes on, and ends at the next check."""
+    if _ended_by and threading.current_thread() is threading.main_thread():
+        raise KeyboardInterrupt
+
+
 @contextmanager
 def spill_folder() -> Iterator[Path]:
     """A new spill folder under ``$TMPDIR``, removed on leaving; SIGTERM and SIGHUP remove it too and
-    end the run with one line on stderr, exit 128+signal."""
+    end the run with one line on stderr, exit 128+signal (``check_ended`` where the exception was lost)."""
     before = {}
     if threading.current_thread() is threading.main_thread():    # only it may set handlers
         for s in _ENDING:
@@ -109,6 +117,7 @@ def spill_folder() -> Iterator[Path]:
             path = Path(folder)
             (path / OWNER).write_text(f"{os.getpid()} {_started(os.getpid()) or ''}\n")
             yield path
+            check_ended()                # a signal whose exception was lost still ends the run
     except KeyboardInterrupt:
         if not _ended_by:
             raise                        # Ctrl-C: the caller says so

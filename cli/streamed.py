@@ -22,7 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from srtscope.analyzers.forked import available
 from srtscope.cli.errors import fail
-from srtscope.cli.spill_folder import spill_folder, sweep_stale
+from srtscope.cli.spill_folder import check_ended, spill_folder, sweep_stale
 
 #: one process's peak before its windows, bytes: the interpreter and libraries, the spill's index
 #: (and the memory its reading threads leave in the arena); measured 510 MiB at 3 GB, 933 at 10 GB
@@ -108,9 +108,11 @@ def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Con
         try:
             with _scanned(tick, path):
                 src = read_nsys_spilled(path, rank, folder=folder)
+            def progress(f: float) -> None:
+                check_ended()           # after the first pass and each window
+                tick(0.5 + 0.5 * f, "diagnosing in windows")
             with src:
-                return diagnose_streamed(src, params, rows, workers=workers,
-                                         progress=lambda f: tick(0.5 + 0.5 * f, "diagnosing in windows"))
+                return diagnose_streamed(src, params, rows, workers=workers, progress=progress)
         except NotWindowable as exc:
             print(f"srtscope: note: {path.name}: not diagnosed whole in windows ({exc})", file=sys.stderr)
             return None
@@ -155,5 +157,6 @@ def _scanned(tick: Callable[[float, str], None], path: Path) -> Iterator[None]:
         with lock:
             done[0] += rows
             tick(0.5 * min(1.0, done[0] / total), "reading")
+        check_ended()
     with report_scans(scanned):
         yield

@@ -93,3 +93,43 @@ def test_sigterm_during_the_spill_removes_it_and_exits_143(tmp_path):
     assert p.returncode == 128 + signal.SIGTERM, err
     assert err.strip().splitlines()[-1] == "srtscope: interrupted (SIGTERM)", err
     assert not list(tmp.iterdir())
+
+
+def _forks(pid: int) -> list[int]:
+    """The children of ``pid`` that are copies of it (the same command line)."""
+    out: list[int] = []
+    try:
+        me = Path(f"/proc/{pid}/cmdline").read_bytes()
+        for t in Path(f"/proc/{pid}/task").glob("*/children"):
+            out += [int(c) for c in t.read_text().split() if Path(f"/proc/{c}/cmdline").read_bytes() == me]
+    except OSError:
+        pass
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_sigterm_while_a_forked_walk_runs_leaves_no_process_and_no_spill(tmp_path):
+    export = tmp_path / "gen.sqlite"
+    generate(export, 20)
+    budget = str(estimate(export, SourceFormat.NSYS_SQLITE).peak_bytes - (1 << 20))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "SRTSCOPE_WINDOW_WALKS": "2"}
+    p = subprocess.Popen([sys.executable, "-m", "srtscope.cli.app", "diagnose", str(export), "--json",
+                          "--no-cache", "--memory-budget", budget], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    kids: list[int] = []
+    while not kids and p.poll() is None and time.monotonic() < deadline:
+        kids = _forks(p.pid)
+        time.sleep(0.002)
+    # the second walk forked: the caller stopped there, ended by SIGTERM
+    p.send_signal(signal.SIGSTOP)
+    assert kids, "no second walk was forked"
+    p.send_signal(signal.SIGTERM)
+    p.send_signal(signal.SIGCONT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + signal.SIGTERM, err
+    assert not list(tmp.iterdir())
+    for k in kids:          # reaped (not a zombie) and not running on
+        assert not Path(f"/proc/{k}").exists(), k
