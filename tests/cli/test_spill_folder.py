@@ -71,16 +71,26 @@ def test_spill_folder_is_marked_and_removed(tmp_path, monkeypatch):
     assert not list(tmp_path.iterdir())
 
 
-def test_sigterm_during_the_spill_removes_it_and_exits_143(tmp_path):
-    export = tmp_path / "gen.sqlite"
+@pytest.fixture(scope="module")
+def over_budget(tmp_path_factory) -> tuple[Path, str]:
+    """A generated export and a budget just under its whole read's estimate: diagnosed in windows."""
+    export = tmp_path_factory.mktemp("gen") / "gen.sqlite"
     generate(export, 20)
-    budget = str(estimate(export, SourceFormat.NSYS_SQLITE).peak_bytes - (1 << 20))
-    tmp = tmp_path / "tmp"
+    return export, str(estimate(export, SourceFormat.NSYS_SQLITE).peak_bytes - (1 << 20))
+
+
+def _diagnose(over_budget: tuple[Path, str], tmp: Path, **env: str) -> subprocess.Popen:
+    """``diagnose --json`` of the export in windows, spilling under ``tmp``, as a child process."""
+    export, budget = over_budget
     tmp.mkdir()
-    env = {**os.environ, "TMPDIR": str(tmp), "SRTSCOPE_CACHE_DIR": str(tmp_path / "cache")}
-    p = subprocess.Popen([sys.executable, "-m", "srtscope.cli.app", "diagnose", str(export), "--json",
-                          "--no-cache", "--memory-budget", budget], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-m", "srtscope.cli.app", "diagnose", str(export), "--json",
+                             "--no-cache", "--memory-budget", budget], env={**os.environ, "TMPDIR": str(tmp), **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_sigterm_during_the_spill_removes_it_and_exits_143(over_budget, tmp_path):
+    tmp = tmp_path / "tmp"
+    p = _diagnose(over_budget, tmp)
     deadline = time.monotonic() + 60
     while not list(tmp.glob(PREFIX + "*")) and p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.002)
@@ -108,16 +118,9 @@ def _forks(pid: int) -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
-def test_sigterm_while_a_forked_walk_runs_leaves_no_process_and_no_spill(tmp_path):
-    export = tmp_path / "gen.sqlite"
-    generate(export, 20)
-    budget = str(estimate(export, SourceFormat.NSYS_SQLITE).peak_bytes - (1 << 20))
+def test_sigterm_while_a_forked_walk_runs_leaves_no_process_and_no_spill(over_budget, tmp_path):
     tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    env = {**os.environ, "TMPDIR": str(tmp), "SRTSCOPE_WINDOW_WALKS": "2"}
-    p = subprocess.Popen([sys.executable, "-m", "srtscope.cli.app", "diagnose", str(export), "--json",
-                          "--no-cache", "--memory-budget", budget], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = _diagnose(over_budget, tmp, SRTSCOPE_WINDOW_WALKS="2")
     deadline = time.monotonic() + 120
     kids: list[int] = []
     while not kids and p.poll() is None and time.monotonic() < deadline:
