@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 import common as C  # noqa: E402
 
+from benchmarks.gen_nsys import cached_name  # noqa: E402
 from srtscope.cli.loading import reading_processes  # noqa: E402
 
 SRTSCOPE = C.ROOT / ".venv" / "bin" / "srtscope"
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=2)
     a = ap.parse_args(argv)
     print(f"# cache and ranks — {C.cores()}", flush=True)
-    trace = a.trace or _gen(C.CACHE / f"nsys_{a.size_mb:g}mb.sqlite", a.size_mb)
+    trace = a.trace or _gen(C.CACHE / cached_name(a.size_mb), a.size_mb)
     cache = C.CACHE / "table-cache"
     shutil.rmtree(cache, ignore_errors=True)
     env = dict(os.environ, SRTSCOPE_CACHE_DIR=str(cache))

@@ -35,10 +35,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 import common as C  # noqa: E402
 
+from benchmarks.gen_nsys import cached_name  # noqa: E402
+
 
 def generated(size_mb: int) -> tuple[Path, float | None]:
     """The cached ~size_mb export (generate it once with benchmarks/gen_nsys.py)."""
-    out = C.CACHE / f"nsys_{size_mb}mb.sqlite"
+    out = C.CACHE / cached_name(size_mb)
     if out.exists() and out.stat().st_size > 0:
         return out, None
     C.CACHE.mkdir(parents=True, exist_ok=True)

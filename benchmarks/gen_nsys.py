@@ -26,6 +26,14 @@ PID, TID = 4242, 4243
 RANK_SKEW_NS = 3_000
 KERNELS_PER_STEP = 200
 STEPS_PER_BATCH = 500
+#: the shape's version, in a cached export's name (``cached_name``): an export of an older shape is
+#: made again, not reused (2: each step waits for its kernels, step numbers run on across batches)
+SHAPE_VERSION = 2
+
+
+def cached_name(size_mb: float) -> str:
+    """The file name a benchmark keeps the ~``size_mb`` MB export of this shape under."""
+    return f"nsys_{size_mb:g}mb.v{SHAPE_VERSION}.sqlite"
 
 
 def kernel_names(rng: np.random.Generator, n: int = 320) -> np.ndarray:
@@ -40,30 +48,35 @@ def kernel_names(rng: np.random.Generator, n: int = 320) -> np.ndarray:
 
 
 def write_batch(w: NsysWriter, rng: np.random.Generator, names: np.ndarray, t0: int,
-                corr0: int, gpu: int = 0, steps: int = STEPS_PER_BATCH) -> tuple[int, int]:
-    """One batch of steps starting at ``t0`` on ``gpu`` (its own process); returns (next t0, next
-    correlation id)."""
+                corr0: int, gpu: int = 0, steps: int = STEPS_PER_BATCH, step0: int = 0) -> tuple[int, int]:
+    """One batch of steps (numbered from ``step0``) starting at ``t0`` on ``gpu`` (its own
+    process); returns (next t0, next correlation id). Each step ends with a stream sync, so the next
+    one starts when the device has run all of its kernels: the steps follow each other, never overlap."""
     pid, tid = _pid(gpu)
     kps = KERNELS_PER_STEP
     n = steps * kps
-    launch_dur = rng.integers(3_000, 8_000, n)
-    gap = rng.integers(500, 2_000, n)
+    launch_dur = rng.integers(3_000, 8_000, n).reshape(steps, kps)
+    gap = rng.integers(500, 2_000, n).reshape(steps, kps)
     step_host_ns = 300_000                                   # scheduling + prep before launches
-    step_idx = np.repeat(np.arange(steps), kps)
     in_step = np.tile(np.arange(kps), steps)
-    per_step_launch = (launch_dur + gap).reshape(steps, kps)
-    step_len = per_step_launch.sum(axis=1) + step_host_ns + 200_000
-    step_start = t0 + np.concatenate([[0], np.cumsum(step_len)[:-1]])
-    within = np.cumsum(per_step_launch, axis=1) - per_step_launch
-    l_start = step_start[step_idx] + step_host_ns + within.reshape(-1)
+    # per step, times from its start: the launches back to back after the host's preparation
+    per_step_launch = launch_dur + gap
+    l_start = step_host_ns + np.cumsum(per_step_launch, axis=1) - per_step_launch
     l_end = l_start + launch_dur
-    corr = corr0 + np.arange(n)
-    k_dur = rng.integers(4_000, 60_000, n)
-    # one FIFO stream: end_i = max(ready_i, end_{i-1}) + dur_i, solved in closed form (max-plus)
+    k_dur = rng.integers(4_000, 60_000, n).reshape(steps, kps)
+    # one FIFO stream, idle at the step's start (the last step's sync drained it):
+    # end_i = max(ready_i, end_{i-1}) + dur_i, solved in closed form (max-plus)
     ready = l_end + 2_500
-    cum = np.cumsum(k_dur)
-    k_end = np.maximum.accumulate(ready - (cum - k_dur)) + cum
+    cum = np.cumsum(k_dur, axis=1)
+    k_end = np.maximum.accumulate(ready - (cum - k_dur), axis=1) + cum
+    d2h = np.maximum(k_end[:, -1], l_end[:, -1]) + 1_000     # the result copy after the last kernel
+    step_len = d2h + 20_000
+    step_start = t0 + np.concatenate([[0], np.cumsum(step_len)[:-1]])
+    at = step_start[:, None]
+    l_start, l_end, k_end = (l_start + at).reshape(-1), (l_end + at).reshape(-1), (k_end + at).reshape(-1)
+    k_dur = k_dur.reshape(-1)
     k_start = k_end - k_dur
+    corr = corr0 + np.arange(n)
     kn = names[rng.integers(0, len(names), n)]
     api_names = np.where(in_step % 9 == 0, "cuLaunchKernel", "cudaLaunchKernel_v7000")
     w.add_runtime(l_start, l_end, api_names, pid=pid, tid=tid, correlation=corr)
@@ -75,17 +88,16 @@ def write_batch(w: NsysWriter, rng: np.random.Generator, names: np.ndarray, t0: 
                   correlation=c_corr[:, 0])
     w.add_memcpy(h2d_s + 7_000, h2d_s + 9_000, bytes=65_536, copy_kind=1, device=gpu, pid=pid,
                  correlation=c_corr[:, 0])
-    last_k = k_end.reshape(steps, kps)[:, -1]
-    d2h_s = np.maximum(last_k, l_end.reshape(steps, kps)[:, -1]) + 1_000
+    d2h_s = step_start + d2h
     w.add_runtime(d2h_s - 500, d2h_s + 5_000, ["cudaMemcpyAsync_v3020"] * steps, pid=pid, tid=tid,
                   correlation=c_corr[:, 1])
     w.add_memcpy(d2h_s, d2h_s + 3_000, bytes=1_024, copy_kind=2, device=gpu, pid=pid, correlation=c_corr[:, 1])
     w.add_runtime(d2h_s + 5_100, d2h_s + 9_000, ["cudaStreamSynchronize_v3020"] * steps, pid=pid,
                   tid=tid, correlation=c_corr[:, 2])
-    step_end = d2h_s + 20_000
+    step_end = step_start + step_len
     bs = rng.integers(1, 256, steps)
     w.add_nvtx(step_start, step_end, [f"loop.step step={i} mode=decode bs={b}"
-                                      for i, b in zip(range(steps), bs.tolist())],
+                                      for i, b in zip(range(step0, step0 + steps), bs.tolist())],
                pid=pid, tid=tid, domain="srtscope")
     w.add_nvtx(step_start + 1_000, step_start + 150_000, [f"sched.schedule bs={b}" for b in bs.tolist()],
                pid=pid, tid=tid, domain="srtscope")
@@ -122,7 +134,8 @@ def generate(out: Path, size_mb: float, seed: int = 0, gpus: int = 1, batch_step
             ends = []
             for g in range(gpus):
                 draw = np.random.default_rng(seed_b) if gpus > 1 else rng   # one GPU: the draws as ever
-                end, corr = write_batch(w, draw, names, t0 + g * RANK_SKEW_NS, corr, g, batch_steps)
+                end, corr = write_batch(w, draw, names, t0 + g * RANK_SKEW_NS, corr, g, batch_steps,
+                                        batches * batch_steps)
                 ends.append(end)
             t0 = max(ends)
             batches += 1

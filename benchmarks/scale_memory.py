@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 import common as C  # noqa: E402
 
 from benchmarks.compare_nsys_scale import generated, kernel_count  # noqa: E402
+from benchmarks.gen_nsys import cached_name  # noqa: E402
 
 BUDGET_MIB = 2048
 
@@ -59,7 +60,7 @@ def _sys(s: C.Series) -> float | None:
 
 def _fits(size_mb: int) -> bool:
     """The export exists, or it fits the free disk with 2 GB to spare."""
-    path = C.CACHE / f"nsys_{size_mb}mb.sqlite"
+    path = C.CACHE / cached_name(size_mb)
     if path.exists():
         return True
     C.CACHE.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 import common as C  # noqa: E402
 
 from benchmarks.compare_nsys_scale import generated, kernel_count  # noqa: E402
+from benchmarks.gen_nsys import cached_name  # noqa: E402
 
 RSS_TARGET_MIB = 400
 WALL_TARGET = 1.3
@@ -82,7 +83,7 @@ def _available_gib() -> float | None:
 
 
 def measure(size_mb: int, runs: int, chunk_rows: int | None, keep_freed: bool) -> list[list[str]]:
-    if (C.CACHE / f"nsys_{size_mb}mb.partial.sqlite").exists():
+    if (C.CACHE / cached_name(size_mb)).with_suffix(".partial.sqlite").exists():
         print(f"# {size_mb} MB: skipped, its export is being generated", flush=True)
         return []
     path, _ = generated(size_mb)

@@ -265,8 +265,8 @@ def test_api_steps_on_several_devices(when: str) -> None:
 @pytest.fixture(scope="module")
 def tp_node(tmp_path_factory) -> Path:
     """``benchmarks/gen_nsys.py --gpus 2``: two ranks, a GPU each, in one export, running batches of 5
-    steps, rank 1 3 us behind rank 0, collectives among the kernels; 10 k kernels. NOTE: the
-    generator's steps of one batch overlap (the GPU lags its launches): windows end between batches."""
+    steps, rank 1 3 us behind rank 0, collectives among the kernels; 10 k kernels, 202 device rows
+    per step and rank. Each step ends with a stream sync: the steps follow each other."""
     out = tmp_path_factory.mktemp("gen") / "tp2.sqlite"
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "gen_nsys.py"), "--size-mb", "1", "--gpus", "2",
                     "--batch-steps", "5", str(out)], check=True, capture_output=True, cwd=REPO)
@@ -286,4 +286,5 @@ def test_tp_node_export_spilled(tp_node: Path, tmp_path: Path) -> None:
     assert whole["steps"]["count"] == 50 and whole["comm"]["participants"] == 2 and whole["comm"]["kernels"] > 0
     _, steps = find_steps(tl, PARAMS.step_rule)
     starts = np.sort(steps["start_ns"].to_numpy())
-    assert len(plan(steps, np.searchsorted(tl.device["start_ns"].to_numpy(), starts), 500)) == 5
+    # a window ends at the first step start past 500 rows: two steps of both ranks (808 rows) each
+    assert len(plan(steps, np.searchsorted(tl.device["start_ns"].to_numpy(), starts), 500)) == 13

@@ -34,7 +34,7 @@ def test_scale_memory_rows(tmp_path, monkeypatch, capsys):
     for r in rows:
         assert r[2].endswith(" s") and r[5].endswith(" MiB"), r       # wall and peak RSS measured
     assert all("JSON identical;" in r[-1] for r in rows[1:]), rows  # whole run compared too
-    assert (tmp_path / "nsys_1mb.sqlite").exists()                     # kept for the next run
+    assert (tmp_path / "nsys_1mb.v2.sqlite").exists()                     # kept for the next run
     assert not (tmp_path / "scale-memory-cache-1").exists()            # its private cache removed
 
 

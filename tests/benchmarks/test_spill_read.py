@@ -20,7 +20,7 @@ def test_spill_read_rows(tmp_path, monkeypatch, capsys):
     for r in rows:
         assert r[2].endswith(" s") and r[5].endswith(" MiB"), r       # wall and peak RSS measured
     assert rows[1][-1].startswith("sums agree"), rows
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["nsys_2mb.sqlite"]   # no spill folder left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nsys_2mb.v2.sqlite"]   # no spill folder left
 
 
 def test_whole_read_skipped_where_memory_would_not_hold_it(tmp_path, monkeypatch, capsys):
