@@ -220,9 +220,9 @@ class _Walk:
             starts, unread = next_rows(d, hi, r, scan)
             ctxs[r] = (*contexts(lo, hi, [k for k in keys if k[0] == r], running, starts), unread)
         chi = max([*(c[2] for c in ctxs.values()), *his.values()])
-        new_a = self.api.before(chi)
         # NOTE: not cut to this window's contexts: a rank owning nothing here reads its rows later
-        a = _cat(self.carry_a, new_a)
+        a = _cat(self.carry_a, self.api.before(chi))
+        new_a = a.iloc[len(self.carry_a):].reset_index(drop=True)   # the new rows: a view, not a copy
         is_call = (isin(new_a["kind"], _CALL_KINDS + [ApiKind.GRAPH_LAUNCH])
                    & (new_a["correlation"].to_numpy() >= 0)) if len(new_a) else np.zeros(0, bool)
         parts = []
@@ -235,6 +235,7 @@ class _Walk:
                 tlw = Timeline(dw, overlapping(of_rank(a, r), rlo, rhi),
                                overlapping(of_rank(src.ranges, r), rlo, rhi), src.counters, src.meta)
                 parts.append(window_part(tlw, Window(lo, hi, rlo, rhi, r), ctx, self.params))
+            ctx.calls = Calls(self.pending)          # the window's rows are not held into the next
             if self.edges_q and len(new_a):
                 ns_, ne_ = new_a["start_ns"].to_numpy(), new_a["end_ns"].to_numpy()
                 self.kept.append(new_a[np.logical_or.reduce([(ne_ > q0) & (ns_ < q1) for q0, q1 in self.edges_q])])
@@ -243,9 +244,9 @@ class _Walk:
         done = d.loc[started_before(d, his), ["rank", "device", "pid", "correlation", "end_ns"]]
         raise_running(running, done)
         self.pending = _settled(self.pending, new_a, is_call, done)
-        self.carry_d = carried(d, his, running)
+        self.carry_d = _own(carried(d, his, running), d)
         nlo = min([*his.values(), *(min(his[k[0]], r - 1) for k, r in running.items() if k[0] in his)])
-        self.carry_a = rows_where(a, (a["end_ns"].to_numpy() > nlo) | (a["start_ns"].to_numpy() >= nlo))
+        self.carry_a = _own(rows_where(a, (a["end_ns"].to_numpy() > nlo) | (a["start_ns"].to_numpy() >= nlo)), a)
 
 
 def _empty_calls() -> pd.DataFrame:
@@ -258,6 +259,12 @@ def _cat(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     if len(a) == 0:
         return b.reset_index(drop=True)
     return pd.concat([a, b], ignore_index=True)
+
+
+def _own(kept: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """``kept`` (rows of the window's ``rows``, carried to the next) in arrays of its own where it is
+    under half of them: a slice would hold the whole window's columns into the next window."""
+    return kept.copy() if 2 * len(kept) < len(rows) else kept
 
 
 def _settled(pending: pd.DataFrame, new: pd.DataFrame, is_call: np.ndarray, started: pd.DataFrame) -> pd.DataFrame:
