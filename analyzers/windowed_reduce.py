@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -20,7 +19,14 @@ from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.analyses.device_split import copy_stat, device_result
 from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons, fallback_mask
 from srtscope.analyzers.analyses.io_frames import io_work
-from srtscope.analyzers.analyses.losses import HOST_WAIT, StepLosses, edge_losses, step_skew, warmup_mask
+from srtscope.analyzers.analyses.losses import (
+    HOST_WAIT,
+    StepLosses,
+    edge_losses,
+    launching_thread,
+    step_skew,
+    warmup_mask,
+)
 from srtscope.analyzers.analyses.overview import DEFAULT_BINS, bin_edges, device_overview
 from srtscope.analyzers.analyses.phases import phase_split
 from srtscope.analyzers.analyses.range_totals import top_ranges
@@ -115,21 +121,19 @@ def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timel
     steps, source, thr = ctx.steps, ctx.source, params.threshold_ns
     keys = sorted(ctx.bounds)
     # bubbles: the owned ones, numbered as the whole trace numbers them (device, then time)
-    bubbles = pd.concat([p.bubbles for p in parts], ignore_index=True)
+    bubbles = _joined(parts, "bubbles")
     bubbles = bubbles.sort_values(["rank", "device", "start_ns"], kind="stable", ignore_index=True)
-    number = {k: i for i, k in enumerate(zip(bubbles["rank"].tolist(), bubbles["device"].tolist(),
-                                             bubbles["start_ns"].tolist()))}
-    pieces = pd.concat([p.pieces for p in parts], ignore_index=True)
-    stages = pd.concat([p.stages for p in parts], ignore_index=True).fillna(0).astype(np.int64)
+    pieces = _joined(parts, "pieces")
+    stages = _joined(parts, "stages").fillna(0).astype(np.int64)
     names = [str(x) for x in ctx.model.stage_names]
     stages = stages[[c for c in names if c in stages.columns]]
     if len(pieces):
-        pieces["bubble"] = [number[k] for k in zip(pieces["rank"].tolist(), pieces["device"].tolist(),
-                                                   pieces["bubble_start_ns"].tolist())]
+        pieces["bubble"] = _bubble_of(bubbles, pieces)
         order = np.lexsort((pieces["start_ns"].to_numpy(), pieces["bubble"].to_numpy(), pieces["rank"].to_numpy()))
-        pieces = pieces.iloc[order].reset_index(drop=True)
-        stages = stages.iloc[order].reset_index(drop=True)
-    pieces = pieces.drop(columns=["bubble_start_ns"])
+        if (order != np.arange(len(order))).any():      # one rank and device: in order already
+            pieces = pieces.take(order).reset_index(drop=True)
+            stages = stages.take(order).reset_index(drop=True)
+    del pieces["bubble_start_ns"]
     user: dict[str, int] = {}
     for p in parts:
         for k, v in p.user_ranges.items():
@@ -177,6 +181,28 @@ def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timel
     phases = phase_split(steps, budget.table, params.healthy_pct)
     return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, params_json(params), dres, ov, wif,
                      top_ranges(small), phases)
+
+
+def _joined(parts: list[Part], name: str) -> pd.DataFrame:
+    """The parts' ``name`` tables in one, in part order. NOTE: each part's table is released as it
+    is joined (the reduction is their last reader): the whole trace's pieces are not held twice."""
+    out = pd.concat([getattr(p, name) for p in parts], ignore_index=True)
+    for p in parts:
+        setattr(p, name, out.iloc[:0])
+    return out
+
+
+def _bubble_of(bubbles: pd.DataFrame, pieces: pd.DataFrame) -> np.ndarray:
+    """Per piece, the row of its bubble in ``bubbles`` (its rank, device and ``bubble_start_ns``)."""
+    keys = ("rank", "device", "start_ns")
+    at = pd.MultiIndex.from_arrays([bubbles[c].to_numpy(np.int64) for c in keys])
+    if not at.is_unique:
+        raise ValueError("two owned bubbles of one device start at one time")
+    got = at.get_indexer(pd.MultiIndex.from_arrays(
+        [pieces[c].to_numpy(np.int64) for c in ("rank", "device", "bubble_start_ns")]))
+    if (got < 0).any():
+        raise ValueError("a piece of a bubble no window owns")
+    return got.astype(np.int64)
 
 
 def _by_device(parts: list[Part], keys: list, ctx: Context, table: pd.DataFrame) -> pd.DataFrame:
@@ -278,14 +304,13 @@ def _losses(parts: list[Part], ctx: Context, pieces: pd.DataFrame, params: Diagn
     out = edge_steps(steps, ctx.bounds, ctx.primary)
     edges = {c: np.zeros(n, np.int64) for c in HOST_WAIT}
     if out.any():
-        q = pieces[(pieces["tid"].to_numpy() >= 0)] if len(pieces) else pieces
         launcher = {}
-        for rank in np.unique(steps["rank"].to_numpy()):
-            qq = q[q["rank"].to_numpy() == rank] if len(q) else q
-            if len(qq):
-                dur = (qq["end_ns"] - qq["start_ns"]).groupby([qq["pid"], qq["tid"]]).sum()
-                k = cast(tuple[int, int], dur.idxmax())
-                launcher[int(rank)] = (int(k[0]), int(k[1]))
+        if len(pieces):
+            live, rk = pieces["tid"].to_numpy() >= 0, pieces["rank"].to_numpy()
+            for rank in np.unique(steps["rank"].to_numpy()):
+                k = launching_thread(pieces, live & (rk == rank))
+                if k is not None:
+                    launcher[int(rank)] = k
         idx = np.flatnonzero(out)
         sub = steps.iloc[idx].reset_index(drop=True)
         lo, hi = int(sub["start_ns"].min()), int(sub["end_ns"].max())

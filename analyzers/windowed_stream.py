@@ -35,7 +35,7 @@ from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.comm import _instances
 from srtscope.analyzers.analyses.steps import find_steps, step_windows, steps_from_ranges
 from srtscope.analyzers.columns import isin, rows_where
-from srtscope.analyzers.forked import Beside, available
+from srtscope.analyzers.forked import Beside, available, trim_heap
 from srtscope.analyzers.host_activity import HostActivity, default_threads
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.results import Diagnosis
@@ -140,6 +140,9 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
     windows = rank_windows(cut, plan(cut, first.cut_rows_before, max_rows), ranks)
     if progress is not None:
         progress(0.1)
+    # NOTE: the heap the spill's and the first pass's chunks left free is given back: the windows'
+    # larger arrays do not fit its holes, and would grow the process past it (10 GB: 1.4 GiB held)
+    trim_heap()
     k = split_at(len(windows), workers)
     mine = len(windows) if k is None else k
 
@@ -175,6 +178,7 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
         m = (edge_api["end_ns"].to_numpy() > lo) & (edge_api["start_ns"].to_numpy() < hi)
         return Timeline(validate_table(None, "device"), edge_api[m].reset_index(drop=True), src.ranges,
                         src.counters, src.meta)
+    trim_heap()                         # the windows' freed arrays: the reduction's tables are others
     return reduce(parts, ctx, params, small, first.span, rows_of, comm,
                   n_comm=None if scan.keep_comm_rows else scan.comm_n)
 

@@ -222,6 +222,16 @@ def _per_device(tl: Timeline, steps: pd.DataFrame, primary: Mapping[int, int],
     return out
 
 
+def launching_thread(pieces: pd.DataFrame, keep: np.ndarray) -> tuple[int, int] | None:
+    """(pid, tid) of the thread whose pieces among ``keep`` (a mask) hold the most time, ties to the
+    lowest; None where no piece is kept. NOTE: read from the columns, no copy of the pieces."""
+    if not keep.any():
+        return None
+    dur = pieces["end_ns"].to_numpy()[keep] - pieces["start_ns"].to_numpy()[keep]
+    key = pd.Series(dur).groupby([pieces["pid"].to_numpy()[keep], pieces["tid"].to_numpy()[keep]]).sum().idxmax()
+    return int(key[0]), int(key[1])
+
+
 def edge_losses(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, primary: Mapping[int, int],
                 model: HostActivity, rule: BurstRule | None, comm_ranks: set[int] | None,
                 sets: DeviceSets, launcher: Mapping[int, tuple[int, int]] | None = None) -> dict[Cause, np.ndarray]:
@@ -242,13 +252,12 @@ def _edges(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, primary: Map
         if dev is None:
             continue
         w0, w1 = sets.bounds((int(rank), dev))
-        q = pieces[(pieces["rank"].to_numpy() == rank) & (pieces["tid"].to_numpy() >= 0)] if len(pieces) else pieces
-        key: object
+        key: object = None
         if launcher is not None and int(rank) in launcher:
             key = launcher[int(rank)]
-        elif len(q):
-            key = (q["end_ns"] - q["start_ns"]).groupby([q["pid"], q["tid"]]).sum().idxmax()
-        else:
+        elif len(pieces):
+            key = launching_thread(pieces, (pieces["rank"].to_numpy() == rank) & (pieces["tid"].to_numpy() >= 0))
+        if key is None:
             key = steps.iloc[idx].groupby(["pid", "tid"]).size().idxmax()
         pid, tid = cast(tuple[int, int], key)
         ss, ee = steps["start_ns"].to_numpy()[idx], steps["end_ns"].to_numpy()[idx]

@@ -55,6 +55,7 @@ from srtscope.analyzers.analyses.losses import (
     MIN_DEVICE_NS,
     StepLosses,
     by_rank,
+    launching_thread,
     step_losses,
 )
 from srtscope.analyzers.host_activity import (
@@ -237,13 +238,12 @@ def _overlap_rows(steps: pd.DataFrame, pieces: pd.DataFrame, primary: Mapping[in
     out = np.zeros(len(steps), bool)
     if len(pieces) == 0:
         return out
-    p = pieces[(pieces["step_row"].to_numpy() >= 0) & (pieces["tid"].to_numpy() >= 0)]
+    ok = (pieces["step_row"].to_numpy() >= 0) & (pieces["tid"].to_numpy() >= 0)
+    rk, dv = pieces["rank"].to_numpy(), pieces["device"].to_numpy()
     for rank, idx in by_rank(steps):
-        q = p[(p["rank"].to_numpy() == rank) & (p["device"].to_numpy() == primary.get(int(rank), -2))]
-        if len(q) == 0:
+        launcher = launching_thread(pieces, ok & (rk == rank) & (dv == primary.get(int(rank), -2)))
+        if launcher is None:
             continue
-        dur = (q["end_ns"] - q["start_ns"]).groupby([q["pid"], q["tid"]]).sum()
-        launcher = cast(tuple[int, int], dur.idxmax())
         loop = cast(tuple[int, int], steps.iloc[idx].groupby(["pid", "tid"]).size().idxmax())
         out[idx] = (int(launcher[0]), int(launcher[1])) != (int(loop[0]), int(loop[1]))
     return out
