@@ -319,6 +319,7 @@ def _losses(parts: list[Part], ctx: Context, pieces: pd.DataFrame, params: Diagn
         sets._bounds.update(ctx.bounds)
         model = HostActivity(tlw, params.burst_rule)
         model._bursts.update(ctx.model._bursts)
+        model.whole_evidence, model.whole_helpers = ctx.evidence, ctx.helpers
         got = edge_losses(tlw, sub, pieces.iloc[:0], ctx.primary, model, params.burst_rule, ctx.comm_ranks, sets,
                           launcher)
         for c in HOST_WAIT:

@@ -175,8 +175,15 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
     edge_api = pd.concat(kept, ignore_index=True) if kept else validate_table(None, "api")
 
     def rows_of(lo: int, hi: int) -> Timeline:
+        # NOTE: the ranges over the edge steps' time only, as the API rows kept: the first and the
+        # last steps asked for span the whole trace, and a model of all its ranges is not needed
         m = (edge_api["end_ns"].to_numpy() > lo) & (edge_api["start_ns"].to_numpy() < hi)
-        return Timeline(validate_table(None, "device"), edge_api[m].reset_index(drop=True), src.ranges,
+        rg = src.ranges
+        rs, re_ = rg["start_ns"].to_numpy(), rg["end_ns"].to_numpy()
+        on = np.zeros(len(rg), bool)
+        for q0, q1 in walk.edges_q:
+            on |= ((re_ > max(lo, q0)) & (rs < min(hi, q1))) | (rs == max(lo, q0))
+        return Timeline(validate_table(None, "device"), edge_api[m].reset_index(drop=True), rows_where(rg, on),
                         src.counters, src.meta)
     trim_heap()                         # the windows' freed arrays: the reduction's tables are others
     return reduce(parts, ctx, params, small, first.span, rows_of, comm,

@@ -26,6 +26,15 @@ def split_label(label: str) -> tuple[str, dict[str, str] | None]:
     return label, None
 
 
+def _shared(parsed: list[tuple[str, dict[str, str] | None]]) -> list[tuple[str, dict[str, str] | None]]:
+    """``parsed`` with equal names, keys and values one string each. NOTE: a trace labels each step
+    uniquely (``loop.step step=N bs=B``): its names, keys and most values repeat over 100 k labels."""
+    one: dict[str, str] = {}
+    return [(one.setdefault(name, name),
+             {one.setdefault(k, k): one.setdefault(v, v) for k, v in attrs.items()} if attrs else attrs)
+            for name, attrs in parsed]
+
+
 def split_labels(labels: Sequence[Any]) -> tuple[pd.Categorical, np.ndarray]:
     """Vector form: categorical names and an object array of attrs dicts (None when none).
 
@@ -37,7 +46,7 @@ def split_labels(labels: Sequence[Any]) -> tuple[pd.Categorical, np.ndarray]:
 def split_coded_labels(codes: np.ndarray, uniq: Sequence[str]) -> tuple[pd.Categorical, np.ndarray]:
     """``split_labels`` of labels given as codes into their distinct strings ``uniq``: each
     distinct label is parsed once."""
-    parsed = [split_label(u) for u in uniq]
+    parsed = _shared([split_label(u) for u in uniq])
     names = [p[0] for p in parsed]
     cats, name_codes = np.unique(np.asarray(names, dtype=object), return_inverse=True) \
         if names else (np.array([], dtype=object), np.zeros(0, np.int64))
