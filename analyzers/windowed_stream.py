@@ -112,6 +112,42 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
     ``max_rows``: the same Diagnosis."""
     if params.step_range is not None:
         raise NotWindowable("a step range is diagnosed from the whole trace")
+    w = _walked(src, params, max_rows, progress, workers)
+    ctx, edge_api, edges_q = w.ctx, w.edge_api, w.edges_q
+
+    def rows_of(lo: int, hi: int) -> Timeline:
+        # NOTE: the ranges over the edge steps' time only, as the API rows kept: the first and the
+        # last steps asked for span the whole trace, and a model of all its ranges is not needed
+        m = (edge_api["end_ns"].to_numpy() > lo) & (edge_api["start_ns"].to_numpy() < hi)
+        rg = src.ranges
+        rs, re_ = rg["start_ns"].to_numpy(), rg["end_ns"].to_numpy()
+        on = np.zeros(len(rg), bool)
+        for q0, q1 in edges_q:
+            on |= ((re_ > max(lo, q0)) & (rs < min(hi, q1))) | (rs == max(lo, q0))
+        return Timeline(validate_table(None, "device"), edge_api[m].reset_index(drop=True), rows_where(rg, on),
+                        src.counters, src.meta)
+    trim_heap()                         # the windows' freed arrays: the reduction's tables are others
+    return reduce(w.parts, ctx, params, w.small, w.span, rows_of, w.comm, n_comm=w.n_comm)
+
+
+@dataclass
+class _Walked:
+    """What the reduction needs of the walk (``_walked``)."""
+
+    parts: list
+    ctx: Context
+    small: Timeline
+    span: tuple[int, int]
+    comm: tuple
+    n_comm: int | None
+    edge_api: pd.DataFrame              # the API rows over the edge steps (``_edge_ranges``)
+    edges_q: list[tuple[int, int]]
+
+
+def _walked(src: ChunkSource, params: DiagnoseParams, max_rows: int, progress: Callable[[float], None] | None,
+            workers: int) -> _Walked:
+    """The first pass and the windows (module doc, steps 1 and 2). NOTE: its own function so that the
+    walk and the first pass's step tables (O(steps) each) are not held through the reduction."""
     small = Timeline(validate_table(None, "device"), validate_table(None, "api"), src.ranges, src.counters,
                      src.meta)
     source, w = step_windows(small, params.step_rule)
@@ -169,25 +205,10 @@ def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
         else:
             walk.parts_of += got[0]
             walk.kept += got[1]
-    parts = [p for ps in walk.parts_of for p in ps]
-    kept = walk.kept
     # NOTE: each window's new rows, once each: in start order
-    edge_api = pd.concat(kept, ignore_index=True) if kept else validate_table(None, "api")
-
-    def rows_of(lo: int, hi: int) -> Timeline:
-        # NOTE: the ranges over the edge steps' time only, as the API rows kept: the first and the
-        # last steps asked for span the whole trace, and a model of all its ranges is not needed
-        m = (edge_api["end_ns"].to_numpy() > lo) & (edge_api["start_ns"].to_numpy() < hi)
-        rg = src.ranges
-        rs, re_ = rg["start_ns"].to_numpy(), rg["end_ns"].to_numpy()
-        on = np.zeros(len(rg), bool)
-        for q0, q1 in walk.edges_q:
-            on |= ((re_ > max(lo, q0)) & (rs < min(hi, q1))) | (rs == max(lo, q0))
-        return Timeline(validate_table(None, "device"), edge_api[m].reset_index(drop=True), rows_where(rg, on),
-                        src.counters, src.meta)
-    trim_heap()                         # the windows' freed arrays: the reduction's tables are others
-    return reduce(parts, ctx, params, small, first.span, rows_of, comm,
-                  n_comm=None if scan.keep_comm_rows else scan.comm_n)
+    edge_api = pd.concat(walk.kept, ignore_index=True) if walk.kept else validate_table(None, "api")
+    return _Walked([p for ps in walk.parts_of for p in ps], ctx, small, first.span, comm,
+                   None if scan.keep_comm_rows else scan.comm_n, edge_api, walk.edges_q)
 
 
 #: of a window's time, the part spent on what a replay repeats (reading, carrying, settling: not
