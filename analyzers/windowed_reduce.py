@@ -184,12 +184,35 @@ def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timel
 
 
 def _joined(parts: list[Part], name: str) -> pd.DataFrame:
-    """The parts' ``name`` tables in one, in part order. NOTE: each part's table is released as it
-    is joined (the reduction is their last reader): the whole trace's pieces are not held twice."""
-    out = pd.concat([getattr(p, name) for p in parts], ignore_index=True)
-    for p in parts:
-        setattr(p, name, out.iloc[:0])
-    return out
+    """The parts' ``name`` tables in one, in part order (``pd.concat``'s). NOTE: each part's table is
+    released once copied (the reduction is their last reader): where every part has the same
+    columns, the int64 ones are copied into one block part by part, so the whole trace's pieces are
+    not held twice."""
+    frames = [getattr(p, name) for p in parts]
+    first = frames[0] if frames else None
+    if first is None or any(not f.dtypes.equals(first.dtypes) for f in frames) or not len(first.columns):
+        out = pd.concat(frames, ignore_index=True)
+        for p in parts:
+            setattr(p, name, out.iloc[:0].copy())
+        return out
+    ints = [c for c, t in first.dtypes.items() if t == np.dtype(np.int64)]
+    block = np.empty((len(ints), sum(len(f) for f in frames)), np.int64)
+    others: dict[str, list] = {c: [] for c in first.columns if c not in ints}
+    pos = 0
+    for i, p in enumerate(parts):
+        f = frames[i]
+        for j, c in enumerate(ints):
+            block[j, pos:pos + len(f)] = f[c].to_numpy()
+        for c, got in others.items():
+            got.append(f[c])
+        pos += len(f)
+        frames[i] = f.iloc[:0].copy()          # no view: a slice would hold the part's columns
+        setattr(p, name, frames[i])
+    del f
+    out = pd.DataFrame(block.T, columns=ints, copy=False)
+    for c, got in others.items():
+        out[c] = pd.concat(got, ignore_index=True)
+    return out[list(first.columns)] if list(out.columns) != list(first.columns) else out
 
 
 def _bubble_of(bubbles: pd.DataFrame, pieces: pd.DataFrame) -> np.ndarray:
