@@ -34,6 +34,7 @@ from srtscope.analyzers.analyses.steps import find_steps
 from srtscope.analyzers.analyses.verdict import decide
 from srtscope.analyzers.analyses.whatif import what_if
 from srtscope.analyzers.diagnose import bubble_result, capture_info, kernel_table, params_json
+from srtscope.analyzers.forked import trim_heap
 from srtscope.analyzers.host_activity import HostActivity, default_threads, stage_threads
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.results import (
@@ -134,6 +135,7 @@ def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timel
             pieces = pieces.take(order).reset_index(drop=True)
             stages = stages.take(order).reset_index(drop=True)
     del pieces["bubble_start_ns"]
+    trim_heap()                         # the parts' tables, joined and released: their pages given back
     user: dict[str, int] = {}
     for p in parts:
         for k, v in p.user_ranges.items():

@@ -24,14 +24,16 @@ from srtscope.analyzers.forked import available
 from srtscope.cli.errors import fail
 from srtscope.cli.spill_folder import check_ended, spill_folder, sweep_stale
 
-#: one process's peak before its windows, bytes: the interpreter and libraries, the spill's index
-#: (and the memory its reading threads leave in the arena); measured 510 MiB at 3 GB, 933 at 10 GB
-BASE_BYTES = 330 << 20
-#: ... and per GB of export: ranges, steps and per-step tables held whole (~60 MiB), the parts of
-#: the windows walked, kept for the reduction (~16 MiB), bytes
-PER_GB_BYTES = 80 << 20
-#: one window's device row (with its API rows) while it is analysed, bytes (measured 405-540)
-ROW_BYTES = 500
+#: one process's part before its windows, bytes: the interpreter and libraries (the command's own
+#: too), the spill's index; measured after the first pass and its heap trimmed (``forked.trim_heap``)
+#: on exports of one step per 200 kernels and a bubble per step: 373 MiB at 3 GB, 852 at 10 GB, and
+#: ~80 MiB more for the command than for the library alone
+BASE_BYTES = 300 << 20
+#: ... and per GB of export: ranges, steps and per-step tables held whole, the parts of the windows
+#: walked, kept for the reduction, bytes
+PER_GB_BYTES = 70 << 20
+#: one window's device row (with its API rows) while it is analysed, bytes (measured 320-577)
+ROW_BYTES = 650
 #: with two walks, each process's part before its windows, its heap trimmed at the fork
 #: (``forked.Beside``): measured 346 MiB at 3 GB, ~580 at 10 GB; a window's row, measured 336-550 B
 TRIMMED_BASE_BYTES, TRIMMED_PER_GB_BYTES, TWO_WALK_ROW_BYTES = 250 << 20, 50 << 20, 600
