@@ -1,7 +1,7 @@
 """Where a diagnosis's peak memory comes from: resident memory (RSS) sampled every 10 ms while one
 process reads an export and runs ``diagnose``, with the peak of each phase.
 
-    .venv/bin/python -m benchmarks.memory_phases /tmp/srtscope-bench/nsys_1000mb.sqlite
+    .venv/bin/python -m benchmarks.memory_phases /tmp/srtscope-bench/nsys_1000mb.v2.sqlite
 
 Phases: the reader's tables (``read_nsys``: the device scan, the host scan on its thread), the
 Timeline's frames, then each analysis ``diagnose`` calls (wrapped in place, in this process only)
