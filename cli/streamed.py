@@ -66,12 +66,22 @@ def window_rows(budget_bytes: int, export_bytes: int, processes: int = 1) -> int
     """Device rows a window of each of ``processes`` walks (1 or 2) may hold so that together they
     keep to ``budget_bytes``: each process holds its own part before its windows (pages a forked
     copy shares count twice) and its windows' rows."""
+    held, row = _held_and_row(export_bytes, processes)
+    return int(min(MAX_ROWS, max(MIN_ROWS, (budget_bytes / processes - held) / row)))
+
+
+def modelled_peak(export_bytes: int, rows: int, processes: int = 1) -> int:
+    """Bytes all ``processes`` hold at their peak with windows of ``rows`` (``window_rows``' model)."""
+    held, row = _held_and_row(export_bytes, processes)
+    return int(processes * (held + rows * row))
+
+
+def _held_and_row(export_bytes: int, processes: int) -> tuple[float, int]:
+    """One process's part before its windows and a window row's bytes, for one walk or two."""
     gb = export_bytes / 1e9
     if processes == 1:
-        held, row = BASE_BYTES + PER_GB_BYTES * gb, ROW_BYTES
-    else:
-        held, row = TRIMMED_BASE_BYTES + TRIMMED_PER_GB_BYTES * gb, TWO_WALK_ROW_BYTES
-    return int(min(MAX_ROWS, max(MIN_ROWS, (budget_bytes / processes - held) / row)))
+        return BASE_BYTES + PER_GB_BYTES * gb, ROW_BYTES
+    return TRIMMED_BASE_BYTES + TRIMMED_PER_GB_BYTES * gb, TWO_WALK_ROW_BYTES
 
 
 def walks(budget_bytes: int, export_bytes: int) -> tuple[int, int]:
@@ -104,6 +114,10 @@ def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Con
               file=sys.stderr)
         return None
     rows, workers = walks(budget_bytes, size)
+    need = modelled_peak(size, rows, workers)
+    if need > budget_bytes:             # the fewest rows a window, and still more: say so
+        print(f"srtscope: note: {path.name}: what a diagnosis in windows holds at this size, ~{need >> 20} MiB, "
+              f"passes --memory-budget {budget_bytes >> 20} MiB", file=sys.stderr)
     rank = rank_from_name(path) or 0
     keep_freed_memory()                 # before the spill's threads start (one arena for them all)
     with spill_folder() as folder, _bar(console, quiet, path) as tick:

@@ -15,6 +15,7 @@ from srtscope.cli.streamed import (
     TRIMMED_PER_GB_BYTES,
     TWO_WALK_ROW_BYTES,
     WALKS_ENV,
+    modelled_peak,
     walks,
 )
 
@@ -55,3 +56,18 @@ def test_walks_follow_the_switch_and_a_fork(monkeypatch, env, fork, want):
     monkeypatch.setenv(WALKS_ENV, env)
     monkeypatch.setattr("srtscope.cli.streamed.available", lambda: fork)
     assert walks(2 * GiB, int(10e9))[1] == want
+
+
+@pytest.mark.parametrize("case, budget, export_gb, over", [
+    ("10 GB under 2 GiB: within", 2 * GiB, 10, False),
+    ("3 GB under 2 GiB, two walks: within", 2 * GiB, 3, False),
+    ("10 GB under 1 GiB: the held part alone nearly fills it; the fewest rows pass it", GiB, 10, True),
+    ("100 MB under 200 MiB: below the interpreter and libraries", 200 << 20, 0.1, True),
+])
+def test_the_modelled_peak_says_when_a_budget_cannot_be_kept(monkeypatch, case, budget, export_gb, over):
+    """``diagnose_in_windows`` notes a budget its smallest windows still pass (``modelled_peak``)."""
+    monkeypatch.delenv(WALKS_ENV, raising=False)
+    monkeypatch.setattr("srtscope.cli.streamed.available", lambda: True)
+    rows, n = walks(budget, int(export_gb * 1e9))
+    assert (modelled_peak(int(export_gb * 1e9), rows, n) > budget) == over, case
+    assert modelled_peak(int(export_gb * 1e9), rows, n) == pytest.approx(_peak(export_gb, rows, n), abs=n), case
