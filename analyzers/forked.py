@@ -104,6 +104,15 @@ def trim_heap() -> bool:
         return False
 
 
+def resident_bytes() -> int | None:
+    """This process's resident memory (bytes, Linux ``/proc``); None where the system does not say."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _die_with(parent: int) -> None:
     """Linux: the copy is killed when the caller dies (killed itself: nothing left running)."""
     try:

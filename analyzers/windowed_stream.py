@@ -25,6 +25,7 @@ needs them.
 """
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -35,7 +36,7 @@ from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.comm import _instances
 from srtscope.analyzers.analyses.steps import find_steps, step_windows, steps_from_ranges
 from srtscope.analyzers.columns import isin, rows_where
-from srtscope.analyzers.forked import Beside, available, trim_heap
+from srtscope.analyzers.forked import Beside, available, resident_bytes, trim_heap
 from srtscope.analyzers.host_activity import HostActivity, default_threads
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.results import Diagnosis
@@ -102,17 +103,24 @@ def _chunks(df: pd.DataFrame, rows: int) -> Iterator[pd.DataFrame]:
         yield df.iloc[i:i + rows]
 
 
+#: ``resize(held, rows, workers)``: after the first pass, given the bytes this process holds then
+#: (its heap trimmed), the (rows a window, walks) to walk with instead of ``(rows, workers)``
+Resize = Callable[[int, int, int], "tuple[int, int]"]
+
+
 def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
-                      progress: Callable[[float], None] | None = None, workers: int = 1) -> Diagnosis:
+                      progress: Callable[[float], None] | None = None, workers: int = 1,
+                      resize: Resize | None = None) -> Diagnosis:
     """``diagnose`` of the trace ``src`` holds, window by window (module doc). Raises
     ``NotWindowable`` for a step range, or steps that an engine's step openers give with the
     device rows.
     ``progress(fraction)``: after the first pass and each window. ``workers``: 2 walks the later
     windows in a forked copy beside this process (``split_at``), each holding a window of
-    ``max_rows``: the same Diagnosis."""
+    ``max_rows``: the same Diagnosis. ``resize``: the windows sized again from what the first pass
+    left held (where the system says: ``forked.resident_bytes``); any size gives the same Diagnosis."""
     if params.step_range is not None:
         raise NotWindowable("a step range is diagnosed from the whole trace")
-    w = _walked(src, params, max_rows, progress, workers)
+    w = _walked(src, params, max_rows, progress, workers, resize)
     ctx, edge_api, edges_q = w.ctx, w.edge_api, w.edges_q
 
     def rows_of(lo: int, hi: int) -> Timeline:
@@ -145,7 +153,7 @@ class _Walked:
 
 
 def _walked(src: ChunkSource, params: DiagnoseParams, max_rows: int, progress: Callable[[float], None] | None,
-            workers: int) -> _Walked:
+            workers: int, resize: Resize | None = None) -> _Walked:
     """The first pass and the windows (module doc, steps 1 and 2). NOTE: its own function so that the
     walk and the first pass's step tables (O(steps) each) are not held through the reduction."""
     small = Timeline(validate_table(None, "device"), validate_table(None, "api"), src.ranges, src.counters,
@@ -172,13 +180,19 @@ def _walked(src: ChunkSource, params: DiagnoseParams, max_rows: int, progress: C
                    | {int(x) for df in (src.ranges, steps) for x in df["rank"].unique()})
     # NOTE: cut on the steps the device pass saw (``First.cut_steps``: API steps before the device's
     # last end was known, each rank's last one open to the end of time): the candidate edges it kept
-    cut = first.cut_steps
-    windows = rank_windows(cut, plan(cut, first.cut_rows_before, max_rows), ranks)
-    if progress is not None:
-        progress(0.1)
+    cut, rows_before, span = first.cut_steps, first.cut_rows_before, first.span
+    del first                           # its step tables: the Context and the cut hold what is needed
     # NOTE: the heap the spill's and the first pass's chunks left free is given back: the windows'
     # larger arrays do not fit its holes, and would grow the process past it (10 GB: 1.4 GiB held)
+    gc.collect()
     trim_heap()
+    held = resident_bytes() if resize is not None else None
+    if resize is not None and held is not None:
+        max_rows, workers = resize(held, max_rows, workers)
+    windows = rank_windows(cut, plan(cut, rows_before, max_rows), ranks)
+    del cut, rows_before
+    if progress is not None:
+        progress(0.1)
     k = split_at(len(windows), workers)
     mine = len(windows) if k is None else k
 
@@ -207,7 +221,7 @@ def _walked(src: ChunkSource, params: DiagnoseParams, max_rows: int, progress: C
             walk.kept += got[1]
     # NOTE: each window's new rows, once each: in start order
     edge_api = pd.concat(walk.kept, ignore_index=True) if walk.kept else validate_table(None, "api")
-    return _Walked([p for ps in walk.parts_of for p in ps], ctx, small, first.span, comm,
+    return _Walked([p for ps in walk.parts_of for p in ps], ctx, small, span, comm,
                    None if scan.keep_comm_rows else scan.comm_n, edge_api, walk.edges_q)
 
 

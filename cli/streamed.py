@@ -62,37 +62,59 @@ def over_budget(path: Path, budget_bytes: int) -> bool:
     return est is not None and est.peak_bytes > budget_bytes
 
 
-def window_rows(budget_bytes: int, export_bytes: int, processes: int = 1) -> int:
+def window_rows(budget_bytes: int, export_bytes: int, processes: int = 1, held: int | None = None) -> int:
     """Device rows a window of each of ``processes`` walks (1 or 2) may hold so that together they
     keep to ``budget_bytes``: each process holds its own part before its windows (pages a forked
-    copy shares count twice) and its windows' rows."""
-    held, row = _held_and_row(export_bytes, processes)
-    return int(min(MAX_ROWS, max(MIN_ROWS, (budget_bytes / processes - held) / row)))
+    copy shares count twice) and its windows' rows. ``held``: the part measured after the first
+    pass, bytes, where it is more than the model's (``_held_and_row``)."""
+    part, row = _held_and_row(export_bytes, processes, held)
+    return int(min(MAX_ROWS, max(MIN_ROWS, (budget_bytes / processes - part) / row)))
 
 
-def modelled_peak(export_bytes: int, rows: int, processes: int = 1) -> int:
+def modelled_peak(export_bytes: int, rows: int, processes: int = 1, held: int | None = None) -> int:
     """Bytes all ``processes`` hold at their peak with windows of ``rows`` (``window_rows``' model)."""
-    held, row = _held_and_row(export_bytes, processes)
-    return int(processes * (held + rows * row))
+    part, row = _held_and_row(export_bytes, processes, held)
+    return int(processes * (part + rows * row))
 
 
-def _held_and_row(export_bytes: int, processes: int) -> tuple[float, int]:
-    """One process's part before its windows and a window row's bytes, for one walk or two."""
+def _held_and_row(export_bytes: int, processes: int, held: int | None = None) -> tuple[float, int]:
+    """One process's part before its windows and a window row's bytes, for one walk or two: the
+    model's part from the export's size, or ``held`` (measured) where more: an export of several
+    ranks also holds every rank's collective rows whole, which the model does not count."""
     gb = export_bytes / 1e9
     if processes == 1:
-        return BASE_BYTES + PER_GB_BYTES * gb, ROW_BYTES
-    return TRIMMED_BASE_BYTES + TRIMMED_PER_GB_BYTES * gb, TWO_WALK_ROW_BYTES
+        part, row = BASE_BYTES + PER_GB_BYTES * gb, ROW_BYTES
+    else:
+        part, row = TRIMMED_BASE_BYTES + TRIMMED_PER_GB_BYTES * gb, TWO_WALK_ROW_BYTES
+    return max(part, held or 0), row
 
 
-def walks(budget_bytes: int, export_bytes: int) -> tuple[int, int]:
+def walks(budget_bytes: int, export_bytes: int, held: int | None = None) -> tuple[int, int]:
     """(device rows a window, walks): two walks where a second core is free and each walk's window
     still holds ``MIN_SPLIT_ROWS`` within the budget for both processes (smaller windows cost more
     than the second core gives back); ``$SRTSCOPE_WINDOW_WALKS`` (1 or 2) decides instead, for
-    measurements."""
+    measurements. ``held``: as ``window_rows``."""
     want = os.environ.get(WALKS_ENV, "")
-    two_rows = window_rows(budget_bytes, export_bytes, 2)
+    two_rows = window_rows(budget_bytes, export_bytes, 2, held)
     two = want == "2" if want in ("1", "2") else two_rows >= MIN_SPLIT_ROWS
-    return (two_rows, 2) if two and available() else (window_rows(budget_bytes, export_bytes), 1)
+    return (two_rows, 2) if two and available() else (window_rows(budget_bytes, export_bytes, 1, held), 1)
+
+
+def resized(budget_bytes: int, export_bytes: int,
+            note: Callable[[int], None]) -> Callable[[int, int, int], tuple[int, int]]:
+    """``diagnose_streamed``'s ``resize``: after the first pass, the windows of ``walks`` with the
+    part measured then, never larger nor more walks than planned from the size alone; ``note(bytes)``
+    is told the modelled peak where even the smallest windows pass the budget."""
+    def resize(held: int, rows: int, workers: int) -> tuple[int, int]:
+        new_rows, new_workers = walks(budget_bytes, export_bytes, held)
+        if new_workers > workers:           # planned as one walk: one, sized for one
+            new_rows, new_workers = window_rows(budget_bytes, export_bytes, 1, held), 1
+        rows = min(rows, new_rows) if new_workers == workers else new_rows
+        need = modelled_peak(export_bytes, rows, new_workers, held)
+        if need > budget_bytes:
+            note(need)
+        return rows, new_workers
+    return resize
 
 
 def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Console | None,
@@ -113,11 +135,17 @@ def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Con
               f"~{SPILL_SHARE * size / 2**30:.1f} GiB free under {tmp} ({free / 2**30:.1f} GiB; set TMPDIR)",
               file=sys.stderr)
         return None
+    said: list[bool] = []
+
+    def over(need: int) -> None:        # the fewest rows a window, and still more: say so, once
+        if not said:
+            said.append(True)
+            print(f"srtscope: note: {path.name}: what a diagnosis in windows holds at this size, ~{need >> 20} MiB, "
+                  f"passes --memory-budget {budget_bytes >> 20} MiB", file=sys.stderr)
     rows, workers = walks(budget_bytes, size)
     need = modelled_peak(size, rows, workers)
-    if need > budget_bytes:             # the fewest rows a window, and still more: say so
-        print(f"srtscope: note: {path.name}: what a diagnosis in windows holds at this size, ~{need >> 20} MiB, "
-              f"passes --memory-budget {budget_bytes >> 20} MiB", file=sys.stderr)
+    if need > budget_bytes:
+        over(need)
     rank = rank_from_name(path) or 0
     keep_freed_memory()                 # before the spill's threads start (one arena for them all)
     with spill_folder() as folder, _bar(console, quiet, path) as tick:
@@ -128,7 +156,8 @@ def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Con
                 check_ended()           # after the first pass and each window
                 tick(0.5 + 0.5 * f, "diagnosing in windows")
             with src:
-                return diagnose_streamed(src, params, rows, workers=workers, progress=progress)
+                return diagnose_streamed(src, params, rows, workers=workers, progress=progress,
+                                         resize=resized(budget_bytes, size, over))
         except NotWindowable as exc:
             print(f"srtscope: note: {path.name}: not diagnosed whole in windows ({exc})", file=sys.stderr)
             return None

@@ -84,6 +84,22 @@ def test_streamed_generated_export_spilled(generated: Path, tmp_path: Path) -> N
     assert whole["steps"]["count"] > 100 and whole["bubbles"]["count"] > 0   # the figures are not empty
 
 
+def test_windows_resized_after_the_first_pass_give_the_same_json(generated: Path) -> None:
+    """``resize`` is asked once, after the first pass, with the bytes the process then holds; the
+    windows it gives (fewer rows, or one walk for two) change no figure."""
+    tl = load_timeline([generated])
+    whole = diagnose(tl, PARAMS).to_json()
+    asked: list[tuple[int, int, int]] = []
+
+    def resize(held: int, rows: int, workers: int) -> tuple[int, int]:
+        asked.append((held, rows, workers))
+        return 300, 1
+    got = diagnose_streamed(TimelineChunks(tl, 1_000), PARAMS, 50_000, workers=2, resize=resize).to_json()
+    assert got == whole
+    assert len(asked) == 1 and asked[0][1:] == (50_000, 2)
+    assert asked[0][0] > 50 << 20                 # an interpreter with pandas holds more than 50 MiB
+
+
 @pytest.mark.parametrize("why, params, match", [
     ("a step range is cut from the whole trace", DiagnoseParams(step_range=(1, 3)), "step range"),
 ])

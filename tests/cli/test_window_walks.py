@@ -16,7 +16,9 @@ from srtscope.cli.streamed import (
     TWO_WALK_ROW_BYTES,
     WALKS_ENV,
     modelled_peak,
+    resized,
     walks,
+    window_rows,
 )
 
 GiB = 1 << 30
@@ -71,3 +73,34 @@ def test_the_modelled_peak_says_when_a_budget_cannot_be_kept(monkeypatch, case, 
     rows, n = walks(budget, int(export_gb * 1e9))
     assert (modelled_peak(int(export_gb * 1e9), rows, n) > budget) == over, case
     assert modelled_peak(int(export_gb * 1e9), rows, n) == pytest.approx(_peak(export_gb, rows, n), abs=n), case
+
+
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize("case, budget, export_gb, planned, held, want_walks, smaller, over", [
+    ("held as the model expects: the windows planned", 2 * GiB, 3, (1_000_000, 2), 300 * MiB, 2, False, False),
+    ("a two-rank export's collectives held whole: each window smaller", 2 * GiB, 3, (1_000_000, 2), 550 * MiB,
+     2, True, False),
+    ("held leaves two walks too little: one walk, its windows sized for one", 2 * GiB, 3, (1_000_000, 2),
+     800 * MiB, 1, False, False),
+    ("planned as one walk: never two", 2 * GiB, 1, (2_000_000, 1), 100 * MiB, 1, False, False),
+    ("held past the budget: the fewest rows, said", 700 * MiB, 2, (417_000, 1), 690 * MiB, 1, True, True),
+])
+def test_windows_are_sized_again_from_what_the_first_pass_left_held(
+        monkeypatch, case, budget, export_gb, planned, held, want_walks, smaller, over):
+    """``resized``: after the first pass the model's held part is the measured one where that is more;
+    the windows never grow past the plan, and a budget the smallest windows pass is noted once."""
+    monkeypatch.delenv(WALKS_ENV, raising=False)
+    monkeypatch.setattr("srtscope.cli.streamed.available", lambda: True)
+    size, noted = int(export_gb * 1e9), []
+    rows, n = resized(budget, size, noted.append)(held, *planned)
+    assert n == want_walks, case
+    assert (rows < planned[0]) == smaller or n != planned[1], case
+    assert rows <= max(planned[0], window_rows(budget, size, 1, held)), case
+    assert rows >= MIN_ROWS, case
+    if rows > MIN_ROWS:
+        assert modelled_peak(size, rows, n, held) <= budget, case
+    assert bool(noted) == over, case
+    if over:
+        assert noted == [modelled_peak(size, rows, n, held)], case
