@@ -103,9 +103,18 @@ def _chunks(df: pd.DataFrame, rows: int) -> Iterator[pd.DataFrame]:
         yield df.iloc[i:i + rows]
 
 
-#: ``resize(held, rows, workers)``: after the first pass, given the bytes this process holds then
-#: (its heap trimmed), the (rows a window, walks) to walk with instead of ``(rows, workers)``
-Resize = Callable[[int, int, int], "tuple[int, int]"]
+@dataclass(frozen=True)
+class Held:
+    """What the first pass leaves held, that the windows' size is chosen from (``Resize``)."""
+
+    resident_bytes: int                 # this process's, its heap trimmed
+    steps: int                          # of every rank
+    collectives: int                    # rows of every rank's collectives, held whole, matched at the end
+
+
+#: ``resize(held, rows, workers)``: after the first pass, the (rows a window, walks) to walk with
+#: instead of ``(rows, workers)``
+Resize = Callable[[Held, int, int], "tuple[int, int]"]
 
 
 def diagnose_streamed(src: ChunkSource, params: DiagnoseParams, max_rows: int,
@@ -163,6 +172,7 @@ def _walked(src: ChunkSource, params: DiagnoseParams, max_rows: int, progress: C
     if not steps_from_ranges(small, source) and source != "none":
         raise NotWindowable(f"steps from {source!r} need the device rows")
     first = first_pass(src, small, (source, w) if source != "none" else None, params)
+    trim_heap()                         # the chunks' heap, before the context's tables (matching the collectives)
     source = first.source
     _, steps = find_steps(small, params.step_rule, counts=first.counts, any_api=first.any_api,
                           windows=(source, first.windows))
@@ -188,7 +198,7 @@ def _walked(src: ChunkSource, params: DiagnoseParams, max_rows: int, progress: C
     trim_heap()
     held = resident_bytes() if resize is not None else None
     if resize is not None and held is not None:
-        max_rows, workers = resize(held, max_rows, workers)
+        max_rows, workers = resize(Held(held, len(steps), len(comm[1])), max_rows, workers)
     windows = rank_windows(cut, plan(cut, rows_before, max_rows), ranks)
     del cut, rows_before
     if progress is not None:

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -23,6 +23,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from srtscope.analyzers.forked import available
 from srtscope.cli.errors import fail
 from srtscope.cli.spill_folder import check_ended, spill_folder, sweep_stale
+
+if TYPE_CHECKING:
+    from srtscope.analyzers.windowed_stream import Held
 
 #: one process's part before its windows, bytes: the interpreter and libraries (the command's own
 #: too), the spill's index; measured after the first pass and its heap trimmed (``forked.trim_heap``)
@@ -37,6 +40,14 @@ ROW_BYTES = 650
 #: with two walks, each process's part before its windows, its heap trimmed at the fork
 #: (``forked.Beside``): measured 346 MiB at 3 GB, ~580 at 10 GB; a window's row, measured 336-550 B
 TRIMMED_BASE_BYTES, TRIMMED_PER_GB_BYTES, TWO_WALK_ROW_BYTES = 250 << 20, 50 << 20, 600
+#: after the first pass (``resized``), each step's share of what the windows keep for the reduction
+#: (its bubbles, their attributed pieces, its accounts), bytes: 1.27-1.31 KB at 3 and 10 GB (two
+#: bubbles a step); a window's own bytes besides its rows (the chunks read, what it carries), and a
+#: row's: fitted on 10 GB walked once, 3 GB walked twice and a 2 GB export of two ranks (146, 72
+#: and 209 MiB; 221-300 B a row)
+PART_STEP_BYTES, WINDOW_BYTES, MEASURED_ROW_BYTES = 1300, 200 << 20, 300
+#: the reduction's matching of the collectives, bytes a collective row (234 MiB over 2.85 M)
+MATCH_ROW_BYTES = 90
 MIN_ROWS, MAX_ROWS = 100_000, 4_000_000
 #: the fewest device rows a window of each of two walks holds (``walks``)
 MIN_SPLIT_ROWS = 500_000
@@ -62,55 +73,72 @@ def over_budget(path: Path, budget_bytes: int) -> bool:
     return est is not None and est.peak_bytes > budget_bytes
 
 
-def window_rows(budget_bytes: int, export_bytes: int, processes: int = 1, held: int | None = None) -> int:
+def window_rows(budget_bytes: int, export_bytes: int, processes: int = 1, first: Held | None = None) -> int:
     """Device rows a window of each of ``processes`` walks (1 or 2) may hold so that together they
     keep to ``budget_bytes``: each process holds its own part before its windows (pages a forked
-    copy shares count twice) and its windows' rows. ``held``: the part measured after the first
-    pass, bytes, where it is more than the model's (``_held_and_row``)."""
-    part, row = _held_and_row(export_bytes, processes, held)
-    return int(min(MAX_ROWS, max(MIN_ROWS, (budget_bytes / processes - part) / row)))
+    copy shares count twice) and its windows' rows. ``first``: what the first pass left
+    (``windowed_stream.Held``), the windows never larger than the export's size alone gives."""
+    part, row = _held_and_row(export_bytes, processes)
+    rows = (budget_bytes / processes - part) / row
+    if first is not None:
+        rows = min(rows, (budget_bytes / processes - _measured_part(first, processes)) / MEASURED_ROW_BYTES)
+    return int(min(MAX_ROWS, max(MIN_ROWS, rows)))
 
 
-def modelled_peak(export_bytes: int, rows: int, processes: int = 1, held: int | None = None) -> int:
-    """Bytes all ``processes`` hold at their peak with windows of ``rows`` (``window_rows``' model)."""
-    part, row = _held_and_row(export_bytes, processes, held)
-    return int(processes * (part + rows * row))
+def modelled_peak(export_bytes: int, rows: int, processes: int = 1, first: Held | None = None) -> int:
+    """Bytes all ``processes`` hold at their peak with windows of ``rows`` (``window_rows``' model);
+    with ``first``, from what it measured: the windows' peak or the reduction's, whichever is more."""
+    if first is None:
+        part, row = _held_and_row(export_bytes, processes)
+        return int(processes * (part + rows * row))
+    return int(max(processes * (_measured_part(first, processes) + rows * MEASURED_ROW_BYTES),
+                   reduction_peak(first)))
 
 
-def _held_and_row(export_bytes: int, processes: int, held: int | None = None) -> tuple[float, int]:
-    """One process's part before its windows and a window row's bytes, for one walk or two: the
-    model's part from the export's size, or ``held`` (measured) where more: an export of several
-    ranks also holds every rank's collective rows whole, which the model does not count."""
+def reduction_peak(first: Held) -> int:
+    """Bytes the reduction holds at its peak: the part held, every window's parts and their join, the
+    collectives matched."""
+    return int(first.resident_bytes + 2 * PART_STEP_BYTES * first.steps + MATCH_ROW_BYTES * first.collectives)
+
+
+def _held_and_row(export_bytes: int, processes: int) -> tuple[float, int]:
+    """One process's part before its windows and a window row's bytes, for one walk or two, from
+    the export's size alone."""
     gb = export_bytes / 1e9
     if processes == 1:
-        part, row = BASE_BYTES + PER_GB_BYTES * gb, ROW_BYTES
-    else:
-        part, row = TRIMMED_BASE_BYTES + TRIMMED_PER_GB_BYTES * gb, TWO_WALK_ROW_BYTES
-    return max(part, held or 0), row
+        return BASE_BYTES + PER_GB_BYTES * gb, ROW_BYTES
+    return TRIMMED_BASE_BYTES + TRIMMED_PER_GB_BYTES * gb, TWO_WALK_ROW_BYTES
 
 
-def walks(budget_bytes: int, export_bytes: int, held: int | None = None) -> tuple[int, int]:
+def _measured_part(first: Held, processes: int) -> float:
+    """One process's part before its windows' rows, from what the first pass left: the bytes held,
+    its share of the parts the windows keep, a window's own (an export of several ranks also holds
+    every rank's collective rows whole, which its size alone does not tell)."""
+    return first.resident_bytes + PART_STEP_BYTES * first.steps / processes + WINDOW_BYTES
+
+
+def walks(budget_bytes: int, export_bytes: int, first: Held | None = None) -> tuple[int, int]:
     """(device rows a window, walks): two walks where a second core is free and each walk's window
     still holds ``MIN_SPLIT_ROWS`` within the budget for both processes (smaller windows cost more
     than the second core gives back); ``$SRTSCOPE_WINDOW_WALKS`` (1 or 2) decides instead, for
-    measurements. ``held``: as ``window_rows``."""
+    measurements. ``first``: as ``window_rows``."""
     want = os.environ.get(WALKS_ENV, "")
-    two_rows = window_rows(budget_bytes, export_bytes, 2, held)
+    two_rows = window_rows(budget_bytes, export_bytes, 2, first)
     two = want == "2" if want in ("1", "2") else two_rows >= MIN_SPLIT_ROWS
-    return (two_rows, 2) if two and available() else (window_rows(budget_bytes, export_bytes, 1, held), 1)
+    return (two_rows, 2) if two and available() else (window_rows(budget_bytes, export_bytes, 1, first), 1)
 
 
 def resized(budget_bytes: int, export_bytes: int,
-            note: Callable[[int], None]) -> Callable[[int, int, int], tuple[int, int]]:
-    """``diagnose_streamed``'s ``resize``: after the first pass, the windows of ``walks`` with the
-    part measured then, never larger nor more walks than planned from the size alone; ``note(bytes)``
+            note: Callable[[int], None]) -> Callable[[Held, int, int], tuple[int, int]]:
+    """``diagnose_streamed``'s ``resize``: after the first pass, the windows of ``walks`` with what
+    it left (``windowed_stream.Held``), never larger nor more walks than planned from the size alone; ``note(bytes)``
     is told the modelled peak where even the smallest windows pass the budget."""
-    def resize(held: int, rows: int, workers: int) -> tuple[int, int]:
-        new_rows, new_workers = walks(budget_bytes, export_bytes, held)
+    def resize(first: Held, rows: int, workers: int) -> tuple[int, int]:
+        new_rows, new_workers = walks(budget_bytes, export_bytes, first)
         if new_workers > workers:           # planned as one walk: one, sized for one
-            new_rows, new_workers = window_rows(budget_bytes, export_bytes, 1, held), 1
+            new_rows, new_workers = window_rows(budget_bytes, export_bytes, 1, first), 1
         rows = min(rows, new_rows) if new_workers == workers else new_rows
-        need = modelled_peak(export_bytes, rows, new_workers, held)
+        need = modelled_peak(export_bytes, rows, new_workers, first)
         if need > budget_bytes:
             note(need)
         return rows, new_workers

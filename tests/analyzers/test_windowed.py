@@ -22,7 +22,7 @@ from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.readers import load_timeline
 from srtscope.analyzers.windowed import applies, plan
 from srtscope.analyzers.windowed_reduce import diagnose_windowed
-from srtscope.analyzers.windowed_stream import NotWindowable, TimelineChunks, diagnose_streamed
+from srtscope.analyzers.windowed_stream import Held, NotWindowable, TimelineChunks, diagnose_streamed
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = sorted((REPO / "sample_traces").glob("*.sqlite")) + sorted((REPO / "sample_traces").glob("**/*.json.gz"))
@@ -89,15 +89,17 @@ def test_windows_resized_after_the_first_pass_give_the_same_json(generated: Path
     windows it gives (fewer rows, or one walk for two) change no figure."""
     tl = load_timeline([generated])
     whole = diagnose(tl, PARAMS).to_json()
-    asked: list[tuple[int, int, int]] = []
+    asked: list[tuple[Held, int, int]] = []
 
-    def resize(held: int, rows: int, workers: int) -> tuple[int, int]:
+    def resize(held: Held, rows: int, workers: int) -> tuple[int, int]:
         asked.append((held, rows, workers))
         return 300, 1
     got = diagnose_streamed(TimelineChunks(tl, 1_000), PARAMS, 50_000, workers=2, resize=resize).to_json()
     assert got == whole
     assert len(asked) == 1 and asked[0][1:] == (50_000, 2)
-    assert asked[0][0] > 50 << 20                 # an interpreter with pandas holds more than 50 MiB
+    held = asked[0][0]
+    assert held.steps == whole["steps"]["count"] and held.collectives <= max(1, whole["comm"]["kernels"])
+    assert held.resident_bytes > 50 << 20        # an interpreter with pandas holds more than 50 MiB
 
 
 @pytest.mark.parametrize("why, params, match", [

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import pytest
 
+from srtscope.analyzers.windowed_stream import Held
 from srtscope.cli.streamed import (
     BASE_BYTES,
+    MATCH_ROW_BYTES,
     MAX_ROWS,
+    MEASURED_ROW_BYTES,
     MIN_ROWS,
     MIN_SPLIT_ROWS,
+    PART_STEP_BYTES,
     PER_GB_BYTES,
     ROW_BYTES,
     TRIMMED_BASE_BYTES,
     TRIMMED_PER_GB_BYTES,
     TWO_WALK_ROW_BYTES,
     WALKS_ENV,
+    WINDOW_BYTES,
     modelled_peak,
+    reduction_peak,
     resized,
     walks,
     window_rows,
@@ -78,29 +84,37 @@ def test_the_modelled_peak_says_when_a_budget_cannot_be_kept(monkeypatch, case, 
 MiB = 1 << 20
 
 
-@pytest.mark.parametrize("case, budget, export_gb, planned, held, want_walks, smaller, over", [
-    ("held as the model expects: the windows planned", 2 * GiB, 3, (1_000_000, 2), 300 * MiB, 2, False, False),
+@pytest.mark.parametrize("case, budget, export_gb, planned, held, steps, collectives, want_walks, smaller, over", [
+    ("held as the model expects: the windows planned", 2 * GiB, 3, (1_000_000, 2), 300 * MiB, 10_000, 0,
+     2, False, False),
     ("a two-rank export's collectives held whole: each window smaller", 2 * GiB, 3, (1_000_000, 2), 550 * MiB,
-     2, True, False),
+     10_000, 2_000_000, 2, True, False),
     ("held leaves two walks too little: one walk, its windows sized for one", 2 * GiB, 3, (1_000_000, 2),
-     800 * MiB, 1, False, False),
-    ("planned as one walk: never two", 2 * GiB, 1, (2_000_000, 1), 100 * MiB, 1, False, False),
-    ("held past the budget: the fewest rows, said", 700 * MiB, 2, (417_000, 1), 690 * MiB, 1, True, True),
+     800 * MiB, 10_000, 0, 1, False, False),
+    ("planned as one walk: never two", 2 * GiB, 1, (2_000_000, 1), 100 * MiB, 10_000, 0, 1, False, False),
+    ("held past the budget: the fewest rows, said", 700 * MiB, 2, (417_000, 1), 434 * MiB, 86_000, 2_850_000,
+     1, True, True),
+    ("a million steps: the parts they keep leave one walk, and their reduction passes the budget, said",
+     2 * GiB, 3, (1_000_000, 2), 365 * MiB, 1_000_000, 0, 1, True, True),
 ])
-def test_windows_are_sized_again_from_what_the_first_pass_left_held(
-        monkeypatch, case, budget, export_gb, planned, held, want_walks, smaller, over):
-    """``resized``: after the first pass the model's held part is the measured one where that is more;
-    the windows never grow past the plan, and a budget the smallest windows pass is noted once."""
+def test_windows_are_sized_again_from_what_the_first_pass_left(
+        monkeypatch, case, budget, export_gb, planned, held, steps, collectives, want_walks, smaller, over):
+    """``resized``: after the first pass the model's held part is the measured one with the steps'
+    share of the windows' parts where that is more; the windows never grow past the plan, and a
+    budget the smallest windows or the reduction pass is noted once."""
     monkeypatch.delenv(WALKS_ENV, raising=False)
     monkeypatch.setattr("srtscope.cli.streamed.available", lambda: True)
-    size, noted = int(export_gb * 1e9), []
-    rows, n = resized(budget, size, noted.append)(held, *planned)
+    size, noted, first = int(export_gb * 1e9), [], Held(held, steps, collectives)
+    rows, n = resized(budget, size, noted.append)(first, *planned)
     assert n == want_walks, case
     assert (rows < planned[0]) == smaller or n != planned[1], case
-    assert rows <= max(planned[0], window_rows(budget, size, 1, held)), case
+    assert rows <= max(planned[0], window_rows(budget, size, 1, first)), case
     assert rows >= MIN_ROWS, case
-    if rows > MIN_ROWS:
-        assert modelled_peak(size, rows, n, held) <= budget, case
+    peak = modelled_peak(size, rows, n, first)
+    assert peak >= reduction_peak(first) >= held + 2 * PART_STEP_BYTES * steps + MATCH_ROW_BYTES * collectives, case
+    assert peak >= n * (held + PART_STEP_BYTES * steps / n + WINDOW_BYTES + rows * MEASURED_ROW_BYTES), case
+    if rows > MIN_ROWS and reduction_peak(first) <= budget:
+        assert peak <= budget, case
     assert bool(noted) == over, case
     if over:
-        assert noted == [modelled_peak(size, rows, n, held)], case
+        assert noted == [peak], case
