@@ -38,9 +38,9 @@ import common as C  # noqa: E402
 from benchmarks.gen_nsys import cached_name  # noqa: E402
 
 
-def generated(size_mb: int) -> tuple[Path, float | None]:
-    """The cached ~size_mb export (generate it once with benchmarks/gen_nsys.py)."""
-    out = C.CACHE / cached_name(size_mb)
+def generated(size_mb: int, gpus: int = 1) -> tuple[Path, float | None]:
+    """The cached ~size_mb export of ``gpus`` ranks (generate it once with benchmarks/gen_nsys.py)."""
+    out = C.CACHE / cached_name(size_mb, gpus)
     if out.exists() and out.stat().st_size > 0:
         return out, None
     C.CACHE.mkdir(parents=True, exist_ok=True)
@@ -48,7 +48,7 @@ def generated(size_mb: int) -> tuple[Path, float | None]:
     tmp.unlink(missing_ok=True)
     t0 = time.perf_counter()
     subprocess.run([str(C.PROJECT_PY), str(C.ROOT / "benchmarks" / "gen_nsys.py"), "--size-mb", str(size_mb),
-                    str(tmp)], check=True, cwd=C.ROOT)
+                    "--gpus", str(gpus), str(tmp)], check=True, cwd=C.ROOT)
     tmp.rename(out)
     return out, time.perf_counter() - t0
 

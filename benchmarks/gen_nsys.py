@@ -31,9 +31,10 @@ STEPS_PER_BATCH = 500
 SHAPE_VERSION = 2
 
 
-def cached_name(size_mb: float) -> str:
-    """The file name a benchmark keeps the ~``size_mb`` MB export of this shape under."""
-    return f"nsys_{size_mb:g}mb.v{SHAPE_VERSION}.sqlite"
+def cached_name(size_mb: float, gpus: int = 1) -> str:
+    """The file name a benchmark keeps the ~``size_mb`` MB export of this shape (of ``gpus`` ranks) under."""
+    ranks = "" if gpus == 1 else f"_{gpus}gpu"
+    return f"nsys_{size_mb:g}mb{ranks}.v{SHAPE_VERSION}.sqlite"
 
 
 def kernel_names(rng: np.random.Generator, n: int = 320) -> np.ndarray:

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.scale_memory                   # 1, 3 and 10 GB exports
     .venv/bin/python -m benchmarks.scale_memory --sizes 300,1000 --runs 2
+    .venv/bin/python -m benchmarks.scale_memory --sizes 2000 --gpus 2 --budget 700MiB   # two ranks in one export
 
 For each size (MB) an export of ``benchmarks/gen_nsys.py`` (generated once, kept under
 $SRTSCOPE_BENCH_CACHE, default /tmp/srtscope-bench; a size whose file would not fit the free disk is
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -37,7 +39,13 @@ import common as C  # noqa: E402
 from benchmarks.compare_nsys_scale import generated, kernel_count  # noqa: E402
 from benchmarks.gen_nsys import cached_name  # noqa: E402
 
-BUDGET_MIB = 2048
+
+def _mib(budget: str) -> float:
+    """``--memory-budget``'s size in MiB, as the command reads it (in a child: this process imports
+    no part of srtscope)."""
+    code = "import sys; from srtscope.cli.memory_budget import parse_budget; print(parse_budget(sys.argv[1]).bytes)"
+    out = subprocess.run([str(C.PROJECT_PY), "-c", code, budget], capture_output=True, text=True, check=True)
+    return int(out.stdout) / 2**20
 
 
 def _series(cmd: list[str], n: int, env: dict[str, str] | None = None, json_out: bool = True) -> C.Series:
@@ -58,21 +66,21 @@ def _sys(s: C.Series) -> float | None:
     return sorted(r.sys_s for r in ok)[len(ok) // 2] if ok else None
 
 
-def _fits(size_mb: int) -> bool:
+def _fits(size_mb: int, gpus: int = 1) -> bool:
     """The export exists, or it fits the free disk with 2 GB to spare."""
-    path = C.CACHE / cached_name(size_mb)
+    path = C.CACHE / cached_name(size_mb, gpus)
     if path.exists():
         return True
     C.CACHE.mkdir(parents=True, exist_ok=True)
     return shutil.disk_usage(C.CACHE).free > size_mb * 1.05e6 + 2e9
 
 
-def measure(size_mb: int, runs: int, whole_up_to: int, budget: str = "2GiB") -> list[list[str]] | None:
+def measure(size_mb: int, runs: int, whole_up_to: int, budget: str = "2GiB", gpus: int = 1) -> list[list[str]] | None:
     """The rows of one size (None when its export cannot be made here)."""
-    if not _fits(size_mb):
+    if not _fits(size_mb, gpus):
         print(f"# {size_mb} MB: skipped, not enough free disk under {C.CACHE}", flush=True)
         return None
-    path, gen_s = generated(size_mb)
+    path, gen_s = generated(size_mb, gpus)
     nk = kernel_count(path) or 0
     mb = path.stat().st_size / 1e6
     print(f"# {path} ({mb:.0f} MB, {nk / 1e6:.1f} M kernels)"
@@ -90,7 +98,8 @@ def measure(size_mb: int, runs: int, whole_up_to: int, budget: str = "2GiB") -> 
     whole = _series(diag + ["none", "--no-cache", str(path)], 1, env) if size_mb <= whole_up_to else None
     same = first.out is not None and first.out == fill.out == second.out and (
         whole is None or whole.out == first.out)
-    label = f"{mb:.0f} MB ({nk / 1e6:.1f} M kernels)"
+    label = f"{mb:.0f} MB ({nk / 1e6:.1f} M kernels{'' if gpus == 1 else f', {gpus} ranks'})"
+    cap = _mib(budget)
     rows = []
     ref = "" if whole is not None else " (no whole run)"
     for what, s, base in (("floor: sqlite3 shell", floor, None),
@@ -106,7 +115,7 @@ def measure(size_mb: int, runs: int, whole_up_to: int, budget: str = "2GiB") -> 
                      C.fmt_mb(s.rss), C.ratio(base.wall, s.wall) if base else "—",
                      C.ratio(base.cpu, s.cpu) if base else "—",
                      ("—" if base is None else f"JSON {'identical' if same else 'DIFFERS'}{ref}; "
-                      f"RSS {'<=' if (s.rss or 0) <= BUDGET_MIB else '>'} 2 GiB")
+                      f"RSS {'<=' if (s.rss or 0) <= cap else '>'} {budget}")
                      if s.ok_runs else f"FAILED {s.failure()}"])
     return rows
 
@@ -116,13 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="1000,3000,10000", help="export sizes in MB, comma separated")
     ap.add_argument("--runs", type=int, default=1, help="runs of each measurement (medians)")
     ap.add_argument("--budget", default="2GiB", help="--memory-budget of the bounded looks")
+    ap.add_argument("--gpus", type=int, default=1, help="ranks (one GPU each) in each generated export")
     ap.add_argument("--whole-up-to", type=int, default=3000,
                     help="also run the whole-trace read (the JSON reference) on exports up to this size, MB")
     a = ap.parse_args(argv)
     C.banner("diagnosis at scale vs the SQLite floor: wall, CPU, peak RSS")
     rows: list[list[str]] = []
     for size in [int(x) for x in a.sizes.split(",") if x.strip()]:
-        rows += measure(size, a.runs, a.whole_up_to, a.budget) or []
+        rows += measure(size, a.runs, a.whole_up_to, a.budget, a.gpus) or []
     print()
     print(C.table(["export", "run", "wall", "CPU user+sys", "of it system", "peak RSS", "wall / baseline",
                    "CPU / baseline", "check"], rows))

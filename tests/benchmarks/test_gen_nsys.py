@@ -54,3 +54,4 @@ def test_cached_name_carries_the_shape_version() -> None:
 
     assert cached_name(3000) == f"nsys_3000mb.v{SHAPE_VERSION}.sqlite"
     assert cached_name(2.5) == f"nsys_2.5mb.v{SHAPE_VERSION}.sqlite"
+    assert cached_name(2000, gpus=2) == f"nsys_2000mb_2gpu.v{SHAPE_VERSION}.sqlite"   # never one rank's file
