@@ -35,7 +35,7 @@ import pandas as pd
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.comm import _instances
 from srtscope.analyzers.analyses.steps import find_steps, step_windows, steps_from_ranges
-from srtscope.analyzers.columns import isin, rows_where
+from srtscope.analyzers.columns import group_rows, isin, rows_where
 from srtscope.analyzers.forked import Beside, available, resident_bytes, trim_heap
 from srtscope.analyzers.host_activity import HostActivity, default_threads
 from srtscope.analyzers.params import DiagnoseParams
@@ -338,13 +338,23 @@ def _settled(pending: pd.DataFrame, new: pd.DataFrame, is_call: np.ndarray, star
 
 
 def _in_keys(rows: pd.DataFrame, of: pd.DataFrame) -> np.ndarray:
-    """Mask of ``rows`` whose (rank, pid, correlation) some row of ``of`` has."""
-    cols = ("rank", "pid", "correlation")
-    a = [rows[c].to_numpy(np.int64) for c in cols]
-    b = [of[c].to_numpy(np.int64) for c in cols]
-    if all((x == x[0]).all() and (y == x[0]).all() for x, y in zip(a[:2], b[:2])):
-        return np.isin(a[2], b[2])                 # one process: the correlation ids alone
-    return pd.MultiIndex.from_arrays(a).isin(pd.MultiIndex.from_arrays(b))
+    """Mask of ``rows`` whose (rank, pid, correlation) some row of ``of`` has.
+    NOTE: per (rank, pid) the correlation ids alone: the processes are few, and a MultiIndex of a
+    window's million rows hashed and sorted all three took a third of a two-rank export's windows."""
+    ca, cb = rows["correlation"].to_numpy(np.int64), of["correlation"].to_numpy(np.int64)
+    if not len(ca) or not len(cb):
+        return np.zeros(len(ca), bool)
+    a = [rows[c].to_numpy(np.int64) for c in ("rank", "pid")]
+    b = [of[c].to_numpy(np.int64) for c in ("rank", "pid")]
+    if all((x == x[0]).all() and (y == x[0]).all() for x, y in zip(a, b)):
+        return np.isin(ca, cb)                     # one process: the correlation ids alone
+    out = np.zeros(len(ca), bool)
+    theirs = group_rows(of, ["rank", "pid"])
+    for key, idx in group_rows(rows, ["rank", "pid"]).items():
+        other = theirs.get(key)
+        if other is not None:
+            out[idx] = np.isin(ca[idx], cb[other])
+    return out
 
 
 def _edge_ranges(steps: pd.DataFrame, bounds: dict, primary: dict[int, int]) -> list[tuple[int, int]]:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from srtscope.analyzers import windowed_stream
@@ -288,3 +289,22 @@ def test_tp_node_export_spilled(tp_node: Path, tmp_path: Path) -> None:
     starts = np.sort(steps["start_ns"].to_numpy())
     # a window ends at the first step start past 500 rows: two steps of both ranks (808 rows) each
     assert len(plan(steps, np.searchsorted(tl.device["start_ns"].to_numpy(), starts), 500)) == 13
+
+
+@pytest.mark.parametrize("case, rows, of", [
+    ("two ranks, one process each: a correlation id is its rank's", [(0, 7, 1), (1, 9, 1), (1, 9, 2), (0, 7, 2)],
+     [(1, 9, 1), (0, 7, 2)]),
+    ("one rank, two processes: the same id in the other process is not a match",
+     [(0, 7, 5), (0, 8, 5), (0, 8, 6)], [(0, 8, 5)]),
+    ("a process of the rows that ``of`` never holds, and ids of -1", [(2, 3, -1), (0, 7, -1), (0, 7, 4)],
+     [(0, 7, -1)]),
+    ("nothing to match against", [(0, 7, 1), (1, 9, 1)], []),
+])
+def test_started_calls_are_matched_by_rank_process_and_correlation(case, rows, of):
+    """``_settled``'s lookup: a carried call is done when a device row of the same (rank, pid,
+    correlation) started — the same as matching the three together (a MultiIndex)."""
+    def frame(keys):
+        return pd.DataFrame(np.asarray(keys, np.int64).reshape(-1, 3), columns=["rank", "pid", "correlation"])
+    a, b = frame(rows), frame(of)
+    want = pd.MultiIndex.from_frame(a).isin(pd.MultiIndex.from_frame(b)) if len(b) else np.zeros(len(a), bool)
+    assert windowed_stream._in_keys(a, b).tolist() == list(want), case
