@@ -196,8 +196,7 @@ def _walked(src: ChunkSource, params: DiagnoseParams, max_rows: int, progress: C
     # larger arrays do not fit its holes, and would grow the process past it (10 GB: 1.4 GiB held)
     gc.collect()
     trim_heap()
-    held = resident_bytes() if resize is not None else None
-    if resize is not None and held is not None:
+    if resize is not None and (held := resident_bytes()) is not None:
         max_rows, workers = resize(Held(held, len(steps), len(comm[1])), max_rows, workers)
     windows = rank_windows(cut, plan(cut, rows_before, max_rows), ranks)
     del cut, rows_before
