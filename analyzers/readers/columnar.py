@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
+from srtscope.analyzers.readers.sqlite_pages import PagedFile, Unpaged, enabled
+
 BATCH_ROWS = 1 << 16  # rows per Arrow record batch of a scan
 _INT_LITERAL = re.compile(r"-?\d+")
 
@@ -128,7 +130,7 @@ Keep = Callable[[list[np.ndarray]], "np.ndarray | None"]
 def fetch_ints(con: Any, table: str, exprs: list[str], where: str = "",
                span: list[int] | None = None, max_rows: int = 1 << 24,
                keep: Keep | None = None, expect_rows: int | None = None,
-               rowids: tuple[int, int] | None = None) -> list[np.ndarray]:
+               rowids: tuple[int, int] | None = None, pages: PagedFile | None = None) -> list[np.ndarray]:
     """Integer columns ``exprs`` of ``table`` rows matching ``where`` -> one int64 array each,
     in rowid order, read through the ADBC connection ``con`` (``connect_arrow``).
 
@@ -142,36 +144,25 @@ def fetch_ints(con: Any, table: str, exprs: list[str], where: str = "",
     ``keep``: sees every batch's rows (after ``where``) and says which to keep: a time window's
     read sees the whole table, holds only its rows (``readers/nsys_window.py``). ``rowids``
     (lowest, highest; inclusive): only the rows in that range, a seek in the table's b-tree (a
-    chunk of a table read in pieces); ``span`` then that range's.
+    chunk of a table read in pieces); ``span`` then that range's. ``pages``: the file opened for
+    page reads (``sqlite_pages``): a big table is read from its pages, as far as they can answer,
+    the rest through SQLite.
     """
     const = {i: int(e) for i, e in enumerate(exprs) if _INT_LITERAL.fullmatch(e.strip())}
     if len(const) == len(exprs):
         const = {}
     asked = [e for i, e in enumerate(exprs) if i not in const]
-    cond = [f"COALESCE(({where}), 0) != 0"] if where else []
-    first = 1 if where else 0
     lo, hi = rowid_bounds(con, table) if rowids is None else (int(rowids[0]), int(rowids[1]))
     expect = 0 if lo is None or hi is None else max(0, min(hi - lo + 1, max_rows))
     if expect_rows is not None:
         expect = min(expect, max(0, expect_rows))
     cols = _Columns(len(asked), expect)
-    # NOTE: rowid itself is not selected (~10% of a scan): the bounds come from the b-tree's edges
-    # and every row is counted, so a table whose rows do not fill its rowid span still shows
-    rng = "" if rowids is None else f" WHERE rowid BETWEEN {lo} AND {hi}"
-    sql = f"SELECT {', '.join(cond + asked)} FROM {table}{rng} ORDER BY rowid"
     rows = 0
-    for batch in arrow_query(con, sql, table):
-        if not batch.num_rows:
-            continue
-        rows += batch.num_rows
+    for seen, vals in _batches(con, table, asked, where, lo, hi, rowids is not None, pages):
+        rows += seen
         tick = _ON_SCAN[0]
         if tick is not None:
-            tick(batch.num_rows)
-        if where:   # rows outside ``where`` may hold anything (e.g. an NVTX mark's NULL end)
-            keep_col = _ints(batch, 0, table)
-            if not keep_col.all():
-                batch = batch.filter(keep_col.astype(bool))
-        vals = [_ints(batch, first + k, table) for k in range(len(asked))]
+            tick(seen)
         if keep is not None:
             vals = _kept(vals, exprs, const, keep)
         cols.add(vals)
@@ -186,6 +177,37 @@ def fetch_ints(con: Any, table: str, exprs: list[str], where: str = "",
         out.append(cols.take(k))
         k += 1
     return out
+
+
+def _batches(con: Any, table: str, asked: list[str], where: str, lo: int | None, hi: int | None,
+             ranged: bool, pages: PagedFile | None) -> Iterator[tuple[int, list[np.ndarray]]]:
+    """(rows seen, ``asked`` of the rows ``where`` keeps) per batch in rowid order: from ``pages``
+    while they answer (``sqlite_pages.enabled`` for the table's size), then through SQLite from
+    the first rowid not yet given."""
+    resume = lo
+    if pages is not None and lo is not None and hi is not None and enabled(pages.table_bytes(table)):
+        try:
+            for seen, vals, last in pages.batches(table, asked, where, lo, hi):
+                resume = last + 1
+                yield seen, vals
+            return
+        except Unpaged:
+            pass
+    cond = [f"COALESCE(({where}), 0) != 0"] if where else []
+    first = 1 if where else 0
+    # NOTE: rowid itself is not selected (~10% of a scan): the bounds come from the b-tree's edges
+    # and every row is counted, so a table whose rows do not fill its rowid span still shows
+    rng = f" WHERE rowid BETWEEN {resume} AND {hi}" if ranged or resume != lo else ""
+    sql = f"SELECT {', '.join(cond + asked)} FROM {table}{rng} ORDER BY rowid"
+    for batch in arrow_query(con, sql, table):
+        if not batch.num_rows:
+            continue
+        seen = batch.num_rows
+        if where:   # rows outside ``where`` may hold anything (e.g. an NVTX mark's NULL end)
+            keep_col = _ints(batch, 0, table)
+            if not keep_col.all():
+                batch = batch.filter(keep_col.astype(bool))
+        yield seen, [_ints(batch, first + k, table) for k in range(len(asked))]
 
 
 def _kept(vals: list[np.ndarray], exprs: list[str], const: dict[int, int], keep: Keep) -> list[np.ndarray]:

@@ -84,7 +84,7 @@ class _ChunkReader(_Reader):
             return super().fetch(table, exprs, where, track)
         span: list[int] = []
         out = fetch_ints(self.arrow, table, exprs, where, span=span, max_rows=self.max_rows,
-                         rowids=self.rowids)
+                         rowids=self.rowids, pages=self.pages)
         if span:
             self._seen[table] = self._seen.get(table, 0) + span[0]
         return out

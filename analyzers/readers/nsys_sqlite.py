@@ -41,6 +41,7 @@ from srtscope.analyzers.readers.labels import split_coded_labels
 from srtscope.analyzers.readers.nsys_facts import TableFacts
 from srtscope.analyzers.readers.nsys_window import Facts, Track, Window, crop_columns, window_facts
 from srtscope.analyzers.readers.sqlite_integrity import check_integrity, check_side_files
+from srtscope.analyzers.readers.sqlite_pages import PagedFile, open_pages
 from srtscope.analyzers.timeline import (
     ApiKind,
     DeviceInfo,
@@ -120,6 +121,7 @@ class _Reader:
         self.named_rows = 0         # rows whose name was looked up in StringIds
         self.suspect: list[str] = []  # what looked inconsistent while reading (quick_check then)
         self._arrow: Any = None        # ADBC connection for the big scans, opened on first use
+        self._pages: PagedFile | None | bool = False   # the big tables' pages (False: not opened yet)
         self._long_ids: set[int] | None = None
         # no table of the file can hold more rows than this (a row takes more than 8 bytes)
         self.max_rows = max(1, path.stat().st_size // 8)
@@ -130,7 +132,17 @@ class _Reader:
             self._arrow = connect_arrow(self.path)
         return self._arrow
 
+    @property
+    def pages(self) -> PagedFile | None:
+        """The file opened for page reads (``sqlite_pages``); None where it cannot be."""
+        if self._pages is False:
+            self._pages = open_pages(self.path, self.con)
+        return self._pages if isinstance(self._pages, PagedFile) else None
+
     def close(self) -> None:
+        if isinstance(self._pages, PagedFile):
+            self._pages.close()
+        self._pages = None
         if self._arrow is not None:
             self._arrow.close()
             self._arrow = None
@@ -151,7 +163,7 @@ class _Reader:
         w = self.window
         keep = w.keep(table, track or {}) if w is not None else None
         out = fetch_ints(self.arrow, table, exprs, where, span=span, max_rows=self.max_rows, keep=keep,
-                         expect_rows=w.expect_rows if w is not None else None)
+                         expect_rows=w.expect_rows if w is not None else None, pages=self.pages)
         if span and span[2] - span[1] + 1 != span[0]:
             self.suspect.append(f"{span[0]} rows in {table} over rowids {span[1]}..{span[2]}")
         return out
