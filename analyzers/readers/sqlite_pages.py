@@ -35,6 +35,7 @@ BATCH_BYTES = 4 << 20
 _MAGIC = b"SQLite format 3\x00"
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _COLUMN = re.compile(rf"({_NAME})")
+_INT = re.compile(r"-?\d+")
 _COALESCE = re.compile(rf"COALESCE\(\s*({_NAME}|-?\d+)\s*,\s*(-?\d+)\s*\)")
 _IN = re.compile(rf"({_NAME})\s+IN\s*\(\s*(-?\d+(?:\s*,\s*-?\d+)*)\s*\)")
 _I64 = np.iinfo(np.int64)
@@ -75,7 +76,7 @@ def _plan(names: tuple[str, ...], exprs: list[str], where: str) -> _Plan:
         e = e.strip()
         m = _COALESCE.fullmatch(e)
         name, default = (m.group(1), int(m.group(2))) if m else (e, None)
-        if m and not _COLUMN.fullmatch(name):     # COALESCE(0,0): the constant 0
+        if _INT.fullmatch(name):                  # -1, COALESCE(0,0): a constant
             cols.append((-1, int(name)))
             continue
         if not _COLUMN.fullmatch(name) or name not in index:
@@ -102,7 +103,7 @@ def open_pages(path: Path, con: sqlite3.Connection) -> PagedFile | None:
         if not enabled(path.stat().st_size):
             return None
         return PagedFile(path, con)
-    except (Unpaged, ImportError, OSError):
+    except (Unpaged, ImportError, OSError, RuntimeError):   # RuntimeError: numba cannot cache here
         return None
 
 

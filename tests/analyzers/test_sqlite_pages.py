@@ -1,0 +1,169 @@
+"""Integer columns read from SQLite's pages (``sqlite_pages``) give what SQLite gives, value for
+value and error for error: each file below is made here, with sqlite3, for the case it names."""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from srtscope.analyzers.readers import sqlite_pages as sp
+from srtscope.analyzers.readers.columnar import connect_arrow, fetch_ints
+
+T = "t"
+# every integer width SQLite stores (serial types 1-6, and 8/9 for 0 and 1)
+WIDTHS = [0, 1, -1, 127, -128, 128, 32767, -32768, 1 << 23, -(1 << 23), (1 << 31) - 1, -(1 << 31),
+          1 << 40, -(1 << 47), (1 << 63) - 1, -(1 << 63)]
+
+
+def _db(path: Path, rows: list[tuple], schema: str = "a INTEGER, b INTEGER, c INTEGER",
+        page_size: int = 512, after: str = "") -> Path:
+    con = sqlite3.connect(path)
+    con.execute(f"PRAGMA page_size={page_size}")
+    con.execute(f"CREATE TABLE {T} ({schema})")
+    n = schema.count(",") + 1
+    con.executemany(f"INSERT INTO {T} VALUES ({', '.join('?' * n)})", rows)
+    for sql in filter(None, after.split(";")):
+        con.execute(sql)
+    con.commit()
+    con.close()
+    return path
+
+
+def _read(path: Path, exprs: list[str], where: str = "", rowids: tuple[int, int] | None = None,
+          paged: bool = True) -> list[np.ndarray] | str:
+    """fetch_ints through the pages (forced) or through SQLite only; an error as its message."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    arrow = connect_arrow(path)
+    pages = sp.PagedFile(path, con) if paged else None
+    try:
+        return fetch_ints(arrow, T, exprs, where, rowids=rowids, pages=pages)
+    except sqlite3.DatabaseError as exc:
+        return str(exc)
+    finally:
+        if pages is not None:
+            pages.close()
+        arrow.close()
+        con.close()
+
+
+def _batches(path: Path, exprs: list[str], where: str = "", lo: int = 1, hi: int = 1 << 62) -> int:
+    """Rows the pages alone gave (``Unpaged`` raised where they cannot)."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    pf = sp.PagedFile(path, con)
+    try:
+        return sum(seen for seen, _, _ in pf.batches(T, exprs, where, lo, hi))
+    finally:
+        pf.close()
+        con.close()
+
+
+@pytest.fixture(autouse=True)
+def _forced(monkeypatch):
+    monkeypatch.setenv(sp.ENV, "1")
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, str) or isinstance(b, str):
+        return a == b
+    return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+# (case, rows, schema, after, exprs, where, read from the pages alone)
+CASES = [
+    ("every integer width", [(v, -v if v > -(1 << 63) else 5, 7) for v in WIDTHS], None, "",
+     ["a", "b", "c"], "", True),
+    ("a NULL under COALESCE, a constant, a COALESCE of constants",
+     [(1, None, 3), (None, 2, None)] * 50, None, "",
+     ["COALESCE(a,-1)", "COALESCE(b, 0)", "COALESCE(c,9)", "-1", "COALESCE(0,0)"],
+     "", True),
+    ("where IN: rows outside it hold NULLs", [(i % 3, None if i % 3 == 2 else i, i) for i in range(500)],
+     None, "", ["b", "c"], "a IN (0, 1)", True),
+    ("a NULL where no COALESCE is: SQLite's error", [(1, 2, 3), (None, 2, 3)], None, "", ["a", "b"], "", False),
+    ("a float: SQLite's error", [(1, 2, 3), (1.5, 2, 3)], None, "", ["a"], "", False),
+    ("text: SQLite's error", [(1, 2, 3), ("x", 2, 3)], None, "", ["a"], "", False),
+    ("a row on overflow pages", [(i, i, i) for i in range(50)] + [(7, 8, 9)], "a INTEGER, b INTEGER, c",
+     "UPDATE t SET c = zeroblob(3000) WHERE rowid = 51", ["a", "b"], "", False),
+    ("rows shorter than the table (a column added later)", [(i, i, i) for i in range(200)], None,
+     "ALTER TABLE t ADD COLUMN d INTEGER DEFAULT 42", ["a", "COALESCE(d,0)"], "", False),
+    ("rowids with gaps (rows deleted)", [(i, i * 2, i * 3) for i in range(3000)], None,
+     "DELETE FROM t WHERE a % 7 = 3", ["a", "b", "c"], "", True),
+    ("an integer primary key (the rowid's alias)", [(i, i, i) for i in range(100)],
+     "a INTEGER PRIMARY KEY, b INTEGER, c INTEGER", "", ["a", "b"], "", False),
+    ("a table without rowid", [(i, i, i) for i in range(100)],
+     "a INTEGER PRIMARY KEY, b INTEGER, c INTEGER) WITHOUT ROWID --", "", ["b", "c"], "", False),
+    ("an expression SQLite computes", [(i, i, i) for i in range(100)], None, "", ["a + b"], "", False),
+]
+
+
+@pytest.mark.parametrize("case,rows,schema,after,exprs,where,paged", CASES, ids=[c[0] for c in CASES])
+def test_pages_give_what_sqlite_gives(tmp_path, case, rows, schema, after, exprs, where, paged):
+    path = _db(tmp_path / "t.sqlite", rows, schema or "a INTEGER, b INTEGER, c INTEGER", after=after)
+    assert _same(_read(path, exprs, where), _read(path, exprs, where, paged=False)), case
+    if paged:
+        assert _batches(path, exprs, where) == sqlite3.connect(path).execute(
+            f"SELECT COUNT(*) FROM {T}").fetchone()[0], case
+    else:
+        with pytest.raises(sp.Unpaged):
+            _batches(path, exprs, where)
+
+
+def test_every_width_read_from_pages(tmp_path):
+    path = _db(tmp_path / "t.sqlite", [(v, 0, 1) for v in WIDTHS])
+    a, b, c = _read(path, ["a", "b", "c"])
+    assert a.tolist() == WIDTHS and set(b.tolist()) == {0} and set(c.tolist()) == {1}
+
+
+@pytest.mark.parametrize("lo,hi", [(1, 1), (1, 5000), (777, 778), (2500, 4999), (4990, 9000), (6000, 7000)])
+def test_rowid_ranges_in_a_deep_tree(tmp_path, lo, hi):
+    """512-byte pages: 5000 rows take a b-tree of three levels; a range starts and ends mid-leaf."""
+    path = _db(tmp_path / "t.sqlite", [(i, i * i, -i) for i in range(5000)])
+    got = _read(path, ["a", "b", "c"], rowids=(lo, hi))
+    assert _same(got, _read(path, ["a", "b", "c"], rowids=(lo, hi), paged=False))
+    assert got[0].tolist() == list(range(lo - 1, min(hi, 5000)))
+
+
+def test_a_bad_row_late_in_the_table_is_read_through_sqlite_from_there(tmp_path, monkeypatch):
+    """One page a batch: the batches before the float come from the pages, the rest from SQLite."""
+    monkeypatch.setattr(sp, "BATCH_BYTES", 512)
+    rows = [(i, i, i) for i in range(2000)]
+    rows[1500] = (1500, 2.5, 1500)
+    path = _db(tmp_path / "t.sqlite", rows)
+    assert _same(_read(path, ["a", "c"]), _read(path, ["a", "c"], paged=False))
+    assert _read(path, ["b"]) == _read(path, ["b"], paged=False)      # the same error
+    con = sqlite3.connect(path)
+    pf = sp.PagedFile(path, con)
+    given = 0
+    with pytest.raises(sp.Unpaged):
+        for seen, _, _ in pf.batches(T, ["b"], "", 1, 2000):
+            given += seen
+    assert 1000 < given <= 1500
+
+
+def test_a_damaged_leaf_page_is_answered_by_sqlite(tmp_path):
+    path = _db(tmp_path / "t.sqlite", [(i, i, i) for i in range(3000)])
+    con = sqlite3.connect(path)
+    root = con.execute(f"SELECT rootpage FROM sqlite_master WHERE name='{T}'").fetchone()[0]
+    con.close()
+    with path.open("r+b") as f:           # the last page is a leaf of t: its type byte made odd
+        f.seek(0, 2)
+        last = f.tell() // 512
+        assert last != root
+        f.seek((last - 1) * 512)
+        f.write(b"\x07")
+    assert _same(_read(path, ["a", "b"]), _read(path, ["a", "b"], paged=False))
+
+
+def test_the_switch(tmp_path, monkeypatch):
+    path = _db(tmp_path / "t.sqlite", [(1, 2, 3)])
+    con = sqlite3.connect(path)
+    assert sp.open_pages(path, con) is not None
+    monkeypatch.setenv(sp.ENV, "0")
+    assert sp.open_pages(path, con) is None
+    monkeypatch.delenv(sp.ENV)
+    assert sp.open_pages(path, con) is None                       # a small file: SQLite reads it
+    assert sp.enabled(sp.MIN_TABLE_BYTES) and not sp.enabled(sp.MIN_TABLE_BYTES - 1)
+    (tmp_path / "x.sqlite").write_bytes(b"not sqlite" * 100)
+    monkeypatch.setenv(sp.ENV, "1")
+    assert sp.open_pages(tmp_path / "x.sqlite", con) is None
