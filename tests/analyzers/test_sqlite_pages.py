@@ -6,10 +6,13 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from srtscope.analyzers.readers import load_timeline
 from srtscope.analyzers.readers import sqlite_pages as sp
 from srtscope.analyzers.readers.columnar import connect_arrow, fetch_ints
+from tests.conftest import REAL_TRACES as REAL
 
 T = "t"
 # every integer width SQLite stores (serial types 1-6, and 8/9 for 0 and 1)
@@ -167,3 +170,32 @@ def test_the_switch(tmp_path, monkeypatch):
     (tmp_path / "x.sqlite").write_bytes(b"not sqlite" * 100)
     monkeypatch.setenv(sp.ENV, "1")
     assert sp.open_pages(tmp_path / "x.sqlite", con) is None
+
+
+NSYS = sorted((REAL / "nsys").glob("*.sqlite")) if (REAL / "nsys").is_dir() else []
+
+
+@pytest.mark.usefixtures("real_traces")
+@pytest.mark.parametrize("path", NSYS, ids=[p.name for p in NSYS])
+def test_real_exports_read_from_pages_as_through_sqlite(path, monkeypatch):
+    """Every shared nsys export (2022.2 to 2026.2): the Timeline read from the pages is the one
+    read through SQLite, and its big tables came from the pages (nothing fell back)."""
+    fell: list[str] = []
+    used: set[str] = set()
+    orig = sp.PagedFile.batches
+
+    def batches(self, table, *a):
+        try:
+            yield from orig(self, table, *a)
+            used.add(table)
+        except sp.Unpaged as exc:
+            fell.append(f"{table}: {exc}")
+            raise
+
+    monkeypatch.setattr(sp.PagedFile, "batches", batches)
+    paged = load_timeline([path])
+    monkeypatch.setenv(sp.ENV, "0")
+    whole = load_timeline([path])
+    assert fell == [] and {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"} <= used
+    for a, b in ((paged.device, whole.device), (paged.api, whole.api), (paged.ranges, whole.ranges)):
+        pd.testing.assert_frame_equal(a, b)
