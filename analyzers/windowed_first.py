@@ -360,9 +360,11 @@ def _device_pass(src: ChunkSource, w: pd.DataFrame, counts: dict[str, np.ndarray
             q = pd.DataFrame({"i": np.arange(len(d)),
                               **{c: d[c].to_numpy(np.int64) for c in ("rank", "pid", "correlation")}})
             gk[q.merge(gkeys.astype(np.int64), on=["rank", "pid", "correlation"])["i"].to_numpy()] = True
-        for rank in np.unique(r_):
-            mine = r_ == rank
-            gs = s_[mine & gk]
+        # NOTE: one rank in the chunk (a rank's export): its rows whole, no sort, no masks
+        one = bool(len(r_)) and bool((r_ == r_[0]).all())
+        for rank in (r_[:1] if one else np.unique(r_)):
+            mine = slice(None) if one else r_ == rank
+            gs = s_[gk] if one else s_[mine & gk]
             if len(gs):
                 on = steps.near(int(rank), int(gs[0]), int(gs[-1]))
                 counts["graph_kernels"][on] += _count_in(gs, ws[on], we[on])

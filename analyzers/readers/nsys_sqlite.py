@@ -422,13 +422,16 @@ class _Reader:
                 continue
             by_pid[((int(g) >> 24) & _MASK24, int(d))] = str(name)
             by_id.setdefault(int(d), str(name))
-        key = np.stack([pid, dom], axis=1) if len(dom) else np.zeros((0, 2), np.int64)
-        uniq, inv = np.unique(key, axis=0, return_inverse=True)
+        # NOTE: (pid, domain) pairs hashed, not sorted: a row-wise np.unique of 2 M ranges took ~1 s
+        pc, pu = pd.factorize(pid)
+        dc, du = pd.factorize(dom)
+        inv, pairs = pd.factorize(pc.astype(np.int64) * max(len(du), 1) + dc)
         vals = []
-        for p, d in uniq.tolist():
+        for k in pairs.tolist():
+            p, d = int(pu[k // max(len(du), 1)]), int(du[k % max(len(du), 1)])
             vals.append("" if d == 0 else by_pid.get((p, d), by_id.get(d, f"domain{d}")))
         cats, codes = np.unique(np.asarray(vals, dtype=object), return_inverse=True)
-        return pd.Categorical.from_codes(codes[inv.reshape(-1)] if len(dom) else
+        return pd.Categorical.from_codes(codes.reshape(-1)[inv] if len(dom) else
                                          np.zeros(0, np.int64), categories=cats.tolist())
 
     def devices(self, used: set[int]) -> tuple[list[DeviceInfo], int]:

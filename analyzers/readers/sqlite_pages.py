@@ -182,7 +182,14 @@ class PagedFile:
         kept = None
         if plan.where is not None:
             w, allowed = plan.where
-            kept = np.isin(vals[w], allowed) & (nulls[w] == 0)
+            kept = nulls[w] == 0
+            if len(allowed) <= 4:                  # eventClass IN (0, 1): compares, not a sort
+                hit = vals[w] == allowed[0]
+                for a in allowed[1:]:
+                    hit |= vals[w] == a
+                kept &= hit
+            else:
+                kept &= np.isin(vals[w], allowed)
         out = []
         rows = n if kept is None else int(kept.sum())
         for row, default in plan.asked:
