@@ -14,7 +14,8 @@ pages or shorter than its table, a float, text or blob where an integer is asked
 no COALESCE is, rowids out of order, a page that is not what the tree says.
 
 ``SRTSCOPE_SQLITE_PAGES``: ``1`` reads every table this way that can be, ``0`` none; unset, the
-tables of at least ``MIN_TABLE_BYTES`` (smaller ones do not repay loading the compiled loop).
+tables of at least ``MIN_TABLE_BYTES`` in files of at least ``MIN_FILE_BYTES`` (smaller ones do not
+repay loading the compiled loop).
 """
 from __future__ import annotations
 
@@ -28,8 +29,11 @@ from pathlib import Path
 import numpy as np
 
 ENV = "SRTSCOPE_SQLITE_PAGES"
-#: a table's leaf pages below this read through SQLite unless ``ENV`` is 1 (bytes)
-MIN_TABLE_BYTES = 128 << 20
+#: files below this read through SQLite unless ``ENV`` is 1 (bytes): loading the compiled loop takes
+#: ~0.7 s (numba ~0.25 s, the cached code ~0.45 s), repaid from about half a GB of rows
+MIN_FILE_BYTES = 512 << 20
+#: in a file read from its pages, a table's leaf pages below this read through SQLite (bytes)
+MIN_TABLE_BYTES = 16 << 20
 #: leaf pages read and decoded per batch (bytes)
 BATCH_BYTES = 4 << 20
 _MAGIC = b"SQLite format 3\x00"
@@ -61,12 +65,13 @@ class _Plan:
     where: tuple[int, np.ndarray] | None        # (row of ``want``, the values kept)
 
 
-def enabled(table_bytes: int) -> bool:
-    """Whether a table of ``table_bytes`` of leaf pages is read from its pages (``ENV``)."""
+def enabled(nbytes: int, least: int = MIN_TABLE_BYTES) -> bool:
+    """Whether ``nbytes`` (a table's leaf pages; a file's size with ``least=MIN_FILE_BYTES``) are
+    read from the pages (``ENV``)."""
     flag = os.environ.get(ENV, "")
     if flag == "0":
         return False
-    return flag == "1" or table_bytes >= MIN_TABLE_BYTES
+    return flag == "1" or nbytes >= least
 
 
 def _plan(names: tuple[str, ...], exprs: list[str], where: str) -> _Plan:
@@ -100,7 +105,7 @@ def open_pages(path: Path, con: sqlite3.Connection) -> PagedFile | None:
     """``path`` opened for page reads; None where no table of it will be (``ENV``, a file smaller
     than one big table, no compiled loop on this machine, not an SQLite file)."""
     try:
-        if not enabled(path.stat().st_size):
+        if not enabled(path.stat().st_size, MIN_FILE_BYTES):
             return None
         return PagedFile(path, con)
     except (Unpaged, ImportError, OSError, RuntimeError):   # RuntimeError: numba cannot cache here

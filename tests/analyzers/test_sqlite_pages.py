@@ -167,6 +167,7 @@ def test_the_switch(tmp_path, monkeypatch):
     monkeypatch.delenv(sp.ENV)
     assert sp.open_pages(path, con) is None                       # a small file: SQLite reads it
     assert sp.enabled(sp.MIN_TABLE_BYTES) and not sp.enabled(sp.MIN_TABLE_BYTES - 1)
+    assert sp.enabled(sp.MIN_FILE_BYTES, sp.MIN_FILE_BYTES) and not sp.enabled(sp.MIN_FILE_BYTES - 1, sp.MIN_FILE_BYTES)
     (tmp_path / "x.sqlite").write_bytes(b"not sqlite" * 100)
     monkeypatch.setenv(sp.ENV, "1")
     assert sp.open_pages(tmp_path / "x.sqlite", con) is None
