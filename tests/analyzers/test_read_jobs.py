@@ -83,3 +83,20 @@ def test_jobs_the_machine_can_run(monkeypatch, cores, jobs, files, expected):
 
     monkeypatch.setattr(loading, "usable_cores", lambda: cores)
     assert loading.reading_processes(jobs, files) == expected
+
+
+def test_trace_reading_asks_no_huge_pages_for_arrays():
+    """``keep_freed_memory`` (a trace read): numpy's arrays no longer ask for transparent huge pages."""
+    import numpy as np
+
+    from srtscope.cli.loading import keep_freed_memory
+
+    advise = getattr(getattr(np, "_core", np).multiarray, "_set_madvise_hugepage", None)
+    if advise is None:
+        pytest.skip("this numpy has no huge-page switch")
+    before = advise(True)
+    try:
+        keep_freed_memory()
+        assert advise(True) is False
+    finally:
+        advise(before)
