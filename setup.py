@@ -1,9 +1,15 @@
-"""Build hook for the one C extension; everything else is in pyproject.toml.
+"""Build hook for the C extensions; everything else is in pyproject.toml.
 
-``srtscope.probes._fastrange`` (probes/_fastrange.c) is the probe ranges' hot path. It is
-optional: where it does not compile, the install goes on and ``probes/ranges.py`` uses its pure
-Python path.
+``srtscope.probes._fastrange`` (probes/_fastrange.c) is the probe ranges' hot path;
+``srtscope.analyzers.readers._sqlite_pages`` (analyzers/readers/_sqlite_pages.c) decodes a big nsys
+export's tables from their SQLite pages. Both are optional: where one does not compile, the install
+goes on and its Python side takes the other path (``probes/ranges.py``'s pure Python stages; SQLite
+reading every table, ``analyzers/readers/sqlite_pages.py``).
 """
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("srtscope.probes._fastrange", ["probes/_fastrange.c"], optional=True)])
+setup(ext_modules=[
+    Extension("srtscope.probes._fastrange", ["probes/_fastrange.c"], optional=True),
+    Extension("srtscope.analyzers.readers._sqlite_pages", ["analyzers/readers/_sqlite_pages.c"],
+              extra_compile_args=["-O2"], optional=True),
+])

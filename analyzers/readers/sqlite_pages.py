@@ -3,7 +3,7 @@
 SQLite answers a scan by stepping its virtual machine once per row and value: on an nsys kernel
 table that is ~600 ns a row, the whole of a big export's reading cost. ``PagedFile`` walks the
 table's b-tree itself (read-only ``pread``, never a memory map: what is read is not held) and
-decodes each leaf page's rows in a compiled loop (``sqlite_pages_jit``, GIL released: ~150 ns a
+decodes each leaf page's rows in a compiled loop (``_sqlite_pages.c``, GIL released: ~100 ns a
 row). What comes out is what ``SELECT ... ORDER BY rowid`` gives, value for value.
 
 Only what the loop covers is read this way; anything else raises ``Unpaged`` and the caller reads
@@ -14,8 +14,8 @@ pages or shorter than its table, a float, text or blob where an integer is asked
 no COALESCE is, rowids out of order, a page that is not what the tree says.
 
 ``SRTSCOPE_SQLITE_PAGES``: ``1`` reads every table this way that can be, ``0`` none; unset, the
-tables of at least ``MIN_TABLE_BYTES`` in files of at least ``MIN_FILE_BYTES`` (smaller ones do not
-repay loading the compiled loop).
+tables of at least ``MIN_TABLE_BYTES``. Where the C loops were not built (``setup.py``: an install
+without a C compiler), SQLite reads every table.
 """
 from __future__ import annotations
 
@@ -29,11 +29,9 @@ from pathlib import Path
 import numpy as np
 
 ENV = "SRTSCOPE_SQLITE_PAGES"
-#: files below this read through SQLite unless ``ENV`` is 1 (bytes): loading the compiled loop takes
-#: ~0.7 s (numba ~0.25 s, the cached code ~0.45 s), repaid from about half a GB of rows
-MIN_FILE_BYTES = 512 << 20
-#: in a file read from its pages, a table's leaf pages below this read through SQLite (bytes)
-MIN_TABLE_BYTES = 16 << 20
+#: a table's leaf pages (and a file) below this read through SQLite unless ``ENV`` is 1 (bytes):
+#: where SQLite takes a few milliseconds, walking the b-tree gains nothing
+MIN_TABLE_BYTES = 8 << 20
 #: leaf pages read and decoded per batch (bytes)
 BATCH_BYTES = 4 << 20
 _MAGIC = b"SQLite format 3\x00"
@@ -65,13 +63,12 @@ class _Plan:
     where: tuple[int, np.ndarray] | None        # (row of ``want``, the values kept)
 
 
-def enabled(nbytes: int, least: int = MIN_TABLE_BYTES) -> bool:
-    """Whether ``nbytes`` (a table's leaf pages; a file's size with ``least=MIN_FILE_BYTES``) are
-    read from the pages (``ENV``)."""
+def enabled(nbytes: int) -> bool:
+    """Whether a table of ``nbytes`` of leaf pages is read from its pages (``ENV``)."""
     flag = os.environ.get(ENV, "")
     if flag == "0":
         return False
-    return flag == "1" or nbytes >= least
+    return flag == "1" or nbytes >= MIN_TABLE_BYTES
 
 
 def _plan(names: tuple[str, ...], exprs: list[str], where: str) -> _Plan:
@@ -103,12 +100,12 @@ def _plan(names: tuple[str, ...], exprs: list[str], where: str) -> _Plan:
 
 def open_pages(path: Path, con: sqlite3.Connection) -> PagedFile | None:
     """``path`` opened for page reads; None where no table of it will be (``ENV``, a file smaller
-    than one big table, no compiled loop on this machine, not an SQLite file)."""
+    than one big table, the C loops not built here, not an SQLite file)."""
     try:
-        if not enabled(path.stat().st_size, MIN_FILE_BYTES):
+        if not enabled(path.stat().st_size):
             return None
         return PagedFile(path, con)
-    except (Unpaged, ImportError, OSError, RuntimeError):   # RuntimeError: numba cannot cache here
+    except (Unpaged, ImportError, OSError):   # ImportError: the C loops were not built here
         return None
 
 
@@ -133,8 +130,8 @@ class PagedFile:
         except BaseException:
             os.close(self.fd)
             raise
-        from srtscope.analyzers.readers import sqlite_pages_jit as jit  # compiled on first use
-        self._jit = jit
+        import srtscope.analyzers.readers._sqlite_pages as _sqlite_pages  # the C loops (setup.py)
+        self._c = _sqlite_pages
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -155,31 +152,36 @@ class PagedFile:
         if isinstance(t, Unpaged):
             raise t
         plan = _plan(t.names, exprs, where)
-        a = int(np.searchsorted(t.upper, lo, "left"))
-        b = min(int(np.searchsorted(t.upper, hi, "left")) + 1, len(t.leaves))
+        # NOTE: one leaf more on each side, each leaf's rows checked against its bounds in the tree:
+        # a damaged key that moves a leaf out of [lo, hi] is found, not a row silently left out
+        a = max(int(np.searchsorted(t.upper, lo, "left")) - 1, 0)
+        b = min(int(np.searchsorted(t.upper, hi, "left")) + 2, len(t.leaves))
+        lower = np.r_[_I64.min, t.upper[:-1]]
         per = max(1, BATCH_BYTES // self.psz)
-        buf = np.zeros(per * self.psz + self._jit.PAD, np.uint8)
+        buf = np.zeros(per * self.psz + self._c.PAD, np.uint8)
         prev = int(_I64.min)
         for s in range(a, b, per):
-            pages = t.leaves[s:min(s + per, b)]
+            e = min(s + per, b)
+            pages = t.leaves[s:e]
             self._read_pages(pages, buf)
-            n, last, vals = self._decode(buf, len(pages), len(t.names), plan, lo, hi, prev)
+            n, last, vals = self._decode(buf, len(pages), (lower[s:e], t.upper[s:e]), plan, lo, hi, prev)
             prev = last
             if n:
                 yield n, self._values(plan, vals, n), last
 
-    def _decode(self, buf: np.ndarray, npages: int, ncol: int, plan: _Plan, lo: int, hi: int,
-                prev: int) -> tuple[int, int, tuple[np.ndarray, np.ndarray]]:
-        head = buf[:npages * self.psz].reshape(npages, self.psz)
-        cells = (head[:, 3].astype(np.int64) << 8) | head[:, 4]
+    def _decode(self, buf: np.ndarray, npages: int, bounds: tuple[np.ndarray, np.ndarray], plan: _Plan,
+                lo: int, hi: int, prev: int) -> tuple[int, int, tuple[np.ndarray, np.ndarray]]:
+        at = np.arange(npages, dtype=np.int64) * self.psz
+        cells = (buf[at + 3].astype(np.int64) << 8) | buf[at + 4]
         cap = int(np.minimum(cells, self.usable // 2).sum())
         vals = np.empty((len(plan.want), cap), np.int64)
         nulls = np.empty((len(plan.want), cap), np.uint8)
-        n, last, status = self._jit.leaves(buf, npages, self.psz, self.usable, ncol, plan.want,
-                                           lo, hi, prev, vals, nulls)
-        if status != self._jit.OK:
+        n, last, status = self._c.leaves(buf, at, np.ascontiguousarray(bounds[0]),
+                                           np.ascontiguousarray(bounds[1]), self.psz, self.usable,
+                                           plan.want, lo, hi, prev, vals, nulls, cap)
+        if status != self._c.OK:
             raise Unpaged(f"status {status}")
-        return int(n), int(last), (vals[:, :n], nulls[:, :n])
+        return n, last, (vals[:, :n], nulls[:, :n])
 
     @staticmethod
     def _values(plan: _Plan, got: tuple[np.ndarray, np.ndarray], n: int) -> list[np.ndarray]:
@@ -247,13 +249,13 @@ class PagedFile:
         names = tuple(str(r[1]) for r in info)
         level, upper = np.array([row[0]], np.int64), np.array([_I64.max], np.int64)
         seen = 0
-        page = np.zeros(self.psz + self._jit.PAD, np.uint8)
+        page = np.zeros(self.psz + self._c.PAD, np.uint8)
         kids = np.empty(self.usable // 2 + 1, np.int64)
         keys = np.empty(self.usable // 2 + 1, np.int64)
         while True:
             self._read_pages(level[:1], page)
             off = 100 if level[0] == 1 else 0
-            if page[off] == self._jit.LEAF:
+            if page[off] == self._c.LEAF:
                 return _Tree(names, level, upper)
             seen += len(level)
             if seen > self.pages:
@@ -261,7 +263,7 @@ class PagedFile:
             nxt, nup = [], []
             for p, up in zip(level.tolist(), upper.tolist()):
                 self._read_pages(np.array([p], np.int64), page)
-                k = self._jit.interior(page, 100 if p == 1 else 0, self.psz, self.usable, kids, keys)
+                k = self._c.interior(page, 100 if p == 1 else 0, self.psz, self.usable, kids, keys)
                 if k < 1:
                     raise Unpaged(f"page {p} is not an interior page")
                 nxt.append(kids[:k].copy())

@@ -167,7 +167,6 @@ def test_the_switch(tmp_path, monkeypatch):
     monkeypatch.delenv(sp.ENV)
     assert sp.open_pages(path, con) is None                       # a small file: SQLite reads it
     assert sp.enabled(sp.MIN_TABLE_BYTES) and not sp.enabled(sp.MIN_TABLE_BYTES - 1)
-    assert sp.enabled(sp.MIN_FILE_BYTES, sp.MIN_FILE_BYTES) and not sp.enabled(sp.MIN_FILE_BYTES - 1, sp.MIN_FILE_BYTES)
     (tmp_path / "x.sqlite").write_bytes(b"not sqlite" * 100)
     monkeypatch.setenv(sp.ENV, "1")
     assert sp.open_pages(tmp_path / "x.sqlite", con) is None
@@ -200,3 +199,54 @@ def test_real_exports_read_from_pages_as_through_sqlite(path, monkeypatch):
     assert fell == [] and {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"} <= used
     for a, b in ((paged.device, whole.device), (paged.api, whole.api), (paged.ranges, whole.ranges)):
         pd.testing.assert_frame_equal(a, b)
+
+
+def test_the_loops_refuse_buffers_that_do_not_hold_the_pages():
+    """The C loops check their buffers before reading: too short a page buffer, too few rows of
+    output, wanted columns out of order -- a ValueError, never a read past a buffer."""
+    from srtscope.analyzers.readers import _sqlite_pages as c
+
+    page = np.zeros(4096 + c.PAD, np.uint8)
+    vals, nulls = np.zeros((1, 8), np.int64), np.zeros((1, 8), np.uint8)
+    at, want = np.zeros(1, np.int64), np.zeros(1, np.int64)
+    low, high = np.zeros(1, np.int64), np.full(1, 99, np.int64)
+    assert c.leaves(page, at, low, high, 4096, 4096, want, 1, 9, -1, vals, nulls, 8)[2] == c.ODD_PAGE  # no leaf
+    for bad in ((page[:4096], at, low, want, vals, 8), (page, at + 1, low, want, vals, 8),
+                (page, at, low, want, vals, 9), (page, at, low, np.array([2, 1]), vals, 4),
+                (page, at, low[:0], want, vals, 8)):
+        b, a, lw, w, v, cap = bad
+        with pytest.raises(ValueError):
+            c.leaves(b, a, lw, high, 4096, 4096, w, 1, 9, -1, v, nulls, cap)
+    kids = np.zeros(4, np.int64)
+    assert c.interior(page, 0, 4096, 4096, kids, kids.copy()) == -1
+    with pytest.raises(ValueError):
+        c.interior(page[:100], 0, 4096, 4096, kids, kids.copy())
+
+
+def test_without_the_c_loops_sqlite_reads_everything(tmp_path, monkeypatch):
+    import sys
+
+    path = _db(tmp_path / "t.sqlite", [(1, 2, 3)])
+    monkeypatch.setitem(sys.modules, "srtscope.analyzers.readers._sqlite_pages", None)
+    assert sp.open_pages(path, sqlite3.connect(path)) is None
+    assert _same(_read(path, ["a"], paged=False), [np.array([1])])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_flipped_bytes_give_sqlites_answer_or_its_error(tmp_path, seed):
+    """Bytes of the table's pages (leaves, interior pages, keys, cell pointers) overwritten at random:
+    the pages give SQLite's values or SQLite's error -- never other rows, never a crash."""
+    rng = np.random.default_rng(seed)
+    clean = _db(tmp_path / "clean.sqlite", [(i, i * 3, None if i % 4 else -i) for i in range(40_000)],
+                page_size=1024)
+    data = clean.read_bytes()
+    exprs = ["a", "b", "COALESCE(c,-1)"]
+    for trial in range(25):
+        path = tmp_path / f"bad{trial}.sqlite"
+        raw = bytearray(data)
+        for at in rng.integers(2 * 1024, len(raw), 1 + trial % 4):     # past sqlite_master's page
+            raw[int(at)] = int(rng.integers(0, 256))
+        path.write_bytes(bytes(raw))
+        for rowids in (None, (5_000, 30_000)):
+            assert _same(_read(path, exprs, rowids=rowids), _read(path, exprs, rowids=rowids, paged=False)), \
+                (trial, rowids)
