@@ -51,10 +51,11 @@ def test_wheel_has_one_top_level_name(built):
         assert f"srtscope/{sub}/__init__.py" in names
     assert "srtscope/__main__.py" in names
     assert "srtscope/engine/model/llama.py" in names and "srtscope/analyzers/readers/kineto.py" in names
-    # the probes' C extension, where this machine can compile it (setup.py makes it optional)
-    if shutil.which("gcc") or shutil.which("cc"):
-        assert any(n.startswith("srtscope/probes/_fastrange.") and n.endswith(".so") for n in names), names
-    assert "srtscope/probes/_fastrange.c" not in names
+    # the C extensions, where this machine can compile them (setup.py makes them optional)
+    for ext in ("probes/_fastrange", "analyzers/readers/_sqlite_pages"):
+        if shutil.which("gcc") or shutil.which("cc"):
+            assert any(n.startswith(f"srtscope/{ext}.") and n.endswith(".so") for n in names), names
+        assert f"srtscope/{ext}.c" not in names
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "srtscope = srtscope.cli.app:main" in entry
 
@@ -67,6 +68,7 @@ def test_sdist_builds_the_same_packages(built):
         assert f"{root}/{sub}/__init__.py" in members
     assert f"{root}/srtscope/__init__.py" in members and f"{root}/pyproject.toml" in members
     assert f"{root}/probes/_fastrange.c" in members and f"{root}/setup.py" in members
+    assert f"{root}/analyzers/readers/_sqlite_pages.c" in members
 
 
 def test_wheel_installs_into_an_empty_venv(built, tmp_path):
