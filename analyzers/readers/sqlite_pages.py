@@ -177,8 +177,8 @@ class PagedFile:
         vals = np.empty((len(plan.want), cap), np.int64)
         nulls = np.empty((len(plan.want), cap), np.uint8)
         n, last, status = self._c.leaves(buf, at, np.ascontiguousarray(bounds[0]),
-                                           np.ascontiguousarray(bounds[1]), self.psz, self.usable,
-                                           plan.want, lo, hi, prev, vals, nulls, cap)
+                                         np.ascontiguousarray(bounds[1]), self.psz, self.usable,
+                                         plan.want, lo, hi, prev, vals, nulls, cap)
         if status != self._c.OK:
             raise Unpaged(f"status {status}")
         return n, last, (vals[:, :n], nulls[:, :n])
