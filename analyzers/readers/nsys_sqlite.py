@@ -425,10 +425,11 @@ class _Reader:
         # NOTE: (pid, domain) pairs hashed, not sorted: a row-wise np.unique of 2 M ranges took ~1 s
         pc, pu = pd.factorize(pid)
         dc, du = pd.factorize(dom)
-        inv, pairs = pd.factorize(pc.astype(np.int64) * max(len(du), 1) + dc)
+        m = max(len(du), 1)
+        inv, pairs = pd.factorize(pc.astype(np.int64) * m + dc)
         vals = []
         for k in pairs.tolist():
-            p, d = int(pu[k // max(len(du), 1)]), int(du[k % max(len(du), 1)])
+            p, d = int(pu[k // m]), int(du[k % m])
             vals.append("" if d == 0 else by_pid.get((p, d), by_id.get(d, f"domain{d}")))
         cats, codes = np.unique(np.asarray(vals, dtype=object), return_inverse=True)
         return pd.Categorical.from_codes(codes.reshape(-1)[inv] if len(dom) else

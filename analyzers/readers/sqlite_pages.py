@@ -126,6 +126,8 @@ class PagedFile:
             if self.psz < 512 or self.psz & (self.psz - 1):
                 raise Unpaged(f"page size {self.psz}")
             self.usable = self.psz - head[20]
+            if self.usable < 480:                      # SQLite's own least usable size
+                raise Unpaged(f"usable page size {self.usable}")
             self.pages = os.fstat(self.fd).st_size // self.psz
         except BaseException:
             os.close(self.fd)
@@ -173,7 +175,7 @@ class PagedFile:
                 lo: int, hi: int, prev: int) -> tuple[int, int, tuple[np.ndarray, np.ndarray]]:
         at = np.arange(npages, dtype=np.int64) * self.psz
         cells = (buf[at + 3].astype(np.int64) << 8) | buf[at + 4]
-        cap = int(np.minimum(cells, self.usable // 2).sum())
+        cap = int(np.minimum(cells, (self.usable - 8) // 6).sum())   # the most a page holds
         vals = np.empty((len(plan.want), cap), np.int64)
         nulls = np.empty((len(plan.want), cap), np.uint8)
         n, last, status = self._c.leaves(buf, at, np.ascontiguousarray(bounds[0]),
@@ -216,13 +218,17 @@ class PagedFile:
     def _read_pages(self, pages: np.ndarray, buf: np.ndarray) -> None:
         """Pages ``pages`` (numbers from 1) side by side into ``buf``, a run of consecutive pages
         in one read."""
-        if pages[0] < 1 or pages.max() > self.pages:
-            raise Unpaged("page number past the file")
+        if pages.min() < 1 or pages.max() > self.pages:
+            raise Unpaged("page number outside the file")
         mv = buf.data.cast("B")
         cut = np.flatnonzero(np.diff(pages) != 1) + 1
         for a, b in zip([0, *cut.tolist()], [*cut.tolist(), len(pages)]):
             want = (b - a) * self.psz
-            if os.preadv(self.fd, [mv[a * self.psz:b * self.psz]], int(pages[a] - 1) * self.psz) != want:
+            try:
+                got = os.preadv(self.fd, [mv[a * self.psz:b * self.psz]], int(pages[a] - 1) * self.psz)
+            except OSError as exc:                     # SQLite's read says what it is
+                raise Unpaged(str(exc)) from exc
+            if got != want:
                 raise Unpaged("short read")
         buf[len(pages) * self.psz:] = 0
 

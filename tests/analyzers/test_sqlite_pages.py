@@ -39,7 +39,7 @@ def _read(path: Path, exprs: list[str], where: str = "", rowids: tuple[int, int]
     """fetch_ints through the pages (forced) or through SQLite only; an error as its message."""
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     arrow = connect_arrow(path)
-    pages = sp.PagedFile(path, con) if paged else None
+    pages = sp.open_pages(path, con) if paged else None
     try:
         return fetch_ints(arrow, T, exprs, where, rowids=rowids, pages=pages)
     except sqlite3.DatabaseError as exc:
@@ -250,3 +250,24 @@ def test_flipped_bytes_give_sqlites_answer_or_its_error(tmp_path, seed):
         for rowids in (None, (5_000, 30_000)):
             assert _same(_read(path, exprs, rowids=rowids), _read(path, exprs, rowids=rowids, paged=False)), \
                 (trial, rowids)
+
+
+def test_a_child_page_zero_or_too_little_usable_space_is_sqlites_to_judge(tmp_path):
+    """An interior page's later child set to page 0; reserved bytes leaving under 480 usable: the
+    pages give way to SQLite (its answer or its error), never an OSError or a ValueError."""
+    path = _db(tmp_path / "t.sqlite", [(i, i, i) for i in range(1000)])   # a root over leaves
+    con = sqlite3.connect(path)
+    root = con.execute(f"SELECT rootpage FROM sqlite_master WHERE name='{T}'").fetchone()[0]
+    con.close()
+    raw = bytearray(path.read_bytes())
+    base = (root - 1) * 512
+    assert raw[base] == 0x05 and int.from_bytes(raw[base + 8:base + 12], "big") > 0
+    raw[base + 8:base + 12] = bytes(4)                           # the right-most child: page 0
+    (tmp_path / "zero.sqlite").write_bytes(bytes(raw))
+    reserved = bytearray(path.read_bytes())
+    reserved[20] = 64                                            # 512 - 64 = 448 usable bytes
+    (tmp_path / "reserved.sqlite").write_bytes(bytes(reserved))
+    for bad in ("zero.sqlite", "reserved.sqlite"):
+        for rng in (None, (1, 1000)):     # a range: no seek of the table's last rowid before the pages
+            assert _same(_read(tmp_path / bad, ["a", "b"], rowids=rng),
+                         _read(tmp_path / bad, ["a", "b"], rowids=rng, paged=False)), (bad, rng)
