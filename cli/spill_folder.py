@@ -20,8 +20,9 @@ from pathlib import Path
 
 PREFIX = "srtscope-spill-"
 OWNER = "owner"
-#: the files a spill writes (``time_spool.TimeSpool`` of ``nsys_spill``) beside its owner file
-_FILE = re.compile(r"(device|api)-[0-9a-f]{12}-\d{7}\.arrow")
+#: the files a spill writes (``time_spool.TimeSpool`` of ``nsys_spill``) beside its owner file: one
+#: per table, or (an earlier version's) one per segment
+_FILE = re.compile(r"(device|api)-[0-9a-f]{12}(-\d{7}\.arrow|\.spool)")
 _ENDING = (signal.SIGTERM, signal.SIGHUP) if hasattr(signal, "SIGHUP") else (signal.SIGTERM,)
 
 

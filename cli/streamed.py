@@ -52,8 +52,9 @@ MIN_ROWS, MAX_ROWS = 100_000, 4_000_000
 #: the fewest device rows a window of each of two walks holds (``walks``)
 MIN_SPLIT_ROWS = 500_000
 WALKS_ENV = "SRTSCOPE_WINDOW_WALKS"
-#: disk the spill takes per byte of export at most: every column varying within a chunk (Arrow IPC,
-#: ``time_spool``); a generated export's spill, its kernels' ids mostly one value a chunk, takes 0.37
+#: disk the spill takes per byte of export at most: every column varying within a chunk and none of
+#: them narrower packed (``time_spool``); a generated export's spill, its kernels' ids mostly one
+#: value a chunk, takes 0.24
 SPILL_SHARE = 0.85
 
 

@@ -2,8 +2,8 @@
 diagnosis in bounded memory.
 
 ``read_nsys_spilled`` scans the big tables in rowid chunks with ``read_nsys``'s own SQL and decoding
-(its ``_Reader``), spilling the device rows and the API rows into start-time buckets of Arrow IPC
-files (``time_spool``) in a folder the caller owns. What is small comes back whole and equal to
+(its ``_Reader``), spilling the device rows and the API rows into start-time buckets, a file a table (``time_spool``),
+in a folder the caller owns. What is small comes back whole and equal to
 ``read_nsys``'s: the metadata, the NVTX ranges, the counters. ``iter_device`` / ``iter_api`` give the
 two big tables back in ascending start, a DataFrame of at most ``chunk_rows`` rows at a time, whose
 concatenation is ``read_nsys(path).device`` / ``.api`` exactly (columns, dtypes, categories, row

@@ -1,33 +1,41 @@
-"""One table's rows spilled to disk in start-time buckets (Arrow IPC files), read back in time order.
+"""One table's rows spilled to disk in start-time buckets, read back in time order.
 
 Rows come in any order, a chunk at a time (``add``); each chunk's rows go to the buckets their
-start falls in, one file ("segment") per bucket touched, so memory holds one chunk. A bucket of
-more than ``bucket_rows`` rows is split at its median start, and one of too many segments merged,
-streaming one segment at a time. ``chunks`` then reads the buckets in time order (memory-mapped),
-each sorted by (start, arrival order): the rows as a stable sort by start of everything added, in
-pieces of at most ``bucket_rows`` rows (more only where more rows share one start).
+start falls in, one segment per bucket touched, so memory holds one chunk. A bucket of more than
+``bucket_rows`` rows is split at its median start, and one of too many segments merged (a bucket's
+rows in memory at a time, as ``chunks`` holds them). ``chunks`` then reads the buckets in time
+order, each sorted by (start, arrival order): the rows as a stable sort by start of everything
+added, in pieces of at most ``bucket_rows`` rows (more only where more rows share one start).
 
 NOTE: a bucket's segments hold its rows in arrival order (a chunk's rows keep their order, segments
-are appended, a split or merge streams them in order): a stable sort by start within each bucket
-is the stable sort of all rows, no sequence column needed.
+are appended, a split or merge keeps the order): a stable sort by start within each bucket is the
+stable sort of all rows, no sequence column needed.
 
-Columns are numpy arrays (kept as given, except that the integer columns named in ``narrow`` are
-written as int32 in each chunk whose values fit: about a third fewer bytes to write and read back
-for ids; read back, a column is int32 only if every chunk's was) or categoricals (kept as int32 ids
-into one label list per column; ``categories`` gives each column's categories as
-``pandas.api.types.union_categoricals`` of the parts' categoricals would, in part order: see
-``start_part``).
+On disk: one file per spool, the segments in it at page-aligned offsets, each its columns' bytes
+one after another, written in one call. Where each segment is and how each of its columns is stored
+is kept in memory (``_Segment``): a spool is private to its process and never read by another
+program. A segment is memory-mapped to be read (its pages leave memory with it); the space a
+split or merge frees is given back to the file system where it can punch a hole.
+NOTE: one file, not a file per segment: creating and removing thousands of files cost a 10 GB
+export's first look ~1 s of system time (ext4 looks for a free inode among those just removed).
 
-On disk a segment written from a chunk holds less than its columns (``_encode``): a column of one
-value over the whole segment is kept as that value in the file's metadata, and ``end_ns`` as the
-int32 duration where every row's fits; reading a segment gives its columns back as they were added.
-Most of a kernel's columns (kind, device, stream, process, graph ids, bytes) are one value over a
-chunk of one table: a device row takes about half the bytes to write and read back.
+Columns are numpy arrays, all of one set of names in every chunk: kept as given, except that the
+integer columns named in ``narrow`` are int32 in each chunk whose values fit (read back, a column is
+int32 only if every chunk's was), or categoricals (kept as int32 ids into one label list per
+column; ``categories`` gives each column's categories as ``pandas.api.types.union_categoricals`` of
+the parts' categoricals would, in part order: see ``start_part``).
+
+Each integer column of a segment is stored in the fewest bytes its values need (``_pack``): one
+value over the segment is kept in memory only; other values less the segment's lowest, in 1, 2 or
+4 bytes where they fit; ``end_ns`` as the duration ``end_ns - start_ns`` where no row ends before
+it starts. A kernel row (start, duration, name and correlation varying) takes ~13 bytes.
 """
 from __future__ import annotations
 
-import json
 import math
+import mmap
+import os
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,17 +44,60 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.ipc as ipc  # type: ignore[import-untyped]
 
 _I32 = np.iinfo(np.int32)
 #: a bucket of more segments than this has its newest half merged into one (fewer, larger reads)
 MAX_SEGMENTS = 16
+#: where segments start in the file: mmap's offsets are multiples of it
+_ALIGN = mmap.ALLOCATIONGRANULARITY
+_PACKED = tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.uint32))
+
+
+@dataclass(frozen=True)
+class _Col:
+    """One column of a segment: ``dtype`` as added; each row is ``base`` plus its stored value
+    (``stored``: their type; None: every row is ``base``), at byte ``at`` of the segment; ``dur``:
+    the row's ``start_ns`` added too (``end_ns`` stored as a duration)."""
+    name: str
+    dtype: np.dtype
+    base: int
+    stored: np.dtype | None
+    at: int = 0
+    dur: bool = False
+
+
+@dataclass(frozen=True)
+class _Segment:
+    offset: int                 # bytes into the spool's file, a multiple of ``_ALIGN``
+    size: int                   # bytes written (0: every column one value)
+    rows: int
+    cols: tuple[_Col, ...]      # ``start_ns`` first
+
+    @property
+    def span(self) -> int:
+        """Bytes the segment takes in the file, up to where the next one may start."""
+        return self.size + (-self.size % _ALIGN)
+
+
+def _pack(a: np.ndarray) -> tuple[int, np.dtype | None, np.ndarray | None]:
+    """(base, stored type, stored values) of an integer column: (its value, None, None) where it
+    holds one; its values less the lowest in the narrowest unsigned type that holds them, where
+    narrower than its own; else (0, its type, itself)."""
+    lo, hi = int(a.min()), int(a.max())
+    if lo == hi:
+        return lo, None, None
+    for t in _PACKED:
+        if t.itemsize >= a.dtype.itemsize:
+            break
+        if hi - lo <= np.iinfo(t).max:
+            # NOTE: exact also where an int32's difference wraps: modulo 2**32 it is the offset
+            return lo, t, (a - a.dtype.type(lo)).astype(t)
+    return 0, a.dtype, a
 
 
 @dataclass
 class _Bucket:
-    segments: list[Path] = field(default_factory=list)
+    segments: list[_Segment] = field(default_factory=list)
     rows: int = 0
     smin: int | None = None     # lowest start, ns
     smax: int | None = None     # highest start, ns
@@ -74,83 +125,8 @@ class _PartCats:
         return self.first + sorted(self.seen - set(self.first))
 
 
-#: schema metadata of an encoded segment: its columns' names and types, in order; its constant columns
-_COLS, _CONST, _DUR = b"srtscope.cols", b"srtscope.const", b"srtscope.dur"
-
-
-def _encode(table: pa.Table) -> pa.Table:
-    """``table`` as a segment stores it: a column of one value (not ``start_ns``) left out, its value
-    in the metadata (integer columns); ``end_ns`` as int32 ``end_ns - start_ns`` where every row's
-    fits (``_decode`` undoes both). A table of no rows is kept as it is."""
-    if not table.num_rows:
-        return table
-    cols = [[f.name, str(f.type)] for f in table.schema]
-    const: dict[str, int] = {}
-    keep: dict[str, pa.Array] = {}
-    dur = False
-    start = table.column("start_ns").to_numpy()
-    for f in table.schema:
-        a = table.column(f.name).to_numpy()
-        if f.name != "start_ns" and pa.types.is_integer(f.type) and (a == a[0]).all():
-            const[f.name] = int(a[0])
-        elif f.name == "end_ns":
-            d = a - start
-            if d.min() >= 0 and d.max() <= _I32.max:
-                keep[f.name], dur = pa.array(d.astype(np.int32)), True
-            else:
-                keep[f.name] = table.column(f.name)
-        else:
-            keep[f.name] = table.column(f.name)
-    meta = {_COLS: json.dumps(cols), _CONST: json.dumps(const), _DUR: b"1" if dur else b"0"}
-    return pa.table(keep).replace_schema_metadata(meta)
-
-
-def _columns(table: pa.Table) -> tuple[list[tuple[str, np.dtype]], dict[str, np.ndarray | int]]:
-    """A stored segment's (name, dtype) of every column as added, in order, and its columns: an
-    array, or the int a constant column holds (``_encode``)."""
-    meta = table.schema.metadata or {}
-    if _COLS not in meta:
-        return ([(f.name, np.dtype(f.type.to_pandas_dtype())) for f in table.schema],
-                {f.name: table.column(f.name).to_numpy() for f in table.schema})
-    const, dur = json.loads(meta[_CONST]), meta[_DUR] == b"1"
-    names = [(n, np.dtype(pa.type_for_alias(t).to_pandas_dtype())) for n, t in json.loads(meta[_COLS])]
-    out: dict[str, np.ndarray | int] = {}
-    for name, _ in names:
-        if name in const:
-            out[name] = const[name]
-        elif name == "end_ns" and dur:
-            out[name] = table.column("start_ns").to_numpy() + table.column(name).to_numpy()
-        else:
-            out[name] = table.column(name).to_numpy()
-    return names, out
-
-
-def _decode(table: pa.Table) -> pa.Table:
-    """A stored segment's table with its columns as they were added (``_encode``)."""
-    if _COLS not in (table.schema.metadata or {}):
-        return table
-    names, cols = _columns(table)
-    n = table.num_rows
-    return pa.table({k: (np.full(n, cols[k], t) if isinstance(cols[k], int) else cols[k]) for k, t in names})
-
-
-def _read(path: Path) -> pa.Table:
-    """A segment, memory-mapped (its pages leave memory with the last array using them), its columns
-    as they were added."""
-    return _decode(_stored(path))
-
-
-def _stored(path: Path) -> pa.Table:
-    """A segment as stored (``_encode``), memory-mapped."""
-    return ipc.open_file(pa.memory_map(str(path))).read_all()
-
-
-def _ints(table: pa.Table, name: str) -> np.ndarray:
-    return table.column(name).to_numpy()
-
-
 class TimeSpool:
-    """Rows of one table in start-time buckets under ``folder`` (files named ``prefix-<token>-*.arrow``,
+    """Rows of one table in start-time buckets in one file under ``folder`` (``prefix-<token>.spool``,
     the token this spool's own: spools sharing a folder never touch each other's files).
 
     ``bucket_rows``: the most rows a bucket holds (unless they share one start); ``expect_rows`` and
@@ -163,6 +139,7 @@ class TimeSpool:
             raise ValueError(f"bucket_rows must be >= 1, got {bucket_rows}")
         self.folder, self.bucket_rows = folder, bucket_rows
         self.prefix = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        self.path = folder / f"{self.prefix}.spool"
         self.expect_rows, self.hint_ns = expect_rows, hint_ns
         self.narrow = narrow
         self.bounds: list[int] = []          # bucket i holds starts in [bounds[i-1], bounds[i])
@@ -173,9 +150,10 @@ class TimeSpool:
         self._labels: dict[str, dict[str, int]] = {}     # categorical column -> label -> id
         self._parts: dict[str, list[_PartCats]] = {}
         self._part = -1
-        self._n_files = 0
-        self._schema: pa.Schema | None = None
-        self.files: set[Path] = set()        # every file written and not yet removed
+        self._types: dict[str, np.dtype] = {}            # column -> type of its first chunk
+        self._fd: int | None = None
+        self._end = 0                        # where the next segment goes in the file
+        self.files: set[Path] = set()        # the file, once written and until removed
 
     # -- writing -----------------------------------------------------------------------------
     def start_part(self) -> None:
@@ -205,7 +183,7 @@ class TimeSpool:
         self.rows += n
         if "end_ns" in arrays:
             self.bad_rows += int((arrays["end_ns"] < start).sum())
-        table = self._fit_schema(pa.table(arrays))
+        arrays = self._fit_types({"start_ns": arrays["start_ns"], **arrays})
         if not self.buckets:
             self._first_buckets(start)
         which = np.searchsorted(np.asarray(self.bounds, np.int64), start, side="right")
@@ -218,31 +196,38 @@ class TimeSpool:
             m = int(counts[b])
             bk = self.buckets[b]
             if order is None:
-                bk.segments.append(self._write(table.slice(pos, m)))
-                bk.note(start[pos:pos + m])
+                part = {k: v[pos:pos + m] for k, v in arrays.items()}
             else:
                 take = order[pos:pos + m]
-                bk.segments.append(self._write(table.take(pa.array(take))))
-                bk.note(start[take])
+                part = {k: v[take] for k, v in arrays.items()}
+            bk.segments.append(self._write(part))
+            bk.note(part["start_ns"])
             pos += m
             bk.rows += m
             touched.append(b)
         for b in reversed(touched):       # from the end: a split shifts the buckets after it
             self._fit(b)
 
-    def _fit_schema(self, table: pa.Table) -> pa.Table:
-        """``table`` in the spool's column types (a ``narrow`` column keeps its own width), the
-        spool's schema widened where this chunk's narrow column is wider."""
-        if self._schema is None:
-            self._schema = table.schema
-            return table
-        own = {f.name: f.type for f in table.schema}
-        want = pa.schema([pa.field(f.name, own[f.name]) if f.name in self.narrow and f.name in own else f
-                          for f in self._schema])
-        for f in want:
-            if f.name in self.narrow and f.type != self._schema.field(f.name).type:
-                self._schema = self._schema.set(self._schema.get_field_index(f.name), pa.field(f.name, pa.int64()))
-        return table if table.schema.equals(want) else table.cast(want)
+    def _fit_types(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``arrays`` in the first chunk's column types (a ``narrow`` column keeps its own width);
+        ValueError for other columns or a value its column's type cannot hold."""
+        if not self._types:
+            if any(a.dtype.hasobject for a in arrays.values()):
+                raise ValueError("a spooled column holds numbers, not objects")
+            self._types = {k: a.dtype for k, a in arrays.items()}
+            return arrays
+        if arrays.keys() != self._types.keys():
+            raise ValueError(f"a chunk's columns {sorted(arrays)} are not the spool's {sorted(self._types)}")
+        out = {}
+        for k, a in arrays.items():
+            want = self._types[k]
+            if a.dtype != want and not (k in self.narrow and a.dtype.kind == "i"):
+                b = a.astype(want)
+                if not (b == a).all():
+                    raise ValueError(f"column {k!r}: {a.dtype} values that {want} cannot hold")
+                a = b
+            out[k] = a
+        return out
 
     def _codes(self, col: str, cat: pd.Categorical) -> np.ndarray:
         labels = self._labels.setdefault(col, {})
@@ -267,25 +252,45 @@ class TimeSpool:
         self.bounds = edges.tolist()
         self.buckets = [_Bucket() for _ in range(len(self.bounds) + 1)]
 
-    def _write(self, table: pa.Table | None, batches: Iterator[pa.RecordBatch] | None = None) -> Path:
-        path = self.folder / f"{self.prefix}-{self._n_files:07d}.arrow"
-        self._n_files += 1
-        self.files.add(path)
-        assert self._schema is not None
-        if table is not None:
-            table = _encode(table)
-        schema = table.schema if table is not None else self._schema
-        with pa.OSFile(str(path), "wb") as sink, ipc.new_file(sink, schema) as w:
-            if table is not None:
-                w.write_table(table)
-            for batch in batches or ():     # segments of one bucket may differ in narrow widths
-                w.write_batch(batch if batch.schema.equals(schema) else batch.cast(schema))
-        return path
+    def _write(self, cols: dict[str, np.ndarray]) -> _Segment:
+        """``cols`` (``start_ns`` among them, one length) as a new segment at the file's end."""
+        start = cols["start_ns"]
+        descs: list[_Col] = []
+        bufs: list[Any] = []
+        size = 0
+        for name in ("start_ns", *(k for k in cols if k != "start_ns")):
+            a, dur = cols[name], False
+            if name == "end_ns" and a.dtype == start.dtype == np.int64:
+                d = a - start
+                if d.min() >= 0:
+                    a, dur = d, True
+            base, stored, values = _pack(a) if a.dtype.kind in "iu" else (0, a.dtype, a)
+            if stored is None or values is None:
+                descs.append(_Col(name, cols[name].dtype, base, None, dur=dur))
+                continue
+            if size % 8:                    # each column's values aligned for reading in place
+                bufs.append(bytes(8 - size % 8))
+                size += 8 - size % 8
+            descs.append(_Col(name, cols[name].dtype, base, stored, size, dur))
+            bufs.append(np.ascontiguousarray(values))
+            size += values.nbytes
+        seg = _Segment(self._end, size, len(start), tuple(descs))
+        if size:
+            _write_at(self._file(), bufs, seg.offset)
+        self._end += seg.span
+        return seg
 
-    def _drop(self, paths: list[Path]) -> None:
-        for p in paths:
-            p.unlink(missing_ok=True)
-            self.files.discard(p)
+    def _file(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+            self.files.add(self.path)
+        return self._fd
+
+    def _free(self, segs: list[_Segment]) -> None:
+        """The file's space under ``segs`` given back (a hole punched, where the system can)."""
+        for s in segs:
+            if s.size and self._fd is not None:
+                _punch(self._fd, s.offset, s.span)
 
     def _fit(self, b: int) -> None:
         """Split bucket ``b`` while it holds too many rows of more than one start; merge its
@@ -299,34 +304,56 @@ class TimeSpool:
             # the newest half merged (rows spread thin over many buckets, e.g. a later table's):
             # a row is rewritten about log(segments) times, never once per merge
             old = bk.segments[-(MAX_SEGMENTS // 2):]
-            merged = self._write(None, (batch for p in old for batch in _read(p).to_batches()))
+            merged = self._write(self._load(old))
             bk.segments = bk.segments[:-len(old)] + [merged]
-            self._drop(old)
+            self._free(old)
 
     def _split(self, b: int) -> None:
         bk = self.buckets[b]
-        starts = np.concatenate([_ints(_stored(p), "start_ns") for p in bk.segments])
+        cols = self._load(bk.segments)
+        starts = cols["start_ns"]
         mid = int(np.partition(starts, len(starts) // 2)[len(starts) // 2])
         cut = mid if mid > int(starts.min()) else mid + 1        # left: start < cut (never empty)
-        left, right = _Bucket(rows=int((starts < cut).sum())), _Bucket()
-        right.rows = len(starts) - left.rows
-        left.note(starts[starts < cut])
-        right.note(starts[starts >= cut])
-        del starts
-
-        def side(keep_left: bool) -> Iterator[pa.RecordBatch]:
-            for p in bk.segments:
-                t = _read(p)
-                mask = _ints(t, "start_ns") < cut
-                yield from t.filter(pa.array(mask if keep_left else ~mask)).to_batches()
-
-        left.segments = [self._write(None, side(True))]
-        right.segments = [self._write(None, side(False))]
-        self._drop(bk.segments)
-        self.buckets[b:b + 1] = [left, right]
+        left = starts < cut
+        sides = []
+        for mask in (left, ~left):
+            part = {k: v[mask] for k, v in cols.items()}
+            side = _Bucket([self._write(part)], len(part["start_ns"]))
+            side.note(part["start_ns"])
+            sides.append(side)
+        self._free(bk.segments)
+        self.buckets[b:b + 1] = sides
         self.bounds.insert(b, cut)
 
     # -- reading -----------------------------------------------------------------------------
+    def _load(self, segs: list[_Segment]) -> dict[str, np.ndarray]:
+        """The rows of ``segs`` in their order, each column in the widest type its segments had."""
+        rows = sum(s.rows for s in segs)
+        types: dict[str, list[np.dtype]] = {}
+        for s in segs:
+            for c in s.cols:
+                types.setdefault(c.name, []).append(c.dtype)
+        out = {k: np.empty(rows, np.result_type(*t)) for k, t in types.items()}
+        pos = 0
+        for s in segs:
+            view = mmap.mmap(self._file(), s.size, access=mmap.ACCESS_READ, offset=s.offset) if s.size else None
+            for c in s.cols:                # start_ns first: a duration adds it
+                dst = out[c.name][pos:pos + s.rows]
+                if c.stored is None:
+                    dst.fill(c.base)
+                else:
+                    vals = np.frombuffer(view, c.stored, s.rows, c.at)   # type: ignore[arg-type]
+                    if c.base:
+                        np.add(vals, np.asarray(c.base, c.dtype), out=dst, casting="unsafe")
+                    else:
+                        np.copyto(dst, vals, casting="unsafe")
+                    del vals
+                if c.dur:
+                    dst += out["start_ns"][pos:pos + s.rows]
+            del view                        # unmapped: no array refers to it
+            pos += s.rows
+        return out
+
     def categories(self, col: str) -> list[str]:
         """Categories of a categorical column: each part's (sorted where its chunks' were), united
         in part order; ``codes`` of ``chunks`` index ``labels(col)``, remap with ``lookup``."""
@@ -348,7 +375,7 @@ class TimeSpool:
     def chunks(self) -> Iterator[dict[str, np.ndarray]]:
         """The rows, sorted by (start, order of ``add``), in pieces of at most ``bucket_rows`` rows
         (more where one start holds more), as name -> array (categoricals as label ids).
-        Each call reads the files again."""
+        Each call reads the file again."""
         pending: list[dict[str, np.ndarray]] = []
         n_pending = 0
         cap = self.bucket_rows
@@ -378,32 +405,65 @@ class TimeSpool:
             yield _concat(pending)
 
     def _sorted(self, bk: _Bucket) -> dict[str, np.ndarray]:
-        segs = [_columns(_stored(p)) for p in bk.segments]
-        starts = [np.asarray(cols["start_ns"]) for _, cols in segs]    # never left out
-        lens = [len(x) for x in starts]
-        start = np.concatenate(starts)
-        del starts
+        cols = self._load(bk.segments)
+        start = cols["start_ns"]
         # the segments hold the bucket's rows in arrival order: a stable sort resolves ties by it
-        order = None if (np.diff(start) >= 0).all() else np.argsort(start, kind="stable")
-        out = {"start_ns": start if order is None else start[order]}
-        del start
-        assert self._schema is not None
-        for name in self._schema.names:
-            if name in out:
-                continue
-            parts = [cols[name] for _, cols in segs]
-            typ = np.result_type(*[dict(names)[name] for names, _ in segs])
-            if all(isinstance(v, int) for v in parts) and len(set(parts)) == 1:
-                out[name] = np.full(bk.rows, parts[0], typ)     # one value: no gather
-                continue
-            col = np.concatenate([np.full(m, v, typ) if isinstance(v, int) else v for v, m in zip(parts, lens)])
-            out[name] = col if order is None else col[order]
-        return out
+        if (np.diff(start) >= 0).all():
+            return cols
+        order = np.argsort(start, kind="stable")
+        one = {c.name for c in bk.segments[0].cols if c.stored is None and not c.dur
+               and all(d.stored is None and not d.dur and d.base == c.base for s in bk.segments
+                       for d in s.cols if d.name == c.name)}
+        for k in list(cols):
+            if k not in one:                # a column of one value needs no gather
+                cols[k] = cols[k][order]
+        return cols
 
     def remove(self) -> None:
-        """Delete every file this spool wrote (nothing else in its folder)."""
-        self._drop(sorted(self.files))
+        """Delete the file this spool wrote (nothing else in its folder)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        for p in sorted(self.files):
+            p.unlink(missing_ok=True)
+        self.files.clear()
         self.buckets, self.bounds = [], []
+
+
+def _write_at(fd: int, bufs: list[Any], offset: int) -> None:
+    """Every byte of ``bufs`` written at ``offset`` of ``fd`` (short writes resumed)."""
+    views = [memoryview(b).cast("B") for b in bufs]
+    while views:
+        if hasattr(os, "pwritev"):
+            n = os.pwritev(fd, views[:1024], offset)
+        else:
+            n = os.pwrite(fd, views[0], offset)
+        offset += n
+        while views and n >= len(views[0]):
+            n -= len(views[0])
+            views.pop(0)
+        if views and n:
+            views[0] = views[0][n:]
+
+
+_FALLOCATE: list[Any] = []
+
+
+def _punch(fd: int, offset: int, length: int) -> None:
+    """A hole punched in ``fd`` over ``length`` bytes at ``offset`` (Linux ``fallocate``; nothing
+    where it is missing or the file system refuses: the space then waits for the file's removal)."""
+    if not _FALLOCATE:
+        fn = None
+        if sys.platform.startswith("linux"):
+            import ctypes
+            try:
+                fn = ctypes.CDLL(None, use_errno=True).fallocate
+                fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+            except (OSError, AttributeError):
+                fn = None
+        _FALLOCATE.append(fn)
+    if _FALLOCATE[0] is not None:
+        _FALLOCATE[0](fd, 0x02 | 0x01, offset, length)      # FALLOC_FL_PUNCH_HOLE | KEEP_SIZE
 
 
 def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

@@ -116,7 +116,7 @@ def test_iterators_read_again_and_close_removes_only_its_files(generated, tmp_pa
     first = [len(df) for df in sp.iter_device()]
     again = [len(df) for df in sp.iter_device()]
     assert first == again and sum(first) == sp.device_rows
-    assert len(list(folder.glob("*.arrow"))) >= 2 * len(first) // 2
+    assert sorted(p.suffix for p in folder.iterdir()) == [".spool", ".spool", ".txt"]    # a file a table
     sp.close()
     assert [p.name for p in folder.iterdir()] == ["mine.txt"]
     with pytest.raises(ValueError, match="closed"):
@@ -334,7 +334,7 @@ def test_time_spool_stores_less_and_gives_back_the_same_rows(tmp_path, case, chu
     spool.remove()
 
 
-def test_a_kernel_chunk_is_stored_in_under_a_third_of_its_bytes(tmp_path):
+def test_a_kernel_chunk_is_stored_in_under_an_eighth_of_its_bytes(tmp_path):
     # one device, stream, process, kind; no graph ids or bytes: only start, duration, name and
     # correlation vary (as in a kernel table's chunk)
     n = 100_000
@@ -347,7 +347,7 @@ def test_a_kernel_chunk_is_stored_in_under_a_third_of_its_bytes(tmp_path):
     spool.add(cols)
     raw = sum(np.asarray(v).nbytes if not isinstance(v, pd.Categorical) else 4 * n for v in cols.values())
     stored = sum(p.stat().st_size for p in tmp_path.iterdir())
-    assert stored < raw / 3, (stored, raw)
+    assert stored < raw / 8, (stored, raw)
     back = next(spool.chunks())
     assert back["end_ns"].tolist() == (s + 700).tolist()
     assert (back["stream"] == 7).all() and (back["graph_id"] == -1).all()

@@ -16,7 +16,9 @@ from srtscope.analyzers.readers.memory_estimate import estimate
 from srtscope.analyzers.timeline import SourceFormat
 from srtscope.cli.spill_folder import OWNER, PREFIX, _started, spill_folder, sweep_stale
 
-SPILL_FILE = "device-0123456789ab-0000003.arrow"
+SPILL_FILE = "device-0123456789ab.spool"
+#: a spill file of an earlier version (a file per segment): swept as well
+OLD_SPILL_FILE = "device-0123456789ab-0000003.arrow"
 
 
 def _dead_pid() -> int:
@@ -37,6 +39,9 @@ def _folder(tmp: Path, name: str, owner: str | None, files: dict[str, bytes]) ->
 
 @pytest.mark.parametrize("case, owner, files, removed", [
     ("owner process gone, only spill files: a killed run's spill", "dead", {SPILL_FILE: b"x" * 5000}, True),
+    ("an earlier version's spill, its owner gone", "dead",
+     {OLD_SPILL_FILE: b"x" * 70, "api-0123456789ab.spool": b"y"}, True),
+    ("a name like a spill's with more after it", "dead", {SPILL_FILE + ".bak": b"x"}, False),
     ("owner still running (this test)", "self", {SPILL_FILE: b"x"}, False),
     ("its pid now another process's (start time differs): the owner is gone", "reused", {SPILL_FILE: b"x"}, True),
     ("no owner file: not provably ours", None, {SPILL_FILE: b"x"}, False),
