@@ -54,7 +54,7 @@ MIN_SPLIT_ROWS = 500_000
 WALKS_ENV = "SRTSCOPE_WINDOW_WALKS"
 #: disk the spill takes per byte of export at most: every column varying within a chunk and none of
 #: them narrower packed (``time_spool``); a generated export's spill, its kernels' ids mostly one
-#: value a chunk, takes 0.24
+#: value a chunk, takes 0.17
 SPILL_SHARE = 0.85
 
 

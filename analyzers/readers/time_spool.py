@@ -26,9 +26,11 @@ column; ``categories`` gives each column's categories as ``pandas.api.types.unio
 the parts' categoricals would, in part order: see ``start_part``).
 
 Each integer column of a segment is stored in the fewest bytes its values need (``_pack``): one
-value over the segment is kept in memory only; other values less the segment's lowest, in 1, 2 or
-4 bytes where they fit; ``end_ns`` as the duration ``end_ns - start_ns`` where no row ends before
-it starts. A kernel row (start, duration, name and correlation varying) takes ~13 bytes.
+value over the segment is kept in memory only; other values less the segment's lowest, or each
+row's step from the row before less the lowest step (starts and correlation ids climb by small
+steps in arrival order; a step of one value takes no bytes), in 1, 2 or 4 bytes, whichever is
+fewer; ``end_ns`` as the duration ``end_ns - start_ns`` where no row ends before it starts. A
+generated export's device and API rows take ~10 bytes each (~88 as numpy arrays).
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -57,13 +59,17 @@ _PACKED = tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.uint32))
 class _Col:
     """One column of a segment: ``dtype`` as added; each row is ``base`` plus its stored value
     (``stored``: their type; None: every row is ``base``), at byte ``at`` of the segment; ``dur``:
-    the row's ``start_ns`` added too (``end_ns`` stored as a duration)."""
+    the row's ``start_ns`` added too (``end_ns`` stored as a duration). ``steps``: the first row is
+    ``base``, each next one the row before plus ``step`` plus its stored value (one fewer stored
+    than rows; None stored: every step is ``step``)."""
     name: str
     dtype: np.dtype
     base: int
     stored: np.dtype | None
     at: int = 0
     dur: bool = False
+    steps: bool = False
+    step: int = 0
 
 
 @dataclass(frozen=True)
@@ -79,20 +85,42 @@ class _Segment:
         return self.size + (-self.size % _ALIGN)
 
 
-def _pack(a: np.ndarray) -> tuple[int, np.dtype | None, np.ndarray | None]:
-    """(base, stored type, stored values) of an integer column: (its value, None, None) where it
-    holds one; its values less the lowest in the narrowest unsigned type that holds them, where
-    narrower than its own; else (0, its type, itself)."""
+class _Packed(NamedTuple):
+    base: int
+    stored: np.dtype | None
+    values: np.ndarray | None
+    steps: bool = False
+    step: int = 0
+
+
+def _narrowest(span: int) -> np.dtype | None:
+    """The narrowest unsigned type holding 0..``span``; None past 32 bits."""
+    return next((t for t in _PACKED if span <= np.iinfo(t).max), None)
+
+
+def _pack(a: np.ndarray) -> _Packed:
+    """An integer column as stored: its one value (nothing stored), or its values less the lowest,
+    or (from the second row on) its steps less the lowest step, in the narrowest unsigned type that
+    holds them, whichever takes fewer bytes and fewer than the column's own; else as it is."""
     lo, hi = int(a.min()), int(a.max())
     if lo == hi:
-        return lo, None, None
-    for t in _PACKED:
-        if t.itemsize >= a.dtype.itemsize:
-            break
-        if hi - lo <= np.iinfo(t).max:
-            # NOTE: exact also where an int32's difference wraps: modulo 2**32 it is the offset
-            return lo, t, (a - a.dtype.type(lo)).astype(t)
-    return 0, a.dtype, a
+        return _Packed(lo, None, None)
+    own = a.dtype.itemsize
+    t = _narrowest(hi - lo)
+    size = t.itemsize if t is not None and t.itemsize < own else own
+    if len(a) > 2 and (a.dtype.kind == "i" or own <= 4):
+        # NOTE: an int64's steps may wrap: modulo 2**64 they still add up to each value exactly
+        d = np.diff(a.astype(np.int64, copy=False))
+        dlo, dhi = int(d.min()), int(d.max())
+        if dlo == dhi:
+            return _Packed(int(a[0]), None, None, True, dlo)
+        dt = _narrowest(dhi - dlo)
+        if dt is not None and dt.itemsize < size:
+            return _Packed(int(a[0]), dt, (d - np.int64(dlo)).astype(dt), True, dlo)
+    if size < own and t is not None:
+        # NOTE: exact also where an int32's difference wraps: modulo 2**32 it is the offset
+        return _Packed(lo, t, (a - a.dtype.type(lo)).astype(t))
+    return _Packed(0, a.dtype, a)
 
 
 @dataclass
@@ -264,16 +292,16 @@ class TimeSpool:
                 d = a - start
                 if d.min() >= 0:
                     a, dur = d, True
-            base, stored, values = _pack(a) if a.dtype.kind in "iu" else (0, a.dtype, a)
-            if stored is None or values is None:
-                descs.append(_Col(name, cols[name].dtype, base, None, dur=dur))
+            p = _pack(a) if a.dtype.kind in "iu" else _Packed(0, a.dtype, a)
+            if p.stored is None or p.values is None:
+                descs.append(_Col(name, cols[name].dtype, p.base, None, dur=dur, steps=p.steps, step=p.step))
                 continue
             if size % 8:                    # each column's values aligned for reading in place
                 bufs.append(bytes(8 - size % 8))
                 size += 8 - size % 8
-            descs.append(_Col(name, cols[name].dtype, base, stored, size, dur))
-            bufs.append(np.ascontiguousarray(values))
-            size += values.nbytes
+            descs.append(_Col(name, cols[name].dtype, p.base, p.stored, size, dur, p.steps, p.step))
+            bufs.append(np.ascontiguousarray(p.values))
+            size += p.values.nbytes
         seg = _Segment(self._end, size, len(start), tuple(descs))
         if size:
             _write_at(self._file(), bufs, seg.offset)
@@ -339,7 +367,9 @@ class TimeSpool:
             view = mmap.mmap(self._file(), s.size, access=mmap.ACCESS_READ, offset=s.offset) if s.size else None
             for c in s.cols:                # start_ns first: a duration adds it
                 dst = out[c.name][pos:pos + s.rows]
-                if c.stored is None:
+                if c.steps:
+                    _unstep(c, view, dst)
+                elif c.stored is None:
                     dst.fill(c.base)
                 else:
                     vals = np.frombuffer(view, c.stored, s.rows, c.at)   # type: ignore[arg-type]
@@ -411,9 +441,9 @@ class TimeSpool:
         if (np.diff(start) >= 0).all():
             return cols
         order = np.argsort(start, kind="stable")
-        one = {c.name for c in bk.segments[0].cols if c.stored is None and not c.dur
-               and all(d.stored is None and not d.dur and d.base == c.base for s in bk.segments
-                       for d in s.cols if d.name == c.name)}
+        one = {c.name for c in bk.segments[0].cols if c.stored is None and not c.dur and not c.steps
+               and all(d.stored is None and not d.dur and not d.steps and d.base == c.base
+                       for s in bk.segments for d in s.cols if d.name == c.name)}
         for k in list(cols):
             if k not in one:                # a column of one value needs no gather
                 cols[k] = cols[k][order]
@@ -428,6 +458,18 @@ class TimeSpool:
             p.unlink(missing_ok=True)
         self.files.clear()
         self.buckets, self.bounds = [], []
+
+
+def _unstep(c: _Col, view: mmap.mmap | None, dst: np.ndarray) -> None:
+    """``dst`` filled with the values of a column stored as steps (``_Col.steps``)."""
+    np.copyto(dst[:1], np.int64(c.base) if c.base < 2**63 else np.uint64(c.base), casting="unsafe")
+    if len(dst) > 1:
+        if c.stored is None:
+            np.copyto(dst[1:], np.int64(c.step), casting="unsafe")
+        else:
+            steps = np.frombuffer(view, c.stored, len(dst) - 1, c.at)     # type: ignore[arg-type]
+            np.add(steps, np.int64(c.step), out=dst[1:], casting="unsafe")
+        np.cumsum(dst, out=dst, dtype=dst.dtype)    # wraps as the steps did: each value exact
 
 
 def _write_at(fd: int, bufs: list[Any], offset: int) -> None:
