@@ -25,12 +25,9 @@ int32 only if every chunk's was), or categoricals (kept as int32 ids into one la
 column; ``categories`` gives each column's categories as ``pandas.api.types.union_categoricals`` of
 the parts' categoricals would, in part order: see ``start_part``).
 
-Each integer column of a segment is stored in the fewest bytes its values need (``_pack``): one
-value over the segment is kept in memory only; other values less the segment's lowest, or each
-row's step from the row before less the lowest step (starts and correlation ids climb by small
-steps in arrival order; a step of one value takes no bytes), in 1, 2 or 4 bytes, whichever is
-fewer; ``end_ns`` as the duration ``end_ns - start_ns`` where no row ends before it starts. A
-generated export's device and API rows take ~10 bytes each (~88 as numpy arrays).
+Each integer column of a segment is stored in the fewest bytes its values need
+(``packed_columns``): a generated export's device and API rows take ~10 bytes each (~88 as numpy
+arrays).
 """
 from __future__ import annotations
 
@@ -42,34 +39,18 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from srtscope.analyzers.readers.packed_columns import Col, Packed, decode, pack
 
 _I32 = np.iinfo(np.int32)
 #: a bucket of more segments than this has its newest half merged into one (fewer, larger reads)
 MAX_SEGMENTS = 16
 #: where segments start in the file: mmap's offsets are multiples of it
 _ALIGN = mmap.ALLOCATIONGRANULARITY
-_PACKED = tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.uint32))
-
-
-@dataclass(frozen=True)
-class _Col:
-    """One column of a segment: ``dtype`` as added; each row is ``base`` plus its stored value
-    (``stored``: their type; None: every row is ``base``), at byte ``at`` of the segment; ``dur``:
-    the row's ``start_ns`` added too (``end_ns`` stored as a duration). ``steps``: the first row is
-    ``base``, each next one the row before plus ``step`` plus its stored value (one fewer stored
-    than rows; None stored: every step is ``step``)."""
-    name: str
-    dtype: np.dtype
-    base: int
-    stored: np.dtype | None
-    at: int = 0
-    dur: bool = False
-    steps: bool = False
-    step: int = 0
 
 
 @dataclass(frozen=True)
@@ -77,50 +58,12 @@ class _Segment:
     offset: int                 # bytes into the spool's file, a multiple of ``_ALIGN``
     size: int                   # bytes written (0: every column one value)
     rows: int
-    cols: tuple[_Col, ...]      # ``start_ns`` first
+    cols: tuple[Col, ...]       # ``start_ns`` first
 
     @property
     def span(self) -> int:
         """Bytes the segment takes in the file, up to where the next one may start."""
         return self.size + (-self.size % _ALIGN)
-
-
-class _Packed(NamedTuple):
-    base: int
-    stored: np.dtype | None
-    values: np.ndarray | None
-    steps: bool = False
-    step: int = 0
-
-
-def _narrowest(span: int) -> np.dtype | None:
-    """The narrowest unsigned type holding 0..``span``; None past 32 bits."""
-    return next((t for t in _PACKED if span <= np.iinfo(t).max), None)
-
-
-def _pack(a: np.ndarray) -> _Packed:
-    """An integer column as stored: its one value (nothing stored), or its values less the lowest,
-    or (from the second row on) its steps less the lowest step, in the narrowest unsigned type that
-    holds them, whichever takes fewer bytes and fewer than the column's own; else as it is."""
-    lo, hi = int(a.min()), int(a.max())
-    if lo == hi:
-        return _Packed(lo, None, None)
-    own = a.dtype.itemsize
-    t = _narrowest(hi - lo)
-    size = t.itemsize if t is not None and t.itemsize < own else own
-    if len(a) > 2 and (a.dtype.kind == "i" or own <= 4):
-        # NOTE: an int64's steps may wrap: modulo 2**64 they still add up to each value exactly
-        d = np.diff(a.astype(np.int64, copy=False))
-        dlo, dhi = int(d.min()), int(d.max())
-        if dlo == dhi:
-            return _Packed(int(a[0]), None, None, True, dlo)
-        dt = _narrowest(dhi - dlo)
-        if dt is not None and dt.itemsize < size:
-            return _Packed(int(a[0]), dt, (d - np.int64(dlo)).astype(dt), True, dlo)
-    if size < own and t is not None:
-        # NOTE: exact also where an int32's difference wraps: modulo 2**32 it is the offset
-        return _Packed(lo, t, (a - a.dtype.type(lo)).astype(t))
-    return _Packed(0, a.dtype, a)
 
 
 @dataclass
@@ -283,7 +226,7 @@ class TimeSpool:
     def _write(self, cols: dict[str, np.ndarray]) -> _Segment:
         """``cols`` (``start_ns`` among them, one length) as a new segment at the file's end."""
         start = cols["start_ns"]
-        descs: list[_Col] = []
+        descs: list[Col] = []
         bufs: list[Any] = []
         size = 0
         for name in ("start_ns", *(k for k in cols if k != "start_ns")):
@@ -292,14 +235,14 @@ class TimeSpool:
                 d = a - start
                 if d.min() >= 0:
                     a, dur = d, True
-            p = _pack(a) if a.dtype.kind in "iu" else _Packed(0, a.dtype, a)
+            p = pack(a) if a.dtype.kind in "iu" else Packed(0, a.dtype, a)
             if p.stored is None or p.values is None:
-                descs.append(_Col(name, cols[name].dtype, p.base, None, dur=dur, steps=p.steps, step=p.step))
+                descs.append(Col(name, cols[name].dtype, p.base, None, dur=dur, steps=p.steps, step=p.step))
                 continue
             if size % 8:                    # each column's values aligned for reading in place
                 bufs.append(bytes(8 - size % 8))
                 size += 8 - size % 8
-            descs.append(_Col(name, cols[name].dtype, p.base, p.stored, size, dur, p.steps, p.step))
+            descs.append(Col(name, cols[name].dtype, p.base, p.stored, size, dur, p.steps, p.step))
             bufs.append(np.ascontiguousarray(p.values))
             size += p.values.nbytes
         seg = _Segment(self._end, size, len(start), tuple(descs))
@@ -366,20 +309,7 @@ class TimeSpool:
         for s in segs:
             view = mmap.mmap(self._file(), s.size, access=mmap.ACCESS_READ, offset=s.offset) if s.size else None
             for c in s.cols:                # start_ns first: a duration adds it
-                dst = out[c.name][pos:pos + s.rows]
-                if c.steps:
-                    _unstep(c, view, dst)
-                elif c.stored is None:
-                    dst.fill(c.base)
-                else:
-                    vals = np.frombuffer(view, c.stored, s.rows, c.at)   # type: ignore[arg-type]
-                    if c.base:
-                        np.add(vals, np.asarray(c.base, c.dtype), out=dst, casting="unsafe")
-                    else:
-                        np.copyto(dst, vals, casting="unsafe")
-                    del vals
-                if c.dur:
-                    dst += out["start_ns"][pos:pos + s.rows]
+                decode(c, view, out[c.name][pos:pos + s.rows], out["start_ns"][pos:pos + s.rows])
             del view                        # unmapped: no array refers to it
             pos += s.rows
         return out
@@ -458,18 +388,6 @@ class TimeSpool:
             p.unlink(missing_ok=True)
         self.files.clear()
         self.buckets, self.bounds = [], []
-
-
-def _unstep(c: _Col, view: mmap.mmap | None, dst: np.ndarray) -> None:
-    """``dst`` filled with the values of a column stored as steps (``_Col.steps``)."""
-    np.copyto(dst[:1], np.int64(c.base) if c.base < 2**63 else np.uint64(c.base), casting="unsafe")
-    if len(dst) > 1:
-        if c.stored is None:
-            np.copyto(dst[1:], np.int64(c.step), casting="unsafe")
-        else:
-            steps = np.frombuffer(view, c.stored, len(dst) - 1, c.at)     # type: ignore[arg-type]
-            np.add(steps, np.int64(c.step), out=dst[1:], casting="unsafe")
-        np.cumsum(dst, out=dst, dtype=dst.dtype)    # wraps as the steps did: each value exact
 
 
 def _write_at(fd: int, bufs: list[Any], offset: int) -> None:
