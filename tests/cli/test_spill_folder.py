@@ -139,5 +139,10 @@ def test_sigterm_while_a_forked_walk_runs_leaves_no_process_and_no_spill(over_bu
     _, err = p.communicate(timeout=60)
     assert p.returncode == 128 + signal.SIGTERM, err
     assert not list(tmp.iterdir())
-    for k in kids:          # reaped (not a zombie) and not running on
+    # reaped or killed with the caller, not running on. NOTE: a copy killed as the caller exits
+    # may still show in /proc for a moment (seen once in CI): gone within seconds is the behaviour
+    gone = time.monotonic() + 5
+    for k in kids:
+        while Path(f"/proc/{k}").exists() and time.monotonic() < gone:
+            time.sleep(0.01)
         assert not Path(f"/proc/{k}").exists(), k
