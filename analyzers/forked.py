@@ -6,7 +6,8 @@
 caller's: its failure, or its being killed, makes ``result()`` None, and the caller does that work
 itself (a failure it meets again says what is wrong). Leaving the ``with`` block early (an error,
 Ctrl-C) kills the copy, and on Linux the copy dies with the caller (killed outright, out of
-memory): nothing is left running.
+memory): nothing is left running. A copy never left to its caller's ``with`` (a signal that lands
+between the fork and the block, a Beside used bare) is killed and reaped when the caller exits.
 
 NOTE: only where ``os.fork`` exists (``available``); the copy's peak memory is its own on top of
 the caller's, less the pages both still share: callers size their pieces for two. Before the fork
@@ -15,13 +16,20 @@ process starts out holding the other's spare (10 GB export: 360 MiB of the readi
 """
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import signal
+import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
+
+#: signals whose Python handlers may raise (Ctrl-C, and the CLI's SIGTERM / SIGHUP unwinding)
+_UNWINDING = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+_live: dict[int, int] = {}      # a copy's pid -> the pid of the caller that forked it
 
 
 def available() -> bool:
@@ -39,16 +47,26 @@ class Beside:
         trim_heap()
         read, write = os.pipe()
         parent = os.getpid()
-        # NOTE: Python >= 3.12 warns of a fork beside threads: ours hold no lock the copy takes
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
-        if pid == 0:                          # the copy: never returns
-            os.close(read)
-            _run(fn, write, parent)
-        os.close(write)
-        self.pid: int | None = pid
+        self.pid: int | None = None
         self.fd: int | None = read
+        try:
+            # NOTE: a handler that raises waits until the copy is registered (``_signals_held``)
+            with _signals_held() as before, warnings.catch_warnings():
+                # NOTE: Python >= 3.12 warns of a fork beside threads: ours hold no lock the copy takes
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+                if pid == 0:                  # the copy: never returns
+                    for s, h in before.items():
+                        signal.signal(s, h)
+                    os.close(read)
+                    _run(fn, write, parent)
+                _live[pid] = parent
+                self.pid = pid
+        except BaseException:
+            self.kill()
+            raise
+        finally:
+            os.close(write)
 
     def result(self) -> Any:
         """``fn()``'s result, or None where the copy failed or was killed."""
@@ -71,6 +89,7 @@ class Beside:
         if self.pid is None:
             return 1
         _, status = os.waitpid(self.pid, 0)
+        _live.pop(self.pid, None)
         self.pid = None
         return os.waitstatus_to_exitcode(status)
 
@@ -92,6 +111,43 @@ class Beside:
     def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.kill()
+
+
+@contextmanager
+def _signals_held() -> Iterator[dict[int, Any]]:
+    """Within: SIGINT / SIGTERM / SIGHUP only noted; on leaving, the earlier handlers back and each
+    noted signal handed to its own (which may raise). Yields those handlers (empty off the main
+    thread, where no handler runs and none can be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield {}
+        return
+    came: list[int] = []
+    before = {s: signal.signal(s, lambda signum, frame: came.append(signum))
+              for s in _UNWINDING if signal.getsignal(s) is not None}      # None: set outside Python
+    try:
+        yield before
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+        for s in came:
+            h = before[s]
+            if callable(h):
+                h(s, None)
+            elif h == signal.SIG_DFL:
+                signal.raise_signal(s)
+
+
+@atexit.register
+def _reap_left() -> None:
+    """Kill and reap the copies this process forked that no ``with`` block ended."""
+    me = os.getpid()
+    for pid in [p for p, caller in _live.items() if caller == me]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+        _live.pop(pid, None)
 
 
 def trim_heap() -> bool:

@@ -65,6 +65,49 @@ def test_leaving_early_kills_the_copy() -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def test_a_signal_during_the_fork_kills_and_reaps_the_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM lands right as the fork returns (the CLI's handler raises): it still raises, once the
+    copy is registered, and the copy is killed and reaped, not left to die with the caller."""
+    real, pids = os.fork, []
+
+    def fork() -> int:
+        pid = real()
+        if pid:
+            pids.append(pid)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return pid
+
+    def unwind(signum, frame):
+        raise KeyboardInterrupt
+    before = signal.signal(signal.SIGTERM, unwind)
+    monkeypatch.setattr(os, "fork", fork)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            forked.Beside(lambda: time.sleep(60))
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert pids
+    with pytest.raises(ChildProcessError):          # reaped: no zombie, nothing running
+        os.waitpid(pids[0], os.WNOHANG)
+    assert pids[0] not in forked._live
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="no /proc here")
+def test_a_copy_left_unended_is_reaped_when_its_caller_exits(tmp_path: Path) -> None:
+    """A Beside no ``with`` block ended: the caller's exit kills and reaps it before the caller is gone."""
+    import subprocess
+    import sys
+
+    code = ("import sys, time\n"
+            "from srtscope.analyzers.forked import Beside\n"
+            "b = Beside(lambda: time.sleep(60))\n"
+            f"open({str(tmp_path / 'pid')!r}, 'w').write(str(b.pid))\n"
+            "sys.exit(3)\n")
+    assert subprocess.run([sys.executable, "-c", code], timeout=30).returncode == 3
+    assert not Path(f"/proc/{int((tmp_path / 'pid').read_text())}").exists()
+
+
 @pytest.mark.parametrize("n, workers, want", [
     (10, 1, None),     # one worker: one walk
     (1, 2, None),      # one window: nothing to split

@@ -139,10 +139,5 @@ def test_sigterm_while_a_forked_walk_runs_leaves_no_process_and_no_spill(over_bu
     _, err = p.communicate(timeout=60)
     assert p.returncode == 128 + signal.SIGTERM, err
     assert not list(tmp.iterdir())
-    # reaped or killed with the caller, not running on. NOTE: a copy killed as the caller exits
-    # may still show in /proc for a moment (seen once in CI): gone within seconds is the behaviour
-    gone = time.monotonic() + 5
-    for k in kids:
-        while Path(f"/proc/{k}").exists() and time.monotonic() < gone:
-            time.sleep(0.01)
-        assert not Path(f"/proc/{k}").exists(), k
+    # killed and reaped by the caller before it exits, wherever the signal landed
+    assert not [k for k in kids if Path(f"/proc/{k}").exists()]
