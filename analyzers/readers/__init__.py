@@ -27,11 +27,13 @@ Progress = Callable[[float, str], None]
 #: beyond any capture, and leaves room for sums of thousands of spans.
 MAX_ABS_NS = 1 << 62
 MAX_SPAN_NS = 1 << 56
-_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+#: "rank" as a word of its own (not "frank"), its number whole (not "rank_2000mb": a size)
+_RANK_IN_NAME = re.compile(r"(?<![a-z])rank[_-]?(\d+)(?![0-9a-z])", re.IGNORECASE)
 
 
 def rank_from_name(path: str | Path) -> int | None:
-    """``rank3`` (also ``rank_3``, ``RANK-3``) in a file name -> 3."""
+    """``rank3`` (also ``rank_3``, ``RANK-3``) in a file name -> 3; None where the digits run on
+    into letters (``two_rank_2000mb``) or "rank" ends another word."""
     m = _RANK_IN_NAME.search(Path(path).name)
     return int(m.group(1)) if m else None
 
