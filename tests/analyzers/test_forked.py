@@ -93,19 +93,27 @@ def test_a_signal_during_the_fork_kills_and_reaps_the_copy(monkeypatch: pytest.M
     assert signal.getsignal(signal.SIGTERM) is before
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="no /proc here")
-def test_a_copy_left_unended_is_reaped_when_its_caller_exits(tmp_path: Path) -> None:
-    """A Beside no ``with`` block ended: the caller's exit kills and reaps it before the caller is gone."""
+def _caller_ending(tmp_path: Path, ending: str) -> tuple[int, int]:
+    """A caller that starts a Beside no ``with`` block ends, then runs ``ending``: its exit status
+    and the copy's pid."""
     import subprocess
     import sys
 
-    code = ("import sys, time\n"
+    code = ("import os, sys, time\n"
             "from srtscope.analyzers.forked import Beside\n"
             "b = Beside(lambda: time.sleep(60))\n"
             f"open({str(tmp_path / 'pid')!r}, 'w').write(str(b.pid))\n"
-            "sys.exit(3)\n")
-    assert subprocess.run([sys.executable, "-c", code], timeout=30).returncode == 3
-    assert not Path(f"/proc/{int((tmp_path / 'pid').read_text())}").exists()
+            f"{ending}\n")
+    rc = subprocess.run([sys.executable, "-c", code], timeout=30).returncode
+    return rc, int((tmp_path / "pid").read_text())
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="no /proc here")
+def test_a_copy_left_unended_is_reaped_when_its_caller_exits(tmp_path: Path) -> None:
+    """A Beside no ``with`` block ended: the caller's exit kills and reaps it before the caller is gone."""
+    rc, pid = _caller_ending(tmp_path, "sys.exit(3)")
+    assert rc == 3
+    assert not Path(f"/proc/{pid}").exists()
 
 
 @pytest.mark.parametrize("n, workers, want", [
@@ -152,16 +160,8 @@ def _running(pid: int) -> bool:
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="no /proc here")
 def test_the_copy_dies_with_its_caller(tmp_path: Path) -> None:
     """A caller killed outright (out of memory, SIGKILL) leaves no copy running on."""
-    import subprocess
-    import sys
-
-    code = ("import os, time\n"
-            "from srtscope.analyzers.forked import Beside\n"
-            "b = Beside(lambda: time.sleep(60))\n"
-            f"open({str(tmp_path / 'pid')!r}, 'w').write(str(b.pid))\n"
-            "os.kill(os.getpid(), 9)\n")
-    subprocess.run([sys.executable, "-c", code], timeout=30)
-    pid = int((tmp_path / "pid").read_text())
+    rc, pid = _caller_ending(tmp_path, "os.kill(os.getpid(), 9)")
+    assert rc == -9
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and _running(pid):
         time.sleep(0.05)
