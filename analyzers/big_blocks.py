@@ -1,0 +1,63 @@
+"""numpy's large arrays kept in one region of this process, their pages reused (``_big_blocks.c``).
+
+A trace read in passes frees one pass's big arrays and allocates the next's of other sizes; in the C
+heap they land between the small objects every pass leaves, so each pass grew the heap with fresh
+pages, and a heap trimmed between passes faulted them in anew: a 10 GB export's first look faulted
+~1 M pages (~4 s of system time in this VM). Here arrays of at least ``MIN_BYTES`` come from one
+reserved region, first fit with free neighbours merged: once a pass's arrays are gone their blocks
+are one free run, and the next pass takes its pages as they are.
+
+``start`` once in the process (the CLI's trace reading only, as ``cli/loading.keep_freed_memory``),
+then ``use_here`` at the start of each thread that allocates arrays: numpy's handler is set per
+context, and a thread starts in a context of its own. Where the C module was not built, the region
+cannot be reserved or ``SRTSCOPE_BIG_BLOCKS=0``, every call is a no-op and numpy allocates as before.
+NOTE: the region's free pages are held until ``give_back`` (before a fork: the copy and the caller
+each fault in their own); ``spare_bytes`` says how many, which a size chosen from this process's
+resident memory counts as free.
+"""
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+
+def _module() -> ModuleType | None:
+    try:
+        from srtscope.analyzers import _big_blocks
+    except ImportError:                 # pragma: no cover - built without a C compiler
+        return None
+    return _big_blocks
+
+
+_c = _module()
+
+ENV = "SRTSCOPE_BIG_BLOCKS"               # "0": numpy allocates as it would without this module
+#: address space reserved (bytes): only what is used is ever backed by memory
+RESERVE_BYTES = 1 << 36
+MIN_BYTES = _c.MIN_BYTES if _c is not None else 0
+_started = False
+
+
+def start() -> bool:
+    """Reserve the region and take numpy's big arrays from it in this thread; False where not."""
+    global _started
+    if _c is None or os.environ.get(ENV) == "0":
+        return False
+    if not _started:
+        _started = _c.reserve(RESERVE_BYTES)
+    return use_here()
+
+
+def use_here() -> bool:
+    """This thread's numpy arrays from the region (after ``start``); False where not."""
+    return bool(_started and _c is not None and _c.use())
+
+
+def give_back() -> int:
+    """The free blocks' pages back to the system (bytes given back)."""
+    return _c.give_back() if _started and _c is not None else 0
+
+
+def spare_bytes() -> int:
+    """Free bytes in the region whose pages this process holds (resident, reused before new ones)."""
+    return _c.stats()[2] if _started and _c is not None else 0
