@@ -30,10 +30,6 @@ def keep_freed_memory() -> bool:
     NOTE: and no transparent huge pages asked for numpy's arrays: in the heap kept this way they
     were zeroed 2 MiB at a time for arrays that touch a part of them (a 3 GB export's first look in
     windows: system time 4.6 -> 3.8 s, the same total CPU and output).
-    NOTE: and numpy's arrays of 256 KiB and more from one region of their own (``big_blocks``):
-    kept apart from the small objects each pass leaves, one pass's freed arrays are one free run the
-    next pass takes as it is (10 GB export, first look in windows: 0.98 M -> 0.53 M faults, system
-    time 6.7-7.2 -> 5.2-6.0 s, peak RSS the same).
     Trace reading only: a program ``srtscope run`` or ``capture`` starts does not inherit it."""
     import ctypes
 
@@ -43,8 +39,6 @@ def keep_freed_memory() -> bool:
     if advise is not None:
         advise(False)
 
-    from srtscope.analyzers import big_blocks
-    big_blocks.start()
     try:
         libc = ctypes.CDLL(None)
         mallopt = libc.mallopt
