@@ -58,23 +58,56 @@ in_region(const void *p)
     return base != NULL && (const char *)p >= base && (const char *)p < base + cap;
 }
 
+/* bytes of the block that holds an array of size bytes (0: too large to hold) */
+static size_t
+block_len(size_t size)
+{
+    return size > SIZE_MAX / 2 ? 0 : (size + HEAD + PAGE - 1) / PAGE * PAGE;
+}
+
+/* the index of the first free block at or after off (nfree: none) */
+static size_t
+find(size_t off)
+{
+    size_t lo = 0, hi = nfree;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (frees[mid].off < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static void
+drop(size_t i)
+{
+    memmove(frees + i, frees + i + 1, (nfree - i - 1) * sizeof(Free));
+    nfree--;
+}
+
+/* len bytes taken from the front of free block i (it holds at least that many): their offset */
+static size_t
+cut(size_t i, size_t len)
+{
+    size_t off = frees[i].off;
+    frees[i].off += len;
+    frees[i].len -= len;
+    if (frees[i].len == 0)
+        drop(i);
+    return off;
+}
+
 /* a block of len bytes (a multiple of PAGE): its offset, or (size_t)-1; *zero: all its pages zero */
 static size_t
 take(size_t len, int *zero)
 {
-    for (size_t i = 0; i < nfree; i++) {
-        if (frees[i].len < len)
-            continue;
-        size_t off = frees[i].off;
-        *zero = frees[i].zero;
-        frees[i].off += len;
-        frees[i].len -= len;
-        if (frees[i].len == 0) {
-            memmove(frees + i, frees + i + 1, (nfree - i - 1) * sizeof(Free));
-            nfree--;
+    for (size_t i = 0; i < nfree; i++)
+        if (frees[i].len >= len) {
+            *zero = frees[i].zero;
+            return cut(i, len);
         }
-        return off;
-    }
     if (cap - top < len)
         return (size_t)-1;
     size_t off = top;
@@ -87,22 +120,13 @@ take(size_t len, int *zero)
 static int
 put(size_t off, size_t len, int zero)
 {
-    size_t lo = 0, hi = nfree;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (frees[mid].off < off)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    size_t i = lo;
+    size_t i = find(off);
     int left = i > 0 && frees[i - 1].off + frees[i - 1].len == off;
     int right = i < nfree && off + len == frees[i].off;
     if (left && right) {
         frees[i - 1].len += len + frees[i].len;
         frees[i - 1].zero &= zero & frees[i].zero;
-        memmove(frees + i, frees + i + 1, (nfree - i - 1) * sizeof(Free));
-        nfree--;
+        drop(i);
     } else if (left) {
         frees[i - 1].len += len;
         frees[i - 1].zero &= zero;
@@ -129,9 +153,9 @@ put(size_t off, size_t len, int zero)
 static void *
 region_alloc(size_t size, int *zero)
 {
-    if (base == NULL || size < MIN_BYTES || size > SIZE_MAX / 2)
+    size_t len = block_len(size);
+    if (base == NULL || size < MIN_BYTES || len == 0)
         return NULL;
-    size_t len = (size + HEAD + PAGE - 1) / PAGE * PAGE;
     pthread_mutex_lock(&lock);
     size_t off = take(len, zero);
     pthread_mutex_unlock(&lock);
@@ -189,22 +213,10 @@ grow(size_t off, size_t len, size_t want)
         top += more;
         return 1;
     }
-    size_t lo = 0, hi = nfree;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (frees[mid].off < end)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (lo == nfree || frees[lo].off != end || frees[lo].len < more)
+    size_t i = find(end);
+    if (i == nfree || frees[i].off != end || frees[i].len < more)
         return 0;
-    frees[lo].off += more;
-    frees[lo].len -= more;
-    if (frees[lo].len == 0) {
-        memmove(frees + lo, frees + lo + 1, (nfree - lo - 1) * sizeof(Free));
-        nfree--;
-    }
+    cut(i, more);
     return 1;
 }
 
@@ -215,7 +227,7 @@ h_realloc(void *ctx, void *ptr, size_t new_size)
         return realloc(ptr, new_size);
     char *blk = (char *)ptr - HEAD;
     size_t len = *(size_t *)blk, off = (size_t)(blk - base);
-    size_t want = new_size > SIZE_MAX / 2 ? 0 : (new_size + HEAD + PAGE - 1) / PAGE * PAGE;
+    size_t want = block_len(new_size);
     if (want && new_size >= MIN_BYTES) {
         int done = 0;
         pthread_mutex_lock(&lock);
