@@ -12,7 +12,8 @@ are appended, a split or merge keeps the order): a stable sort by start within e
 stable sort of all rows, no sequence column needed.
 
 On disk: one file per spool, the segments in it at page-aligned offsets, each its columns' bytes
-one after another, written in one call. Where each segment is and how each of its columns is stored
+one after another, written in one call, past the page cache where the file system allows
+(``spill_writes``). Where each segment is and how each of its columns is stored
 is kept in memory (``_Segment``): a spool is private to its process and never read by another
 program. A segment is memory-mapped to be read (its pages leave memory with it); the space a
 split or merge frees is given back to the file system where it can punch a hole.
@@ -45,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers.readers.packed_columns import Col, Packed, decode, pack
+from srtscope.analyzers.readers.spill_writes import SpillWriter
 
 _I32 = np.iinfo(np.int32)
 #: a bucket of more segments than this has its newest half merged into one (fewer, larger reads)
@@ -123,6 +125,7 @@ class TimeSpool:
         self._part = -1
         self._types: dict[str, np.dtype] = {}            # column -> type of its first chunk
         self._fd: int | None = None
+        self._writer: SpillWriter | None = None
         self._end = 0                        # where the next segment goes in the file
         self.files: set[Path] = set()        # the file, once written and until removed
 
@@ -247,14 +250,21 @@ class TimeSpool:
             size += p.values.nbytes
         seg = _Segment(self._end, size, len(start), tuple(descs))
         if size:
-            _write_at(self._file(), bufs, seg.offset)
+            self._out().write(bufs, seg.offset)
         self._end += seg.span
         return seg
+
+    def _out(self) -> SpillWriter:
+        self._file()
+        if self._writer is None:
+            raise ValueError(f"the spill {self.path} was removed")
+        return self._writer
 
     def _file(self) -> int:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
             self.files.add(self.path)
+            self._writer = SpillWriter(self.path, self._fd)
         return self._fd
 
     def _free(self, segs: list[_Segment]) -> None:
@@ -381,6 +391,9 @@ class TimeSpool:
 
     def remove(self) -> None:
         """Delete the file this spool wrote (nothing else in its folder)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -388,22 +401,6 @@ class TimeSpool:
             p.unlink(missing_ok=True)
         self.files.clear()
         self.buckets, self.bounds = [], []
-
-
-def _write_at(fd: int, bufs: list[Any], offset: int) -> None:
-    """Every byte of ``bufs`` written at ``offset`` of ``fd`` (short writes resumed)."""
-    views = [memoryview(b).cast("B") for b in bufs]
-    while views:
-        if hasattr(os, "pwritev"):
-            n = os.pwritev(fd, views[:1024], offset)
-        else:
-            n = os.pwrite(fd, views[0], offset)
-        offset += n
-        while views and n >= len(views[0]):
-            n -= len(views[0])
-            views.pop(0)
-        if views and n:
-            views[0] = views[0][n:]
 
 
 _FALLOCATE: list[Any] = []
