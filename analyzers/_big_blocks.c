@@ -108,12 +108,35 @@ take(size_t len, int *zero)
             *zero = frees[i].zero;
             return cut(i, len);
         }
+    size_t last = nfree ? nfree - 1 : 0;
+    if (nfree && frees[last].off + frees[last].len == top && cap - top >= len - frees[last].len) {
+        size_t off = frees[last].off;   /* the free run at the top, grown: its pages kept */
+        *zero = frees[last].zero;
+        top = off + len;
+        drop(last);
+        return off;
+    }
     if (cap - top < len)
         return (size_t)-1;
     size_t off = top;
     top += len;
     *zero = 1;
     return off;
+}
+
+/* bytes of new pages (untouched, or given back) a block for size bytes would take, as ``take``
+ * would place it: 0 where it lands on pages the region holds free */
+static size_t
+fresh_for(size_t size)
+{
+    size_t len = block_len(size);
+    for (size_t i = 0; i < nfree; i++)
+        if (frees[i].len >= len)
+            return frees[i].zero ? len : 0;
+    size_t last = nfree ? nfree - 1 : 0;
+    if (nfree && frees[last].off + frees[last].len == top)
+        return frees[last].zero ? len : len - frees[last].len;
+    return len;
 }
 
 /* the block [off, off + len) free again, merged with free neighbours (its pages kept) */
@@ -346,6 +369,18 @@ give_back(PyObject *self, PyObject *noargs)
 }
 
 static PyObject *
+fresh_bytes(PyObject *self, PyObject *arg)
+{
+    size_t size = PyLong_AsSize_t(arg);
+    if (size == (size_t)-1 && PyErr_Occurred())
+        return NULL;
+    pthread_mutex_lock(&lock);
+    size_t n = base == NULL ? 0 : fresh_for(size);
+    pthread_mutex_unlock(&lock);
+    return PyLong_FromSize_t(n);
+}
+
+static PyObject *
 stats(PyObject *self, PyObject *noargs)
 {
     size_t held = 0, spare = 0;
@@ -363,6 +398,8 @@ static PyMethodDef methods[] = {
     {"reserve", reserve, METH_O, "reserve(bytes) -> whether the region is there (once per process)"},
     {"use", use, METH_NOARGS, "use() -> numpy's arrays in this thread's context come from the region"},
     {"give_back", give_back, METH_NOARGS, "give_back() -> bytes of free blocks' pages given back"},
+    {"fresh_bytes", fresh_bytes, METH_O,
+     "fresh_bytes(size) -> bytes of new pages an array of size bytes would take (0: held free pages hold it)"},
     {"stats", stats, METH_NOARGS, "stats() -> (top, bytes in use, free bytes whose pages are held)"},
     {NULL, NULL, 0, NULL},
 };

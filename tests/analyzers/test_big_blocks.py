@@ -113,6 +113,29 @@ CASES = {
         z = np.zeros(64 * MIB // 8)
         assert not z.any()
     """,
+    # a free run at the top grows into the untouched space above it: its pages are kept
+    "the top run grows": """
+        keep = np.ones(4 * MIB // 8)
+        a = np.ones(8 * MIB // 8)
+        top = b._c.stats()[0]
+        del a
+        assert b._c.fresh_bytes(12 * MIB) == 4 * MIB     # each block a page over its array (its header)
+        c = np.full(12 * MIB // 8, 3.0)
+        assert b._c.stats()[0] == top + 4 * MIB, (b._c.stats(), top)
+        assert c.sum() == 3.0 * (12 * MIB // 8) and keep.sum() == 4 * MIB // 8
+    """,
+    # make_room: an array no free run holds has the free pages given back first, one that fits not
+    "make room": """
+        a, keep, c = np.ones(8 * MIB // 8), np.ones(MIB // 8), np.ones(8 * MIB // 8)
+        del a, c                       # two free runs of 8 MiB apart, one of them at the top
+        assert b._c.fresh_bytes(4 * MIB) == 0 and b.make_room(4 * MIB) == 0 and b.spare_bytes() > 0
+        assert b._c.fresh_bytes(40 * MIB) == 32 * MIB
+        held = rss()
+        assert b.make_room(40 * MIB) >= 16 * MIB and b.spare_bytes() == 0
+        assert rss() < held - 12 * MIB
+        big = np.zeros(40 * MIB // 8)
+        assert not big.any() and keep.sum() == MIB // 8
+    """,
 }
 
 

@@ -119,3 +119,25 @@ def test_a_spool_reads_back_the_same_rows_direct_or_not(tmp_path, monkeypatch):
         assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     order = np.argsort(start, kind="stable")
     assert np.array_equal(np.concatenate([c["correlation"] for c in got["1"]]), cols["correlation"][order])
+
+
+@pytest.mark.parametrize("case, least_rate, direct_after", [
+    ("a disk slower than the least pace: the rest through the page cache", 1e18, False),
+    ("a disk at any pace over none asked: direct kept", 0.0, True),
+])
+def test_direct_writes_kept_only_on_a_disk_fast_enough(tmp_path, monkeypatch, case, least_rate, direct_after):
+    monkeypatch.setattr(spill_writes, "PROBE_BYTES", 3 * BLOCK)
+    monkeypatch.setattr(spill_writes, "PROBE_WRITE", BLOCK)
+    monkeypatch.setattr(spill_writes, "MIN_DIRECT_RATE", least_rate)
+    path, fd, w = _writer(tmp_path)
+    _direct_or_skip(w)
+    try:
+        data = [_RNG.integers(0, 256, 2 * BLOCK + 7, dtype=np.uint8) for _ in range(3)]
+        for i, d in enumerate(data):
+            w.write([d], 4 * BLOCK * i)
+        assert w.direct is direct_after, case
+        for i, d in enumerate(data):
+            assert os.pread(fd, len(d), 4 * BLOCK * i) == d.tobytes()
+    finally:
+        w.close()
+        os.close(fd)
