@@ -99,43 +99,53 @@ cut(size_t i, size_t len)
     return off;
 }
 
+/* where a block of len bytes goes: the first free block that holds it (its index), else the free
+ * run at the top grown into the untouched space above it (nfree + 1), else the untouched space
+ * (nfree + 2); nfree + 3: no room */
+static size_t
+place(size_t len)
+{
+    for (size_t i = 0; i < nfree; i++)
+        if (frees[i].len >= len)
+            return i;
+    if (nfree && frees[nfree - 1].off + frees[nfree - 1].len == top && cap - top >= len - frees[nfree - 1].len)
+        return nfree + 1;
+    return cap - top >= len ? nfree + 2 : nfree + 3;
+}
+
 /* a block of len bytes (a multiple of PAGE): its offset, or (size_t)-1; *zero: all its pages zero */
 static size_t
 take(size_t len, int *zero)
 {
-    for (size_t i = 0; i < nfree; i++)
-        if (frees[i].len >= len) {
-            *zero = frees[i].zero;
-            return cut(i, len);
-        }
-    size_t last = nfree ? nfree - 1 : 0;
-    if (nfree && frees[last].off + frees[last].len == top && cap - top >= len - frees[last].len) {
-        size_t off = frees[last].off;   /* the free run at the top, grown: its pages kept */
-        *zero = frees[last].zero;
-        top = off + len;
-        drop(last);
-        return off;
+    size_t at = place(len), off;
+    if (at < nfree) {
+        *zero = frees[at].zero;
+        return cut(at, len);
     }
-    if (cap - top < len)
+    if (at == nfree + 1) {              /* the top run grown: its pages kept */
+        off = frees[nfree - 1].off;
+        *zero = frees[nfree - 1].zero;
+        drop(nfree - 1);
+    } else if (at == nfree + 2) {
+        off = top;
+        *zero = 1;
+    } else {
         return (size_t)-1;
-    size_t off = top;
-    top += len;
-    *zero = 1;
+    }
+    top = off + len;
     return off;
 }
 
-/* bytes of new pages (untouched, or given back) a block for size bytes would take, as ``take``
- * would place it: 0 where it lands on pages the region holds free */
+/* bytes of new pages (untouched, or given back) a block for size bytes would take where ``take``
+ * puts it: 0 where it lands on pages the region holds free */
 static size_t
 fresh_for(size_t size)
 {
-    size_t len = block_len(size);
-    for (size_t i = 0; i < nfree; i++)
-        if (frees[i].len >= len)
-            return frees[i].zero ? len : 0;
-    size_t last = nfree ? nfree - 1 : 0;
-    if (nfree && frees[last].off + frees[last].len == top)
-        return frees[last].zero ? len : len - frees[last].len;
+    size_t len = block_len(size), at = place(len);
+    if (at < nfree)
+        return frees[at].zero ? len : 0;
+    if (at == nfree + 1)
+        return frees[nfree - 1].zero ? len : len - frees[nfree - 1].len;
     return len;
 }
 

@@ -79,7 +79,7 @@ class SpillWriter:
                 if exc.errno != errno.EINVAL:
                     raise
                 done = 0                    # refused (alignment, file system): the page cache's way
-                self.close_direct()
+                self._close_direct()
             if done >= size:
                 return
             _write_all(self.fd, [memoryview(stage)[done:size]], offset + done)
@@ -94,7 +94,7 @@ class SpillWriter:
         p[0] += written
         p[1] += seconds
         if p[0] >= PROBE_BYTES and p[0] < MIN_DIRECT_RATE * p[1]:
-            self.close_direct()
+            self._close_direct()
 
     def _staged(self, span: int) -> mmap.mmap:
         """The staging buffer, page-aligned, of at least ``span`` bytes (grown by doubling)."""
@@ -106,14 +106,14 @@ class SpillWriter:
             self._stage = mmap.mmap(-1, max(span, 2 * had, 1 << 20))
         return self._stage
 
-    def close_direct(self) -> None:
+    def _close_direct(self) -> None:
         if self.direct_fd is not None:
             os.close(self.direct_fd)
             self.direct_fd = None
 
     def close(self) -> None:
         """The direct descriptor and the staging buffer released (``fd`` is the caller's)."""
-        self.close_direct()
+        self._close_direct()
         if self._stage is not None:
             self._stage.close()
             self._stage = None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -15,10 +17,17 @@ from srtscope.analyzers.readers.time_spool import TimeSpool
 _RNG = np.random.default_rng(5)
 
 
-def _writer(tmp_path, name="s.spool"):
-    path = tmp_path / name
+@contextmanager
+def _writer(tmp_path) -> Iterator[tuple[int, SpillWriter]]:
+    """A fresh spill file, its descriptor and its writer (both closed after)."""
+    path = tmp_path / "s.spool"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    return path, fd, SpillWriter(path, fd)
+    w = SpillWriter(path, fd)
+    try:
+        yield fd, w
+    finally:
+        w.close()
+        os.close(fd)
 
 
 def _direct_or_skip(w: SpillWriter) -> None:
@@ -33,8 +42,7 @@ def _direct_or_skip(w: SpillWriter) -> None:
     ("an offset off the block: written through the page cache", [100], 100),
 ])
 def test_bytes_written_come_back_exactly(tmp_path, case, sizes, offset):
-    path, fd, w = _writer(tmp_path)
-    try:
+    with _writer(tmp_path) as (fd, w):
         bufs = [_RNG.integers(0, 256, n, dtype=np.uint8) for n in sizes]
         w.write(bufs, offset)
         want = np.concatenate(bufs).tobytes()
@@ -44,58 +52,43 @@ def test_bytes_written_come_back_exactly(tmp_path, case, sizes, offset):
             end = offset + -(-len(want) // BLOCK) * BLOCK
             assert os.fstat(fd).st_size == end
             assert os.pread(fd, end, offset)[len(want):] == bytes(end - offset - len(want))
-    finally:
-        w.close()
-        os.close(fd)
 
 
 def test_switched_off_writes_through_the_page_cache(tmp_path, monkeypatch):
     monkeypatch.setenv(DIRECT_ENV, "0")
-    path, fd, w = _writer(tmp_path)
-    try:
+    with _writer(tmp_path) as (fd, w):
         assert not w.direct
         w.write([b"abc"], 0)
         assert os.fstat(fd).st_size == 3 and os.pread(fd, 3, 0) == b"abc"
-    finally:
-        w.close()
-        os.close(fd)
 
 
 def test_a_refused_direct_write_falls_back_with_every_byte(tmp_path, monkeypatch):
-    path, fd, w = _writer(tmp_path)
-    _direct_or_skip(w)
-    real = os.pwritev
+    with _writer(tmp_path) as (fd, w):
+        _direct_or_skip(w)
+        real = os.pwritev
 
-    def refuse_direct(f, bufs, off):         # a device whose blocks are larger than 4 KiB
-        if f == w.direct_fd:
-            raise OSError(errno.EINVAL, "Invalid argument")
-        return real(f, bufs, off)
-    monkeypatch.setattr(spill_writes.os, "pwritev", refuse_direct)
-    try:
+        def refuse_direct(f, bufs, off):         # a device whose blocks are larger than 4 KiB
+            if f == w.direct_fd:
+                raise OSError(errno.EINVAL, "Invalid argument")
+            return real(f, bufs, off)
+        monkeypatch.setattr(spill_writes.os, "pwritev", refuse_direct)
         data = _RNG.integers(0, 256, 10_000, dtype=np.uint8)
         w.write([data], BLOCK)
         assert not w.direct                  # and stays off for the file's later writes
         w.write([b"xyz"], 4 * BLOCK)
         assert os.pread(fd, len(data), BLOCK) == data.tobytes()
         assert os.pread(fd, 3, 4 * BLOCK) == b"xyz"
-    finally:
-        w.close()
-        os.close(fd)
 
 
 def test_other_write_errors_are_raised(tmp_path, monkeypatch):
-    path, fd, w = _writer(tmp_path)
-    _direct_or_skip(w)
+    with _writer(tmp_path) as (fd, w):
+        _direct_or_skip(w)
 
-    def full(f, bufs, off):
-        raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(spill_writes.os, "pwritev", full)
-    try:
+        def full(f, bufs, off):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(spill_writes.os, "pwritev", full)
         with pytest.raises(OSError, match="No space left"):
             w.write([b"abc"], 0)
-    finally:
-        w.close()
-        os.close(fd)
 
 
 def test_a_spool_reads_back_the_same_rows_direct_or_not(tmp_path, monkeypatch):
@@ -129,15 +122,11 @@ def test_direct_writes_kept_only_on_a_disk_fast_enough(tmp_path, monkeypatch, ca
     monkeypatch.setattr(spill_writes, "PROBE_BYTES", 3 * BLOCK)
     monkeypatch.setattr(spill_writes, "PROBE_WRITE", BLOCK)
     monkeypatch.setattr(spill_writes, "MIN_DIRECT_RATE", least_rate)
-    path, fd, w = _writer(tmp_path)
-    _direct_or_skip(w)
-    try:
+    with _writer(tmp_path) as (fd, w):
+        _direct_or_skip(w)
         data = [_RNG.integers(0, 256, 2 * BLOCK + 7, dtype=np.uint8) for _ in range(3)]
         for i, d in enumerate(data):
             w.write([d], 4 * BLOCK * i)
         assert w.direct is direct_after, case
         for i, d in enumerate(data):
             assert os.pread(fd, len(d), 4 * BLOCK * i) == d.tobytes()
-    finally:
-        w.close()
-        os.close(fd)
