@@ -147,49 +147,9 @@ def diagnose(tl: Timeline, params: DiagnoseParams = _DEFAULT_PARAMS, *,
              shrink_ns: Mapping[str, int] | None = None) -> Diagnosis:
     """Every analysis over one Timeline, and the verdict. ``shrink_ns`` (cause -> host ns cut per
     step, ``analyses.whatif.SHRINKABLE``): the what-if of those causes shrinks them instead of removing them."""
+    from srtscope.analyzers.windowed_reduce import one_window  # noqa: PLC0415
     tl, source, steps, sets = _select_steps(tl, params)
-    bubbles, by_device, by_stream = find_bubbles(tl, params.threshold_ns, sets)
-    nxt = bubbles["next_row"].to_numpy()
-    pid, tid, ends = launch_calls(tl, nxt)
-    bubbles["pid"], bubbles["tid"] = pid, tid
-    bubbles["queued_ns"] = ends
-    pieces = _pieces(bubbles, steps)
-    model = HostActivity(tl, params.burst_rule)
-    mask = sets.comm                                    # comm.comm_mask, computed once
-    ranks_with_comm = comm_ranks_of(tl, mask)
-    classes, stages, user_ranges = attribute(tl, pieces, params.burst_rule, model, ranks_with_comm)
-    pieces = with_causes(pieces, classes, steps)
-    bres = bubble_result(bubbles.drop(columns=["next_row", "queued_ns"]), pieces, stages, by_device, by_stream,
-                         user_ranges, params.threshold_ns, bool(len(tl.host_ranges)))
-    table = bres.table
-    reasons = eager_reasons(steps)
-    sres = StepsResult(source, steps, {str(k): int(v) for k, v in reasons[reasons != ""].value_counts().items()})
-    cres = communication(tl, mask, int(params.min_skew_us * 1000), sets)
-    eres = eager_fallback(steps)
-    budget = step_budget(tl, steps, pieces, mask, primary_devices(by_device), sets)
-    tk = top_kernels(tl, params.top_kernels, mask)
-    dres = device_split(tl, mask, sets)
-    coverage, warnings = capture_adequacy(tl, model, dres, sres, bres, sets)
-    m = replace(tl.meta, warnings=list(tl.meta.warnings))   # the trace's metadata stays as read
-    for w in warnings:
-        m.warn(w.code, w.message)
-    if m.has_warning(WarningCode.PARTIAL_RANKS):
-        cres = replace(cres, partial=True)
-    primary = primary_devices(by_device)
-    losses = step_losses(tl, steps, pieces, budget.table, cres, primary, params.threshold_ns, model,
-                         params.burst_rule, ranks_with_comm, sets)
-    budget = replace(budget, warmup=losses.warmup, lost_ns=losses.mean_lost())
-    wif = what_if(tl, steps, pieces, budget.table, cres, primary, params.threshold_ns,
-                  model, shrink_ns, params.burst_rule, ranks_with_comm, sets, losses)
-    io = io_work(tl, model, pieces) if bres.by_cause.get(Cause.HOST_IO.value) else []
-    verdict = decide(m, bres, cres, eres, tk, budget.table, source, params.healthy_pct, device=dres,
-                     coverage=coverage, steps=sres, engine_evidence=model.has_engine_evidence,
-                     losses=losses, what_if=wif, io=io)
-    capture = capture_info(m, sets.keys, tl.span_ns, coverage)
-    ov = overview(tl, table, steps, mask, sets=sets)
-    phases = phase_split(steps, budget.table, params.healthy_pct)
-    return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, params_json(params), dres, ov, wif,
-                     top_ranges(tl), phases)
+    return one_window(tl, source, steps, sets, params, shrink_ns)
 
 
 def with_causes(pieces: pd.DataFrame, classes: pd.DataFrame, steps: pd.DataFrame,

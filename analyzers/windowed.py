@@ -57,6 +57,10 @@ class Window:
         return (t >= self.lo_ns) & (t < self.hi_ns)
 
 
+#: the window of a whole read: all time, every rank
+ALL_TIME = Window(_MIN, _MAX, _MIN, _MAX)
+
+
 @dataclass
 class Calls:
     """The launch calls a window's device rows may correlate to: those carried from earlier windows
@@ -104,6 +108,28 @@ class Context:
     queries: dict[Key, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     #                                          the straggler's device: the time before its arrivals
     #                                          whose busy share ``comm.finish`` asks for (``windowed_comm``)
+    whole: Timeline | None = None            # the whole trace, where one window holds it (a whole
+    #                                          read): ``model`` and ``whole_sets`` are then its own
+    whole_sets: DeviceSets | None = None
+    whole_comm: tuple[str, pd.DataFrame] | None = None   # its collectives (``comm._instances``)
+
+    def sets_of(self, tlw: Timeline) -> DeviceSets:
+        """The device sets of a window's rows, each device's active window the whole trace's."""
+        if tlw is self.whole and self.whole_sets is not None:
+            return self.whole_sets
+        sets = DeviceSets(tlw)
+        sets._bounds.update(self.bounds)
+        return sets
+
+    def model_of(self, tlw: Timeline, rule) -> HostActivity:
+        """The host model of a window's rows, told what only the whole trace knows (bursts, stage
+        names, helpers); the trace's own where the window holds it all."""
+        if tlw is self.whole:
+            return self.model
+        m = HostActivity(tlw, rule)
+        m._bursts.update(self.model._bursts)
+        m.whole_evidence, m.whole_helpers = self.evidence, self.helpers
+        return m
 
     @cached_property
     def step_index(self) -> StepIndex:
@@ -208,8 +234,7 @@ def context_of(lo: int, hi: int, running_end: int | None, next_start: int | None
 def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) -> Part:
     """One window's share of every figure, from ``tlw``: the rows overlapping ``w``'s context."""
     thr = params.threshold_ns
-    sets = DeviceSets(tlw)
-    sets._bounds.update(ctx.bounds)          # NOTE: the device's active window is the whole trace's
+    sets = ctx.sets_of(tlw)
     mask = sets.comm
     steps, index = ctx.steps, ctx.step_index
     ranks = index.ranks if w.rank is None else [w.rank]
@@ -235,7 +260,8 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
     # NOTE: a queued launch can lie before the window's context: looked up in ``ctx.calls``
     nxt = bub["next_row"].to_numpy()
     ids = np.unique(tlw.device["correlation"].to_numpy()[nxt]) if len(nxt) else np.zeros(0, np.int64)
-    joined = Timeline(tlw.device, ctx.calls.of(ids[ids >= 0]), tlw.ranges, tlw.counters, tlw.meta)
+    joined = tlw if tlw is ctx.whole else Timeline(tlw.device, ctx.calls.of(ids[ids >= 0]), tlw.ranges,
+                                                     tlw.counters, tlw.meta)
     pid, tid, ends = launch_calls(joined, nxt, ctx.default)
     bub["pid"], bub["tid"], bub["queued_ns"] = pid, tid, ends
     from srtscope.analyzers.diagnose import _pieces, with_causes  # noqa: PLC0415 (one home for each)
@@ -246,7 +272,7 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
     pieces = pieces[w.owns(pieces["start_ns"].to_numpy())].reset_index(drop=True)
     pieces["bubble_start_ns"] = bub["start_ns"].to_numpy()[pieces["bubble"].to_numpy()] if len(pieces) \
         else np.zeros(0, np.int64)
-    model = _window_model(tlw, ctx, params)
+    model = ctx.model_of(tlw, params.burst_rule)
     classes, stages, user = attribute(tlw, pieces, params.burst_rule, model, ctx.comm_ranks)
     pieces = with_causes(pieces, classes, steps, ctx.fallback_rows)
     owned_b = bub[w.owns(bub["start_ns"].to_numpy())].drop(columns=["next_row", "queued_ns"])
@@ -262,7 +288,7 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
                        params.burst_rule, ctx.comm_ranks, sets, edges=False)
     part = Part(owned_b, pieces, stages, user, busy, gaps, _streams(sets, w, thr), budget.table, lost,
                 *_kernels(tlw, w, mask), *_split(tlw, w, sets), _bins(w, sets, ctx))
-    part.comm = _comm(tlw, w, sets)
+    part.comm = _comm(tlw, w, sets, ctx.whole_comm if tlw is ctx.whole else None)
     part.cold = _cold(tlw, w, model, ctx)
     part.step_rows = own_steps
     from srtscope.analyzers.windowed_comm import busy_in_window  # noqa: PLC0415 (it builds on this module)
@@ -270,14 +296,6 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
     own = w.owns(tlw.device["start_ns"].to_numpy())
     part.cpu_rows = bool((own & isin(tlw.device["kind"], [DeviceKind.CPU_FORWARD])).any()) if len(own) else False
     return part
-
-
-def _window_model(tlw: Timeline, ctx: Context, params: DiagnoseParams) -> HostActivity:
-    """The window's host model, told what only the whole trace knows (bursts, stage names)."""
-    m = HostActivity(tlw, params.burst_rule)
-    m._bursts.update(ctx.model._bursts)
-    m.whole_evidence, m.whole_helpers = ctx.evidence, ctx.helpers
-    return m
 
 
 def _no_comm():
@@ -358,11 +376,14 @@ def _bins(w: Window, sets: DeviceSets, ctx: Context) -> dict[tuple[Key, str], np
     return out
 
 
-def _comm(tlw: Timeline, w: Window, sets: DeviceSets) -> list[int]:
-    """[collective time, its exposed part] inside the window (``comm.communication``'s totals)."""
+def _comm(tlw: Timeline, w: Window, sets: DeviceSets, known: tuple[str, pd.DataFrame] | None) -> list[int]:
+    """[collective time, its exposed part] inside the window (``comm.communication``'s totals).
+    ``known``: the window's collectives (``comm._instances``) where already found."""
     from srtscope.analyzers.analyses.comm import _instances  # noqa: PLC0415
     mask = sets.comm
-    if mask.any():                            # the collectives' devices, without their rows' table
+    if known is not None:
+        source, inst = known
+    elif mask.any():                            # the collectives' devices, without their rows' table
         dev = tlw.device
         stand_in = bool(isin(dev["kind"], [DeviceKind.CPU_FORWARD])[mask].all())
         source = "stand_in" if stand_in else "kernels"

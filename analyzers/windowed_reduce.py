@@ -34,6 +34,7 @@ from srtscope.analyzers.analyses.range_totals import top_ranges
 from srtscope.analyzers.analyses.steps import find_steps
 from srtscope.analyzers.analyses.verdict import decide
 from srtscope.analyzers.analyses.whatif import what_if
+from srtscope.analyzers.columns import distinct_keys
 from srtscope.analyzers.diagnose import bubble_result, capture_info, kernel_table, params_json
 from srtscope.analyzers.forked import trim_heap
 from srtscope.analyzers.host_activity import HostActivity, default_threads, stage_threads
@@ -47,27 +48,26 @@ from srtscope.analyzers.results import (
 )
 from srtscope.analyzers.timeline import Timeline, WarningCode
 from srtscope.analyzers.vocab import Cause
-from srtscope.analyzers.windowed import Calls, Context, Part, Window, crop_rows, plan, window_part
+from srtscope.analyzers.windowed import ALL_TIME, Calls, Context, Part, Window, crop_rows, plan, window_part
 from srtscope.analyzers.windowed_comm import comm_result, straggler_queries
 from srtscope.analyzers.windowed_devices import contexts, in_contexts, of_rank, primary_of, rank_windows
+
+
+def one_window(tl: Timeline, source: str, steps: pd.DataFrame, sets: DeviceSets, params: DiagnoseParams,
+               shrink_ns: Mapping[str, int] | None = None) -> Diagnosis:
+    """The diagnosis of ``tl`` read whole: one window of all time over every rank (``steps``: its
+    steps, ``sets``: its device sets)."""
+    ctx, small, comm = trace_context(tl, source, steps, sets, params, whole=True)
+    part = window_part(tl, ALL_TIME, ctx, params)
+    return reduce([part], ctx, params, small, tl.span_ns, lambda lo, hi: tl, comm, shrink_ns)
 
 
 def diagnose_windowed(tl: Timeline, params: DiagnoseParams, max_rows: int) -> Diagnosis:
     """``diagnose(tl, params)`` walked in windows of about ``max_rows`` device rows (``windowed.applies``)."""
     sets = DeviceSets(tl)
     source, steps = find_steps(tl, params.step_rule, sets)
-    model = HostActivity(tl, params.burst_rule)
-    api = tl.api
-    if len(api):
-        for k in np.unique(api[["rank", "pid", "tid"]].to_numpy(np.int64), axis=0):
-            model.bursts((int(k[0]), int(k[1]), int(k[2])))
+    ctx, facts_tl, comm = trace_context(tl, source, steps, sets, params, whole=False)
     keys = sets.keys
-    facts_tl = Timeline(tl.device.iloc[:0], tl.api.iloc[:0], tl.ranges, tl.counters, tl.meta)
-    comm = _comm_source(tl, sets)
-    ctx = Context(steps, source, {k: sets.bounds(k) for k in keys},
-                  primary_of({k: iv.total(sets.union(k)) for k in keys}),
-                  comm_ranks_of(tl, sets.comm), model, default_threads(tl), Calls(tl.api), model.has_engine_evidence,
-                  whole_helpers(tl, model), straggler_queries(facts_tl, *comm, int(params.min_skew_us * 1000)))
     # per device: its rows' starts (in start order) and their running end
     dev = tl.device
     starts, ends = dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy()
@@ -94,6 +94,34 @@ def diagnose_windowed(tl: Timeline, params: DiagnoseParams, max_rows: int) -> Di
                            c.counters, c.meta)
             parts.append(window_part(tlw, Window(lo, hi, clo, chi, r), ctx, params))
     return reduce(parts, ctx, params, facts_tl, tl.span_ns, lambda lo, hi: crop_rows(tl, lo, hi), comm)
+
+
+def trace_context(tl: Timeline, source: str, steps: pd.DataFrame, sets: DeviceSets, params: DiagnoseParams,
+                  whole: bool) -> tuple[Context, Timeline, tuple[str, pd.DataFrame]]:
+    """(the ``Context`` of ``tl`` held in memory, its metadata and ranges without rows, every
+    collective). ``whole``: one window holds the trace (a whole read), whose host model is then the
+    window's own, its bursts found as asked for; else every thread's bursts are found here."""
+    model = HostActivity(tl, params.burst_rule)
+    api = tl.api
+    keys = sets.keys
+    facts_tl = Timeline(tl.device.iloc[:0], tl.api.iloc[:0], tl.ranges, tl.counters, tl.meta)
+    comm = _comm_source(tl, sets)
+    threads = set(distinct_keys(*(api[c].to_numpy() for c in ("rank", "pid", "tid")))) \
+        if len(api) and not whole else set()
+    for k in sorted(threads):
+        model.bursts(k)
+    ctx = Context(steps, source, {k: sets.bounds(k) for k in keys},
+                  primary_of({k: iv.total(sets.union(k)) for k in keys}),
+                  comm_ranks_of(tl, sets.comm), model, default_threads(tl), Calls(tl.api), model.has_engine_evidence,
+                  {} if whole else whole_helpers(tl, model, threads | _range_threads(tl)),
+                  straggler_queries(facts_tl, *comm, int(params.min_skew_us * 1000)),
+                  tl if whole else None, sets if whole else None, comm if whole else None)
+    return ctx, facts_tl, comm
+
+
+def _range_threads(tl: Timeline) -> set:
+    rg = tl.ranges
+    return set(distinct_keys(*(rg[c].to_numpy() for c in ("rank", "pid", "tid")))) if len(rg) else set()
 
 
 def whole_helpers(tl: Timeline, model: HostActivity, threads: set | None = None) -> dict:
@@ -343,11 +371,8 @@ def _losses(parts: list[Part], ctx: Context, pieces: pd.DataFrame, params: Diagn
         sub = steps.iloc[idx].reset_index(drop=True)
         lo, hi = int(sub["start_ns"].min()), int(sub["end_ns"].max())
         tlw = rows_of(lo, hi)
-        sets = DeviceSets(tlw)
-        sets._bounds.update(ctx.bounds)
-        model = HostActivity(tlw, params.burst_rule)
-        model._bursts.update(ctx.model._bursts)
-        model.whole_evidence, model.whole_helpers = ctx.evidence, ctx.helpers
+        sets = ctx.sets_of(tlw)
+        model = ctx.model_of(tlw, params.burst_rule)
         got = edge_losses(tlw, sub, pieces.iloc[:0], ctx.primary, model, params.burst_rule, ctx.comm_ranks, sets,
                           launcher)
         for c in HOST_WAIT:
