@@ -157,20 +157,15 @@ def innermost_segments(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray)
 
 
 def launch_bursts(s: np.ndarray, e: np.ndarray, rule: BurstRule) -> iv.IntervalSet:
+    """One thread's launch bursts (``BurstTracker``) from all its calls at once, in any order, ns."""
     if len(s) < rule.min_launches:
         return iv.empty()
     if not iv.is_sorted(s):                  # a thread's calls arrive start-sorted: no gather
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
-    e = iv.running_max(e)
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    np.greater(s[1:] - e[:-1], rule.gap_ns, out=new[1:])
-    first = np.flatnonzero(new)
-    counts = np.diff(np.r_[first, len(s)])
-    last = np.r_[first[1:], len(s)] - 1
-    keep = counts >= rule.min_launches
-    return iv.union(s[first[keep]], e[last[keep]])
+    t = BurstTracker(rule)
+    t.add(s, e)
+    return t.bursts()
 
 
 def launch_counts(api: pd.DataFrame) -> pd.DataFrame:
@@ -197,8 +192,10 @@ def run_starts(s: np.ndarray, e: np.ndarray, gap_ns: int, prev_end: int | None =
 
 
 class BurstTracker:
-    """``launch_bursts`` of one thread fed its start-sorted launch calls a chunk at a time: the
-    same bursts, with one open run carried between chunks."""
+    """One thread's launch bursts, fed its start-sorted launch calls a chunk at a time (a whole
+    read: one chunk): runs of calls each starting at most ``rule.gap_ns`` after every earlier one
+    ended, of at least ``rule.min_launches`` calls, from the first start to the latest end. One
+    open run is carried between chunks."""
 
     def __init__(self, rule: BurstRule) -> None:
         self.rule = rule
@@ -213,27 +210,26 @@ class BurstTracker:
         new, run_end = run_starts(s, e, self.rule.gap_ns, self.open[2] if self.open is not None else None)
         first = np.flatnonzero(new)
         last = np.r_[first[1:], len(s)] - 1
-        counts = np.diff(np.r_[first, len(s)])
-        fs = s[first].copy()
-        if self.open is not None and (len(first) == 0 or first[0] != 0):   # the carried run goes on
+        fs, counts, ends = s[first], np.diff(np.r_[first, len(s)]), run_end[last]
+        if self.open is not None:
+            o_start, o_n, o_end = self.open
             head = int(first[0]) if len(first) else len(s)
-            fs, last, counts = np.r_[self.open[0], fs], np.r_[head - 1, last], np.r_[self.open[1] + head, counts]
-        elif self.open is not None:                      # the carried run ended before this chunk
-            self._close(*self.open)
-        for i in range(len(fs) - 1):
-            self._close(int(fs[i]), int(counts[i]), int(run_end[last[i]]))
-        self.open = (int(fs[-1]), int(counts[-1]), int(run_end[last[-1]]))
-
-    def _close(self, start: int, n: int, end: int) -> None:
-        if n >= self.rule.min_launches:
-            self.starts.append(np.array([start], np.int64))
-            self.ends.append(np.array([end], np.int64))
+            if head:                                     # the carried run goes on into this chunk
+                o_n, o_end = o_n + head, int(run_end[head - 1])
+            fs, counts, ends = np.r_[o_start, fs], np.r_[o_n, counts], np.r_[o_end, ends]
+        keep = counts[:-1] >= self.rule.min_launches
+        self.starts.append(fs[:-1][keep])
+        self.ends.append(ends[:-1][keep])
+        self.open = (int(fs[-1]), int(counts[-1]), int(ends[-1]))
 
     def bursts(self) -> iv.IntervalSet:
         """The bursts of all the calls fed (closes the open run)."""
         if self.open is not None:
-            self._close(*self.open)
+            start, n, end = self.open
             self.open = None
+            if n >= self.rule.min_launches:
+                self.starts.append(np.array([start], np.int64))
+                self.ends.append(np.array([end], np.int64))
         if not self.starts:
             return iv.empty()
         return iv.union(np.concatenate(self.starts), np.concatenate(self.ends))
