@@ -1,42 +1,32 @@
 """``diagnose(tl) -> Diagnosis`` runs every analysis; ``compare(before, after)`` diffs two diagnoses.
 
+A whole read is one window of the windowed analyses (``windowed_reduce.one_window``): each figure
+is written once, as a window's part and the parts' combine.
+
 Pure: no printing, no I/O. The CLI renders ``Diagnosis`` / ``DiagnosisDiff`` and their ``to_json()``.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.analyses.attribution import BUBBLE_CAUSES, attribute, comm_ranks_of, launch_calls
-from srtscope.analyzers.analyses.bubbles import find_bubbles, histogram
-from srtscope.analyzers.analyses.budget import primary_devices, step_budget
-from srtscope.analyzers.analyses.capture import capture_adequacy
-from srtscope.analyzers.analyses.comm import communication
+from srtscope.analyzers.analyses.attribution import BUBBLE_CAUSES
+from srtscope.analyzers.analyses.bubbles import histogram
 from srtscope.analyzers.analyses.device_sets import DeviceSets
-from srtscope.analyzers.analyses.device_split import device_split
 from srtscope.analyzers.analyses.diff import DiagnosisDiff, FigureDelta, compare
-from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons, fallback_mask
-from srtscope.analyzers.analyses.io_frames import io_work
-from srtscope.analyzers.analyses.losses import step_losses
-from srtscope.analyzers.analyses.overview import overview
-from srtscope.analyzers.analyses.phases import phase_split
-from srtscope.analyzers.analyses.range_totals import top_ranges
+from srtscope.analyzers.analyses.eager import fallback_mask
 from srtscope.analyzers.analyses.steps import find_steps
-from srtscope.analyzers.analyses.verdict import decide
-from srtscope.analyzers.analyses.whatif import what_if
-from srtscope.analyzers.columns import isin, str_codes, sum_by
-from srtscope.analyzers.host_activity import HostActivity
 from srtscope.analyzers.params import DiagnoseParams
-from srtscope.analyzers.results import BUBBLE_CLASSES, BubbleResult, CaptureInfo, Diagnosis, StepsResult
-from srtscope.analyzers.timeline import DeviceKind, Timeline, TimelineMeta, WarningCode
+from srtscope.analyzers.results import BUBBLE_CLASSES, BubbleResult, CaptureInfo, Diagnosis
+from srtscope.analyzers.timeline import Timeline, TimelineMeta
 from srtscope.analyzers.vocab import Cause
 
-__all__ = ["DiagnoseParams", "diagnose", "compare", "crop", "top_kernels", "DiagnosisDiff", "FigureDelta"]
+__all__ = ["DiagnoseParams", "diagnose", "compare", "crop", "DiagnosisDiff", "FigureDelta"]
 
 
 class DiagnoseInputError(ValueError):
@@ -108,36 +98,6 @@ def _pieces(bubbles: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
                              ("bubble", "rank", "device", "pid", "tid", "start_ns", "end_ns", "step_row",
                               "queued_ns")})
     return pd.concat(parts, ignore_index=True)
-
-
-def top_kernels(tl: Timeline, n: int, comm: np.ndarray | None = None) -> pd.DataFrame:
-    """The n device activities (kernels, or CPU stand-in forwards) with the most summed time;
-    ``comm``: the collective rows (``names.comm_mask``), left out: they are communication."""
-    dev = tl.device
-    cols = ["name", "count", "total_ns", "mean_ns", "share"]
-    m = isin(dev["kind"], [DeviceKind.KERNEL, DeviceKind.CPU_FORWARD, DeviceKind.GRAPH])
-    if comm is not None and len(comm) == len(m):
-        m = m & ~comm
-    if not m.any() or n == 0:
-        return pd.DataFrame(columns=cols)
-    codes, names = str_codes(dev["name"])
-    codes = codes[m]
-    dur = dev["end_ns"].to_numpy()[m] - dev["start_ns"].to_numpy()[m]
-    count = np.bincount(codes, minlength=len(names))
-    used = count > 0
-    return kernel_table(names[used], count[used], sum_by(codes, dur, len(names))[used], int(dur.sum()), n)
-
-
-def kernel_table(names: np.ndarray, count: np.ndarray, sums: np.ndarray, total: int, n: int) -> pd.DataFrame:
-    """The n names with the most summed time: ``names`` sorted, each with its row count and summed
-    ns; ``total``: the time of all of them (the shares' base)."""
-    # per name, in name order: what a groupby on the names gives, before the sort by time
-    g = pd.DataFrame({"count": count, "sum": sums}, index=pd.Index(names, name="name"))
-    g = g.sort_values("sum", ascending=False).head(n)
-    return pd.DataFrame({"name": g.index.to_numpy(), "count": g["count"].to_numpy(np.int64),
-                         "total_ns": g["sum"].to_numpy(np.int64),
-                         "mean_ns": (g["sum"] // g["count"]).to_numpy(np.int64),
-                         "share": np.round(g["sum"].to_numpy() / total, 4) if total else 0.0})
 
 
 _DEFAULT_PARAMS = DiagnoseParams()

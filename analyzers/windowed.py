@@ -25,18 +25,21 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.attribution import attribute, launch_calls
+from srtscope.analyzers.analyses.bubbles import gaps_part, streams_part
 from srtscope.analyzers.analyses.budget import step_budget
-from srtscope.analyzers.analyses.comm import split_compute
+from srtscope.analyzers.analyses.capture import cold_part, stand_in_part
+from srtscope.analyzers.analyses.comm import busy_in_window, comm_part
 from srtscope.analyzers.analyses.device_sets import DeviceSets
+from srtscope.analyzers.analyses.device_split import split_part
+from srtscope.analyzers.analyses.kernels import kernels_part
 from srtscope.analyzers.analyses.losses import StepLosses, step_losses
+from srtscope.analyzers.analyses.overview import bins_part
 from srtscope.analyzers.analyses.step_index import StepIndex
-from srtscope.analyzers.columns import distinct_keys, isin, rows_where, str_codes, sum_by
+from srtscope.analyzers.columns import rows_where
 from srtscope.analyzers.host_activity import HostActivity
-from srtscope.analyzers.names import copy_direction
 from srtscope.analyzers.params import DiagnoseParams
-from srtscope.analyzers.timeline import DeviceKind, Timeline
+from srtscope.analyzers.timeline import Timeline
 
 Key = tuple[int, int]
 _MIN, _MAX = int(np.iinfo(np.int64).min) // 2, int(np.iinfo(np.int64).max) // 2
@@ -107,7 +110,7 @@ class Context:
     #                                          most stage ranges (``host_activity.stage_threads``)
     queries: dict[Key, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     #                                          the straggler's device: the time before its arrivals
-    #                                          whose busy share ``comm.finish`` asks for (``windowed_comm``)
+    #                                          whose busy share ``comm.finish`` asks for (``comm.straggler_queries``)
     whole: Timeline | None = None            # the whole trace, where one window holds it (a whole
     #                                          read): ``model`` and ``whole_sets`` are then its own
     whole_sets: DeviceSets | None = None
@@ -163,7 +166,7 @@ class Part:
     copies: dict[str, list[int]]             # direction -> [ns, count, bytes, ns with bytes, pageable ns, any bytes]
     bins: dict[tuple[Key, str], np.ndarray]  # overview: per device and class, ns per bin
     comm: list[int] = field(default_factory=lambda: [0, 0, 0])   # collectives: total, exposed, rows
-    cold: list[int] = field(default_factory=lambda: [0, 0])      # start-up calls: all, inside the active window
+    cold: tuple[int, int] = (0, 0)                               # start-up calls: all, inside the active window
     piece_threads: dict[tuple[int, int, int, int], int] = field(default_factory=dict)
     straggler_busy: dict[Key, int] = field(default_factory=dict)   # ``queries``' busy ns inside the window
     cpu_rows: bool = False                                          # owned CPU stand-in rows
@@ -240,23 +243,7 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
     ranks = index.ranks if w.rank is None else [w.rank]
     own_steps = np.sort(np.concatenate([index.starting(r, w.lo_ns, w.hi_ns) for r in ranks])) if ranks \
         else np.zeros(0, np.int64)
-    # bubbles: gaps of each device's activity over the threshold that touch the owned time
-    rows, busy, gaps = [], {}, {}
-    for key in sets.keys:
-        u = sets.union(key)
-        busy[key] = int(iv.overlap(u, [w.lo_ns], [w.hi_ns])[0]) if len(u[0]) else 0
-        gs_all, _ = iv.gaps(u, 0)
-        gaps[key] = int(w.owns(gs_all).sum())
-        gs, ge = iv.gaps(u, thr)
-        near = (ge > w.lo_ns) & (gs < w.hi_ns)
-        gs, ge = gs[near], ge[near]
-        nxt = sets.next_rows(key, ge) if len(ge) else np.zeros(0, np.int64)
-        rows.append(pd.DataFrame({"rank": key[0], "device": key[1], "start_ns": gs, "end_ns": ge,
-                                  "dur_ns": ge - gs, "next_row": nxt}))
-    bub = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
-        {c: pd.Series([], dtype=np.int64) for c in ("rank", "device", "start_ns", "end_ns", "dur_ns", "next_row")})
-    for c in bub.columns:
-        bub[c] = bub[c].astype(np.int64)
+    bub, busy, gaps = gaps_part(sets, w.lo_ns, w.hi_ns, thr)
     # NOTE: a queued launch can lie before the window's context: looked up in ``ctx.calls``
     nxt = bub["next_row"].to_numpy()
     ids = np.unique(tlw.device["correlation"].to_numpy()[nxt]) if len(nxt) else np.zeros(0, np.int64)
@@ -266,7 +253,7 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
     bub["pid"], bub["tid"], bub["queued_ns"] = pid, tid, ends
     from srtscope.analyzers.diagnose import _pieces, with_causes  # noqa: PLC0415 (one home for each)
     # NOTE: the steps that cut or hold the bubbles' time, not the trace's every step (labels kept)
-    held = [index.holding(int(r), int(g["start_ns"].min()), int(g["end_ns"].max()))
+    held = [index.holding(int(cast(int, r)), int(g["start_ns"].min()), int(g["end_ns"].max()))
             for r, g in bub.groupby("rank")] if len(bub) else []
     pieces = _pieces(bub, steps.iloc[np.sort(np.concatenate(held))] if held else steps.iloc[:0])
     pieces = pieces[w.owns(pieces["start_ns"].to_numpy())].reset_index(drop=True)
@@ -285,137 +272,22 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
         else np.full(len(sr), -1, np.int64)
     budget = step_budget(tlw, local, lp, mask, ctx.primary, sets)
     lost = step_losses(tlw, local, lp, budget.table, _no_comm(), ctx.primary, thr, model,
-                       params.burst_rule, ctx.comm_ranks, sets, edges=False)
-    part = Part(owned_b, pieces, stages, user, busy, gaps, _streams(sets, w, thr), budget.table, lost,
-                *_kernels(tlw, w, mask), *_split(tlw, w, sets), _bins(w, sets, ctx))
-    part.comm = _comm(tlw, w, sets, ctx.whole_comm if tlw is ctx.whole else None)
-    part.cold = _cold(tlw, w, model, ctx)
+                       params.burst_rule, ctx.comm_ranks, sets)
+    lo, hi = w.lo_ns, w.hi_ns
+    part = Part(owned_b, pieces, stages, user, busy, gaps, streams_part(sets, lo, hi, thr), budget.table, lost,
+                *kernels_part(tlw.device, lo, hi, mask), *split_part(tlw.device, sets, lo, hi),
+                bins_part(sets, ctx.bounds, lo, hi))
+    part.comm = comm_part(tlw, sets, w.lo_ns, w.hi_ns, ctx.whole_comm if tlw is ctx.whole else None)
+    part.cold = cold_part(tlw.api, model.cold_calls, ctx.bounds, w.lo_ns, w.hi_ns)
     part.step_rows = own_steps
-    from srtscope.analyzers.windowed_comm import busy_in_window  # noqa: PLC0415 (it builds on this module)
-    part.straggler_busy = busy_in_window(sets, w, ctx.queries)
-    own = w.owns(tlw.device["start_ns"].to_numpy())
-    part.cpu_rows = bool((own & isin(tlw.device["kind"], [DeviceKind.CPU_FORWARD])).any()) if len(own) else False
+    part.straggler_busy = busy_in_window(sets, w.lo_ns, w.hi_ns, ctx.queries)
+    part.cpu_rows = stand_in_part(tlw.device, w.lo_ns, w.hi_ns)
     return part
 
 
 def _no_comm():
     from srtscope.analyzers.results import CommResult  # noqa: PLC0415
     return CommResult(0, 0, 0, 0, 0, 0, None, None, None, None, None, "none", pd.DataFrame())
-
-
-def _streams(sets: DeviceSets, w: Window, thr: int) -> dict[tuple[int, int, int], list[int]]:
-    """Per (rank, device, stream): [first, last, busy, gap count, gap ns] of its activity clipped to the window."""
-    out: dict[tuple[int, int, int], list[int]] = {}
-    for key in sets.keys:
-        for stream, u in sets.stream_unions(key):
-            u = iv.clip(u, w.lo_ns, w.hi_ns)
-            if not len(u[0]):
-                continue
-            gs, ge = iv.gaps(u, thr)
-            out[(key[0], key[1], stream)] = [int(u[0][0]), int(u[1][-1]), iv.total(u), len(gs), int((ge - gs).sum())]
-    return out
-
-
-def _kernels(tlw: Timeline, w: Window, comm: np.ndarray) -> tuple[dict[str, list[int]], dict[str, int]]:
-    """Owned rows: per name, [count, total ns] of the top-kernel candidates; kernel rows per name."""
-    dev = tlw.device
-    if len(dev) == 0:
-        return {}, {}
-    own = w.owns(dev["start_ns"].to_numpy())
-    codes, names = str_codes(dev["name"])
-    dur = dev["end_ns"].to_numpy() - dev["start_ns"].to_numpy()
-    m = own & isin(dev["kind"], [DeviceKind.KERNEL, DeviceKind.CPU_FORWARD, DeviceKind.GRAPH]) & ~comm
-    cnt = np.bincount(codes[m], minlength=len(names))
-    tot = sum_by(codes[m], dur[m], len(names))
-    top = {str(names[i]): [int(cnt[i]), int(tot[i])] for i in np.flatnonzero(cnt)}
-    km = own & isin(dev["kind"], [DeviceKind.KERNEL])
-    kc = np.bincount(codes[km], minlength=len(names))
-    return top, {str(names[i]): int(kc[i]) for i in np.flatnonzero(kc)}
-
-
-def _split(tlw: Timeline, w: Window, sets: DeviceSets) -> tuple[dict[str, int], dict[str, list[int]]]:
-    """Device split totals inside the window, and per copy direction the owned copies' figures."""
-    tot = dict.fromkeys(("busy", "kernel", "comm", "memcpy", "memset", "exposed"), 0)
-
-    def t(s: iv.IntervalSet) -> int:
-        return iv.total(iv.clip(s, w.lo_ns, w.hi_ns))
-    for key in sets.keys:
-        copies = sets.union(key, "copy")
-        tot["busy"] += t(sets.union(key))
-        tot["kernel"] += t(sets.union(key, "kernel"))
-        tot["comm"] += t(sets.union(key, "comm"))
-        tot["memcpy"] += t(copies)
-        tot["memset"] += t(sets.union(key, "memset"))
-        tot["exposed"] += t(iv.subtract(copies, sets.union(key, "compute")))
-    dev = tlw.device
-    copies_out: dict[str, list[int]] = {}
-    if len(dev):
-        m = sets.mask("copy") & w.owns(dev["start_ns"].to_numpy())
-        if m.any():
-            codes, names = str_codes(dev["name"][m])
-            direction = np.array([copy_direction(str(n)) for n in names], dtype=object)[codes]
-            pageable = np.array(["pageable" in str(n).lower() for n in names], dtype=bool)[codes]
-            ns = dev["end_ns"].to_numpy()[m] - dev["start_ns"].to_numpy()[m]
-            nb = dev["bytes"].to_numpy()[m]
-            for d in np.unique(direction):
-                g = direction == d
-                known = g & (nb >= 0)
-                copies_out[str(d)] = [int(ns[g].sum()), int(g.sum()), int(nb[known].sum()), int(ns[known].sum()),
-                                      int(ns[g & pageable].sum()), int(known.any())]
-    return tot, copies_out
-
-
-def _bins(w: Window, sets: DeviceSets, ctx: Context) -> dict[tuple[Key, str], np.ndarray]:
-    """Overview: per device and class, the class's time in each bin inside the window."""
-    from srtscope.analyzers.analyses.overview import DEFAULT_BINS, bin_edges  # noqa: PLC0415
-    out = {}
-    for key in sets.keys:
-        edges = bin_edges(*ctx.bounds[key], DEFAULT_BINS)
-        for cls in ("kernel", "copyset", "comm"):
-            out[(key, cls)] = np.diff(iv.covered_upto(iv.clip(sets.union(key, cls), w.lo_ns, w.hi_ns), edges))
-    return out
-
-
-def _comm(tlw: Timeline, w: Window, sets: DeviceSets, known: tuple[str, pd.DataFrame] | None) -> list[int]:
-    """[collective time, its exposed part] inside the window (``comm.communication``'s totals).
-    ``known``: the window's collectives (``comm._instances``) where already found."""
-    from srtscope.analyzers.analyses.comm import _instances  # noqa: PLC0415
-    mask = sets.comm
-    if known is not None:
-        source, inst = known
-    elif mask.any():                            # the collectives' devices, without their rows' table
-        dev = tlw.device
-        stand_in = bool(isin(dev["kind"], [DeviceKind.CPU_FORWARD])[mask].all())
-        source = "stand_in" if stand_in else "kernels"
-        inst = pd.DataFrame({"rank": dev["rank"].to_numpy()[mask], "device": dev["device"].to_numpy()[mask]})
-    else:
-        source, inst = _instances(tlw, mask)
-    total = exposed = 0
-    if source == "ranges":
-        for rank in np.unique(inst["rank"].to_numpy()):
-            r = inst["rank"].to_numpy() == rank
-            c = iv.union(inst["start_ns"].to_numpy()[r], inst["end_ns"].to_numpy()[r])
-            k = sets.rank_union(int(rank), "noncomm")
-            total += iv.total(iv.clip(c, w.lo_ns, w.hi_ns))
-            exposed += iv.total(iv.clip(split_compute(k, c, False)[1], w.lo_ns, w.hi_ns))
-    elif source != "none":
-        for rank, device in distinct_keys(inst["rank"].to_numpy(), inst["device"].to_numpy()):
-            c, k = sets.union((rank, device), "comm"), sets.union((rank, device), "noncomm")
-            total += iv.total(iv.clip(c, w.lo_ns, w.hi_ns))
-            exposed += iv.total(iv.clip(split_compute(k, c, source == "stand_in")[1], w.lo_ns, w.hi_ns))
-    return [total, exposed, 0]
-
-
-def _cold(tlw: Timeline, w: Window, model: HostActivity, ctx: Context) -> list[int]:
-    """Owned start-up calls: [their summed time, their time inside the devices' active window]."""
-    api = tlw.api
-    if len(api) == 0:
-        return [0, 0]
-    m = model.cold_calls & w.owns(api["start_ns"].to_numpy())
-    cs, ce = api["start_ns"].to_numpy()[m], api["end_ns"].to_numpy()[m]
-    first = min(b[0] for b in ctx.bounds.values())
-    last = max(b[1] for b in ctx.bounds.values())
-    return [int((ce - cs).sum()), int(np.clip(np.minimum(ce, last) - np.maximum(cs, first), 0, None).sum())]
 
 
 def walk(windows: Iterable[tuple[Window, Timeline]], ctx: Context, params: DiagnoseParams) -> list[Part]:

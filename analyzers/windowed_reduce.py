@@ -14,12 +14,15 @@ import pandas as pd
 from srtscope.analyzers import big_blocks
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.attribution import comm_ranks_of
+from srtscope.analyzers.analyses.bubbles import by_device, by_stream
 from srtscope.analyzers.analyses.budget import BUDGET_COLUMNS, budget_result
-from srtscope.analyzers.analyses.capture import CaptureFacts, capture_adequacy
+from srtscope.analyzers.analyses.capture import capture_adequacy, facts_of
+from srtscope.analyzers.analyses.comm import comm_result, straggler_queries
 from srtscope.analyzers.analyses.device_sets import DeviceSets
-from srtscope.analyzers.analyses.device_split import copy_stat, device_result
+from srtscope.analyzers.analyses.device_split import device_of
 from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons, fallback_mask
 from srtscope.analyzers.analyses.io_frames import io_work
+from srtscope.analyzers.analyses.kernels import kernel_counts, top_kernels
 from srtscope.analyzers.analyses.losses import (
     HOST_WAIT,
     StepLosses,
@@ -28,28 +31,25 @@ from srtscope.analyzers.analyses.losses import (
     step_skew,
     warmup_mask,
 )
-from srtscope.analyzers.analyses.overview import DEFAULT_BINS, bin_edges, device_overview
+from srtscope.analyzers.analyses.overview import overview_of
 from srtscope.analyzers.analyses.phases import phase_split
 from srtscope.analyzers.analyses.range_totals import top_ranges
 from srtscope.analyzers.analyses.steps import find_steps
 from srtscope.analyzers.analyses.verdict import decide
 from srtscope.analyzers.analyses.whatif import what_if
 from srtscope.analyzers.columns import distinct_keys
-from srtscope.analyzers.diagnose import bubble_result, capture_info, kernel_table, params_json
+from srtscope.analyzers.diagnose import bubble_result, capture_info, params_json
 from srtscope.analyzers.forked import trim_heap
 from srtscope.analyzers.host_activity import HostActivity, default_threads, stage_threads
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.results import (
     CommResult,
-    DeviceResult,
     Diagnosis,
-    OverviewResult,
     StepsResult,
 )
 from srtscope.analyzers.timeline import Timeline, WarningCode
 from srtscope.analyzers.vocab import Cause
 from srtscope.analyzers.windowed import ALL_TIME, Calls, Context, Part, Window, crop_rows, plan, window_part
-from srtscope.analyzers.windowed_comm import comm_result, straggler_queries
 from srtscope.analyzers.windowed_devices import contexts, in_contexts, of_rank, primary_of, rank_windows
 
 
@@ -109,7 +109,7 @@ def trace_context(tl: Timeline, source: str, steps: pd.DataFrame, sets: DeviceSe
     threads = set(distinct_keys(*(api[c].to_numpy() for c in ("rank", "pid", "tid")))) \
         if len(api) and not whole else set()
     for k in sorted(threads):
-        model.bursts(k)
+        model.bursts((k[0], k[1], k[2]))
     ctx = Context(steps, source, {k: sets.bounds(k) for k in keys},
                   primary_of({k: iv.total(sets.union(k)) for k in keys}),
                   comm_ranks_of(tl, sets.comm), model, default_threads(tl), Calls(tl.api), model.has_engine_evidence,
@@ -171,14 +171,14 @@ def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timel
             user[k] = user.get(k, 0) + v
     # NOTE: ``attribute`` orders its user ranges largest first, ties by name
     user = dict(sorted(((k, v) for k, v in user.items() if v > 0), key=lambda kv: (-kv[1], kv[0])))
-    bres = bubble_result(bubbles, pieces, stages, _by_device(parts, keys, ctx, bubbles), _by_stream(parts, thr),
+    devices = by_device(ctx.bounds, [p.busy for p in parts], [p.gaps for p in parts], bubbles)
+    bres = bubble_result(bubbles, pieces, stages, devices, by_stream([p.streams for p in parts], thr),
                          user, thr, bool(len(small.host_ranges)))
     table = bres.table
     reasons = eager_reasons(steps)
     sres = StepsResult(source, steps, {str(k): int(v) for k, v in reasons[reasons != ""].value_counts().items()})
     csrc, inst = comm
     ctot = [sum(p.comm[i] for p in parts) for i in range(2)]
-    sets0 = DeviceSets(small)
     cres = comm_result(small, csrc, inst, ctot[0], ctot[1], int(params.min_skew_us * 1000),
                        [p.straggler_busy for p in parts])
     if n_comm is not None:
@@ -189,10 +189,11 @@ def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timel
     budget = budget_result(pd.concat([p.budget for p in parts], ignore_index=True).iloc[order]
                            .reset_index(drop=True)[list(BUDGET_COLUMNS)]) \
         if parts else budget_result(pd.DataFrame({c: pd.Series([], dtype=np.int64) for c in BUDGET_COLUMNS}))
-    tk = _top_kernels(parts, params.top_kernels)
-    dres = _device(parts)
-    facts = _facts(parts, ctx, span)
-    coverage, warnings = capture_adequacy(small, ctx.model, dres, sres, bres, None, facts)
+    tk = top_kernels([p.kernels for p in parts], params.top_kernels)
+    dres = device_of([p.split for p in parts], [p.copies for p in parts])
+    facts = facts_of(span, ctx.bounds, [p.cold for p in parts], any(p.cpu_rows for p in parts),
+                     kernel_counts([p.kernel_counts for p in parts]))
+    coverage, warnings = capture_adequacy(small.meta, ctx.model, dres, sres, bres, facts)
     m = replace(small.meta, warnings=list(small.meta.warnings))
     for w in warnings:
         m.warn(w.code, w.message)
@@ -201,14 +202,13 @@ def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timel
     primary = ctx.primary
     losses = _losses(parts, ctx, pieces, params, rows_of, cres, order)
     budget = replace(budget, warmup=losses.warmup, lost_ns=losses.mean_lost())
-    wif = what_if(small, steps, pieces, budget.table, cres, primary, thr, ctx.model, shrink_ns,
-                  params.burst_rule, ctx.comm_ranks, sets0, losses)
+    wif = what_if(small, steps, pieces, budget.table, cres, primary, thr, ctx.model, losses, shrink_ns)
     io = io_work(small, ctx.model, pieces) if bres.by_cause.get(Cause.HOST_IO.value) else []
     verdict = decide(m, bres, cres, eres, tk, budget.table, source, params.healthy_pct, device=dres,
                      coverage=coverage, steps=sres, engine_evidence=ctx.model.has_engine_evidence,
                      losses=losses, what_if=wif, io=io)
     capture = capture_info(m, keys, span, coverage)
-    ov = _overview(parts, keys, ctx, table, steps)
+    ov = overview_of([p.bins for p in parts], ctx.bounds, table, steps)
     phases = phase_split(steps, budget.table, params.healthy_pct)
     return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, params_json(params), dres, ov, wif,
                      top_ranges(small), phases)
@@ -261,89 +261,6 @@ def _bubble_of(bubbles: pd.DataFrame, pieces: pd.DataFrame) -> np.ndarray:
     return got.astype(np.int64)
 
 
-def _by_device(parts: list[Part], keys: list, ctx: Context, table: pd.DataFrame) -> pd.DataFrame:
-    rows = []
-    for key in keys:
-        lo, hi = ctx.bounds[key]
-        window = int(hi - lo)
-        busy = sum(p.busy.get(key, 0) for p in parts)
-        n_all = sum(p.gaps.get(key, 0) for p in parts)
-        mine = table[(table["rank"] == key[0]) & (table["device"] == key[1])]
-        bns = int(mine["dur_ns"].sum())
-        rows.append({"rank": key[0], "device": key[1], "window_ns": window, "busy_ns": busy,
-                     "bubble_count": len(mine), "bubble_ns": bns, "small_gap_count": n_all - len(mine),
-                     "small_gap_ns": window - busy - bns,
-                     "busy_pct": round(100.0 * busy / window, 2) if window else 0.0})
-    return pd.DataFrame(rows, columns=["rank", "device", "window_ns", "busy_ns", "bubble_count",
-                                       "bubble_ns", "small_gap_count", "small_gap_ns", "busy_pct"])
-
-
-def _by_stream(parts: list[Part], thr: int) -> pd.DataFrame:
-    acc: dict[tuple[int, int, int], list[int]] = {}
-    for p in parts:                              # windows in time order
-        for k, (first, last, busy, n, ns) in p.streams.items():
-            a = acc.get(k)
-            if a is None:
-                acc[k] = [last, busy, n, ns]
-                continue
-            gap = first - a[0]
-            if gap > thr:
-                a[2] += 1
-                a[3] += gap
-            a[0] = last
-            a[1] += busy
-            a[2] += n
-            a[3] += ns
-    out = [(k[0], k[1], k[2], a[1], a[2], a[3]) for k, a in acc.items()]
-    cols = ["rank", "device", "stream", "busy_ns", "gap_count", "gap_ns"]
-    if not out:
-        return pd.DataFrame(columns=cols)
-    return pd.DataFrame(out, columns=cols).sort_values(["rank", "device", "stream"], ignore_index=True)
-
-
-def _top_kernels(parts: list[Part], n: int) -> pd.DataFrame:
-    acc: dict[str, list[int]] = {}
-    for p in parts:
-        for k, (c, t) in p.kernels.items():
-            a = acc.setdefault(k, [0, 0])
-            a[0] += c
-            a[1] += t
-    if not acc or n == 0:
-        return pd.DataFrame(columns=["name", "count", "total_ns", "mean_ns", "share"])
-    names = np.array(sorted(acc), dtype=object)
-    count = np.array([acc[k][0] for k in names], np.int64)
-    sums = np.array([acc[k][1] for k in names], np.int64)
-    return kernel_table(names, count, sums, int(sums.sum()), n)
-
-
-def _device(parts: list[Part]) -> DeviceResult:
-    totals: dict[str, int] = dict.fromkeys(("busy", "kernel", "comm", "memcpy", "memset", "exposed"), 0)
-    copies: dict[str, list[int]] = {}
-    for p in parts:
-        for k, ns in p.split.items():
-            totals[k] += ns
-        for d, figures in p.copies.items():
-            acc = copies.setdefault(d, [0] * 6)
-            for i in range(6):
-                acc[i] += figures[i]
-    return device_result(totals, {d: copy_stat(c[0], c[1], c[2], c[3], c[4], c[5] > 0)
-                                  for d, c in sorted(copies.items())})
-
-
-def _facts(parts: list[Part], ctx: Context, span: tuple[int, int]) -> CaptureFacts:
-    b = np.array(list(ctx.bounds.values()), dtype=np.int64).reshape(-1, 2)
-    counts: dict[str, int] = {}
-    for p in parts:
-        for k, v in p.kernel_counts.items():
-            counts[k] = counts.get(k, 0) + v
-    has = len(b) > 0
-    return CaptureFacts(span, int(b[:, 0].min()) if has else None, int(b[:, 1].max()) if has else None,
-                        iv.total(iv.union(b[:, 0], b[:, 1])) if has else 0,
-                        sum(p.cold[0] for p in parts), sum(p.cold[1] for p in parts),
-                        not any(p.cpu_rows for p in parts),
-                        np.array([counts[k] for k in sorted(counts)], np.int64))
-
-
 def _losses(parts: list[Part], ctx: Context, pieces: pd.DataFrame, params: DiagnoseParams, rows_of,
             comm: CommResult, order: np.ndarray) -> StepLosses:
     """The owned steps' accountings in step order, with the edges, the straggler's skew (``comm``:
@@ -393,18 +310,6 @@ def _losses(parts: list[Part], ctx: Context, pieces: pd.DataFrame, params: Diagn
                       exposed, cat(lambda x: x.exposed_inline), skew,
                       cat(lambda x: x.bare_copies), cat(lambda x: x.copy_floor), cat(lambda x: x.kernel),
                       cat(lambda x: x.busy), cat(lambda x: x.wall), warmup_mask(steps))
-
-
-def _overview(parts: list[Part], keys: list, ctx: Context, table: pd.DataFrame, steps: pd.DataFrame) -> OverviewResult:
-    out = []
-    for key in keys:
-        edges = bin_edges(*ctx.bounds[key], DEFAULT_BINS)
-        per_bin = {}
-        for cls in ("kernel", "copyset", "comm"):
-            got = [p.bins[(key, cls)] for p in parts if (key, cls) in p.bins]
-            per_bin[cls] = np.sum(got, axis=0) if got else np.zeros(DEFAULT_BINS, np.int64)
-        out.append(device_overview(key, ctx.bounds[key], edges, per_bin, table, steps))
-    return OverviewResult(DEFAULT_BINS, tuple(out))
 
 
 def edge_steps(steps: pd.DataFrame, bounds: Mapping[tuple[int, int], tuple[int, int]],

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.analyses.comm import _instances
+from srtscope.analyzers.analyses.comm import _instances, straggler_queries
 from srtscope.analyzers.analyses.steps import find_steps, step_windows, steps_from_ranges
 from srtscope.analyzers.columns import group_rows, isin, rows_where
 from srtscope.analyzers.forked import Beside, available, resident_bytes, trim_heap
@@ -42,7 +42,6 @@ from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.results import Diagnosis
 from srtscope.analyzers.timeline import ApiKind, Timeline, TimelineMeta, validate_table
 from srtscope.analyzers.windowed import CALL_COLUMNS, Calls, Context, Window, overlapping, plan, window_part
-from srtscope.analyzers.windowed_comm import straggler_queries
 from srtscope.analyzers.windowed_devices import (
     DeviceScan,
     carried,

@@ -91,12 +91,18 @@ def main(argv: list[str] | None = None) -> int:
         setattr(N._Reader, name, s.wrap(getattr(N._Reader, name), f"read: {name}"))
     for name in ("concat_sorted", "_validated", "_read_host"):
         setattr(N, name, s.wrap(getattr(N, name), f"read: {name}"))
-    for name in ("_select_steps", "find_bubbles", "launch_calls", "_pieces", "HostActivity", "comm_ranks_of",
-                 "attribute", "communication", "top_kernels", "overview", "step_budget", "step_losses",
-                 "what_if", "device_split", "phase_split", "top_ranges", "io_work", "eager_fallback",
-                 "capture_adequacy", "decide"):
-        if hasattr(D, name):
-            setattr(D, name, s.wrap(getattr(D, name), f"analysis: {name}"))
+    import srtscope.analyzers.windowed as W
+    import srtscope.analyzers.windowed_reduce as R
+    # the analyses as the one window's part (W) and the combine (R) call them
+    for mod, names in ((D, ("_select_steps",)),
+                       (W, ("gaps_part", "launch_calls", "attribute", "step_budget", "step_losses", "kernels_part",
+                            "split_part", "bins_part", "comm_part", "cold_part", "streams_part")),
+                       (R, ("trace_context", "bubble_result", "by_device", "by_stream", "comm_result", "top_kernels",
+                            "device_of", "overview_of", "capture_adequacy", "what_if", "phase_split", "top_ranges",
+                            "io_work", "eager_fallback", "decide"))):
+        for name in names:
+            if hasattr(mod, name):
+                setattr(mod, name, s.wrap(getattr(mod, name), f"analysis: {name}"))
     load = s.wrap(load_timeline, "load_timeline (all of the read)")
     diag = s.wrap(D.diagnose, "diagnose (all of the analyses)")
     t0 = time.perf_counter()

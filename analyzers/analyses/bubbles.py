@@ -1,5 +1,8 @@
 """Bubbles: per device, the gaps in the union of all its streams' activity inside the active window.
 
+Each figure is a window's part (``gaps_part``, ``streams_part``: from the rows of the window's
+context) and the parts' combine (``by_device``, ``by_stream``); a whole read is one window.
+
 A bubble is a hole longer than ``threshold_ns`` between the device's first activity start and its
 last activity end (nothing before or after counts). Devices are keyed by ``(rank, device)`` so rank
 files merged into one Timeline keep their devices apart.
@@ -12,7 +15,6 @@ import pandas as pd
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.results import HistogramBin
-from srtscope.analyzers.timeline import Timeline
 
 #: Histogram bin edges, µs (the last bin is open-ended).
 HIST_EDGES_US: tuple[int, ...] = (0, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 50_000)
@@ -20,56 +22,96 @@ HIST_EDGES_US: tuple[int, ...] = (0, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_
 BUBBLE_COLUMNS = ("rank", "device", "start_ns", "end_ns", "dur_ns", "next_row")
 
 
-def find_bubbles(tl: Timeline, threshold_ns: int, sets: DeviceSets | None = None
-                 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(bubbles, by_device, by_stream). ``sets``: the trace's device sets (built when None).
+BY_DEVICE_COLUMNS = ("rank", "device", "window_ns", "busy_ns", "bubble_count", "bubble_ns", "small_gap_count",
+                     "small_gap_ns", "busy_pct")
+BY_STREAM_COLUMNS = ("rank", "device", "stream", "busy_ns", "gap_count", "gap_ns")
 
-    bubbles: ``BUBBLE_COLUMNS``; ``next_row`` is the device-table row that ends the bubble (the first
-    activity after it). by_device: rank, device, window_ns, busy_ns, bubble_count, bubble_ns,
-    small_gap_count, small_gap_ns (gaps at or under the threshold: not bubbles), busy_pct.
-    by_stream: rank, device, stream, busy_ns, gap_count, gap_ns (the per-stream view).
-    """
+Key = tuple[int, int]
+
+
+def gaps_part(sets: DeviceSets, lo: int, hi: int, threshold_ns: int
+              ) -> tuple[pd.DataFrame, dict[Key, int], dict[Key, int]]:
+    """A window ``[lo, hi)``'s share of each device's gaps, from the rows in its context (``sets``):
+    (the bubbles touching it, ``BUBBLE_COLUMNS``, ``next_row`` the device row ending each; per
+    device its busy ns inside the window; per device its gaps of any length starting in it)."""
     if threshold_ns < 0:
         raise ValueError(f"threshold_ns must be >= 0, got {threshold_ns}")
-    sets = DeviceSets.of(tl, sets)
-    parts, devrows = [], []
-    for rank, device in sets.keys:
-        u = sets.union((rank, device))
-        window = int(u[1][-1] - u[0][0]) if len(u[0]) else 0
-        busy = iv.total(u)
+    rows, busy, gaps = [], {}, {}
+    for key in sets.keys:
+        u = sets.union(key)
+        busy[key] = int(iv.overlap(u, [lo], [hi])[0]) if len(u[0]) else 0
+        gs_all, _ = iv.gaps(u, 0)
+        gaps[key] = int(((gs_all >= lo) & (gs_all < hi)).sum())
         gs, ge = iv.gaps(u, threshold_ns)
-        n_all = max(len(u[0]) - 1, 0)
-        small_ns = window - busy - int((ge - gs).sum())
-        # next activity: the device's row whose start equals the gap's end
-        nxt = sets.next_rows((rank, device), ge) if len(ge) else np.zeros(0, np.int64)
-        parts.append(pd.DataFrame({"rank": rank, "device": device, "start_ns": gs, "end_ns": ge,
-                                   "dur_ns": ge - gs, "next_row": nxt}))
-        devrows.append({"rank": rank, "device": device, "window_ns": window, "busy_ns": busy,
-                        "bubble_count": len(gs), "bubble_ns": int((ge - gs).sum()),
-                        "small_gap_count": n_all - len(gs), "small_gap_ns": small_ns,
-                        "busy_pct": round(100.0 * busy / window, 2) if window else 0.0})
-    bubbles = (pd.concat(parts, ignore_index=True) if parts
-               else pd.DataFrame({c: pd.Series([], dtype=np.int64) for c in BUBBLE_COLUMNS}))
-    for c in BUBBLE_COLUMNS:
-        bubbles[c] = bubbles[c].astype(np.int64)
-    by_device = pd.DataFrame(devrows, columns=["rank", "device", "window_ns", "busy_ns", "bubble_count",
-                                               "bubble_ns", "small_gap_count", "small_gap_ns", "busy_pct"])
-    return bubbles, by_device, stream_view(tl, threshold_ns, sets)
+        near = (ge > lo) & (gs < hi)
+        gs, ge = gs[near], ge[near]
+        nxt = sets.next_rows(key, ge) if len(ge) else np.zeros(0, np.int64)
+        rows.append(pd.DataFrame({"rank": key[0], "device": key[1], "start_ns": gs, "end_ns": ge,
+                                  "dur_ns": ge - gs, "next_row": nxt}))
+    bub = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
+        {c: pd.Series([], dtype=np.int64) for c in BUBBLE_COLUMNS})
+    for c in bub.columns:
+        bub[c] = bub[c].astype(np.int64)
+    return bub, busy, gaps
 
 
-def stream_view(tl: Timeline, threshold_ns: int, sets: DeviceSets | None = None) -> pd.DataFrame:
-    """Per (rank, device, stream): busy time and the gaps of that stream alone."""
-    dev = tl.device
-    cols = ["rank", "device", "stream", "busy_ns", "gap_count", "gap_ns"]
-    if len(dev) == 0:
-        return pd.DataFrame(columns=cols)
-    sets = DeviceSets.of(tl, sets)
-    out = []
-    for rank, device in sets.keys:
-        for stream, u in sets.stream_unions((rank, device)):
+def by_device(bounds: dict[Key, tuple[int, int]], busy: list[dict[Key, int]], gaps: list[dict[Key, int]],
+              table: pd.DataFrame) -> pd.DataFrame:
+    """Per device (``bounds``: its active window, sorted keys), ``BY_DEVICE_COLUMNS``: the windows'
+    ``gaps_part`` busy and gap counts added up, its bubbles in ``table``; the gaps at or under the
+    threshold are the rest of the window."""
+    rows = []
+    for key in sorted(bounds):
+        lo, hi = bounds[key]
+        window = int(hi - lo)
+        b = sum(p.get(key, 0) for p in busy)
+        n_all = sum(p.get(key, 0) for p in gaps)
+        mine = table[(table["rank"] == key[0]) & (table["device"] == key[1])]
+        bns = int(mine["dur_ns"].sum())
+        rows.append({"rank": key[0], "device": key[1], "window_ns": window, "busy_ns": b,
+                     "bubble_count": len(mine), "bubble_ns": bns, "small_gap_count": n_all - len(mine),
+                     "small_gap_ns": window - b - bns,
+                     "busy_pct": round(100.0 * b / window, 2) if window else 0.0})
+    return pd.DataFrame(rows, columns=list(BY_DEVICE_COLUMNS))
+
+
+def streams_part(sets: DeviceSets, lo: int, hi: int, threshold_ns: int) -> dict[tuple[int, int, int], list[int]]:
+    """Per (rank, device, stream): [first, last, busy, gap count, gap ns] of its activity clipped to
+    the window ``[lo, hi)``."""
+    out: dict[tuple[int, int, int], list[int]] = {}
+    for key in sets.keys:
+        for stream, u in sets.stream_unions(key):
+            u = iv.clip(u, lo, hi)
+            if not len(u[0]):
+                continue
             gs, ge = iv.gaps(u, threshold_ns)
-            out.append((rank, device, stream, iv.total(u), len(gs), int((ge - gs).sum())))
-    return pd.DataFrame(out, columns=cols).sort_values(["rank", "device", "stream"], ignore_index=True)
+            out[(key[0], key[1], stream)] = [int(u[0][0]), int(u[1][-1]), iv.total(u), len(gs), int((ge - gs).sum())]
+    return out
+
+
+def by_stream(parts: list[dict[tuple[int, int, int], list[int]]], threshold_ns: int) -> pd.DataFrame:
+    """Per (rank, device, stream), ``BY_STREAM_COLUMNS``: the windows' ``streams_part`` in time
+    order added up, the gap across each window edge counted where over the threshold."""
+    acc: dict[tuple[int, int, int], list[int]] = {}
+    for p in parts:
+        for k, (first, last, busy, n, ns) in p.items():
+            a = acc.get(k)
+            if a is None:
+                acc[k] = [last, busy, n, ns]
+                continue
+            gap = first - a[0]
+            if gap > threshold_ns:
+                a[2] += 1
+                a[3] += gap
+            a[0] = last
+            a[1] += busy
+            a[2] += n
+            a[3] += ns
+    out = [(k[0], k[1], k[2], a[1], a[2], a[3]) for k, a in acc.items()]
+    if not out:
+        return pd.DataFrame(columns=list(BY_STREAM_COLUMNS))
+    return pd.DataFrame(out, columns=list(BY_STREAM_COLUMNS)).sort_values(["rank", "device", "stream"],
+                                                                          ignore_index=True)
 
 
 def histogram(dur_ns: np.ndarray) -> tuple[HistogramBin, ...]:

@@ -15,13 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.analyses.device_sets import DeviceSets
-from srtscope.analyzers.columns import isin, str_codes
+from srtscope.analyzers.columns import isin
 from srtscope.analyzers.host_activity import HostActivity
 from srtscope.analyzers.results import BubbleResult, Coverage, DeviceResult, StepsResult
-from srtscope.analyzers.timeline import CaptureWarning, DeviceKind, Timeline, WarningCode
+from srtscope.analyzers.timeline import CaptureWarning, DeviceKind, TimelineMeta, WarningCode
 from srtscope.analyzers.units import fmt_ns
 from srtscope.analyzers.vocab import Cause, StepSource
 
@@ -36,7 +36,7 @@ MARKER_SOURCES = (StepSource.LOOP_STEP.value, StepSource.SGLANG.value, StepSourc
 
 @dataclass(frozen=True)
 class CaptureFacts:
-    """What capture adequacy reads from the trace's rows, ns (``capture_facts``)."""
+    """What capture adequacy reads from the trace's rows, ns (``facts_of``)."""
 
     span: tuple[int, int]           # first start, last end over the device, API and range rows
     first: int | None               # first device activity (None: no device rows)
@@ -48,38 +48,35 @@ class CaptureFacts:
     kernel_counts: np.ndarray       # kernel rows per kernel name (names with any)
 
 
-def capture_facts(tl: Timeline, model: HostActivity, sets: DeviceSets | None = None) -> CaptureFacts:
-    dev = tl.device
-    if len(dev):
-        first, last = int(dev["start_ns"].min()), int(dev["end_ns"].max())
-        sets = DeviceSets.of(tl, sets)
-        lo_hi = np.array([sets.bounds(k) for k in sets.keys], dtype=np.int64)   # each device's active window
-        active = iv.total(iv.union(lo_hi[:, 0], lo_hi[:, 1]))
-    api = tl.api
-    cold = model.cold_calls
-    cs, ce = (api["start_ns"].to_numpy()[cold], api["end_ns"].to_numpy()[cold]) if len(api) else ((), ())
-    startup = int((np.asarray(ce) - np.asarray(cs)).sum()) if len(api) else 0
-    # start-up calls inside the device's active window: those are what the bubbles there wait on
-    in_window = (int(np.clip(np.minimum(ce, last) - np.maximum(cs, first), 0, None).sum())
-                 if len(api) and len(dev) else 0)
-    kmask = isin(dev["kind"], [DeviceKind.KERNEL]) if len(dev) else np.zeros(0, bool)
-    per_name = np.zeros(0, np.int64)
-    if kmask.any():
-        codes, _ = str_codes(dev["name"])
-        per_name = np.bincount(codes[kmask])
-        per_name = per_name[per_name > 0]
-    return CaptureFacts(tl.span_ns, first if len(dev) else None, last if len(dev) else None,
-                        active if len(dev) else 0, startup, in_window, _cpu_free(dev) if len(dev) else True,
-                        per_name)
+def cold_part(api: pd.DataFrame, cold: np.ndarray, bounds: dict[tuple[int, int], tuple[int, int]], lo: int,
+              hi: int) -> tuple[int, int]:
+    """The start-up calls of ``api`` (``cold``: ``HostActivity.cold_calls``) starting in ``[lo, hi)``:
+    (their summed time, their time inside the devices' active window, ``bounds``' span), ns."""
+    if len(api) == 0 or not bounds:
+        return 0, 0
+    st = api["start_ns"].to_numpy()
+    m = cold & (st >= lo) & (st < hi)
+    cs, ce = st[m], api["end_ns"].to_numpy()[m]
+    first = min(b[0] for b in bounds.values())
+    last = max(b[1] for b in bounds.values())
+    return int((ce - cs).sum()), int(np.clip(np.minimum(ce, last) - np.maximum(cs, first), 0, None).sum())
 
 
-def capture_adequacy(tl: Timeline, model: HostActivity, device: DeviceResult, steps: StepsResult,
-                     bubbles: BubbleResult, sets: DeviceSets | None = None,
-                     facts: CaptureFacts | None = None) -> tuple[Coverage, list[CaptureWarning]]:
-    """``sets``: the trace's device sets (built when None); ``facts``: ``capture_facts`` (read from
-    ``tl`` when None: ``tl`` gives the metadata only when they are given)."""
-    meta = tl.meta
-    f = facts or capture_facts(tl, model, sets)
+def facts_of(span: tuple[int, int], bounds: dict[tuple[int, int], tuple[int, int]], cold: list[tuple[int, int]],
+             cpu_rows: bool, kernel_counts: np.ndarray) -> CaptureFacts:
+    """The capture's facts from the windows' parts: ``span`` of all rows, each device's active window
+    (``bounds``), the ``cold_part`` of each window, whether any CPU stand-in row was seen, and the
+    kernel rows per name (``kernels.kernel_counts``)."""
+    b = np.array(list(bounds.values()), dtype=np.int64).reshape(-1, 2)
+    has = len(b) > 0
+    return CaptureFacts(span, int(b[:, 0].min()) if has else None, int(b[:, 1].max()) if has else None,
+                        iv.total(iv.union(b[:, 0], b[:, 1])) if has else 0,
+                        sum(c[0] for c in cold), sum(c[1] for c in cold), not cpu_rows, kernel_counts)
+
+
+def capture_adequacy(meta: TimelineMeta, model: HostActivity, device: DeviceResult, steps: StepsResult,
+                     bubbles: BubbleResult, f: CaptureFacts) -> tuple[Coverage, list[CaptureWarning]]:
+    """What the capture recorded and what it missed, from the trace's metadata and facts (``facts_of``)."""
     lo, hi = f.span
     c_lo = meta.window_start_ns if meta.window_end_ns > meta.window_start_ns else lo
     c_hi = meta.window_end_ns if meta.window_end_ns > meta.window_start_ns else hi
@@ -136,6 +133,10 @@ def capture_adequacy(tl: Timeline, model: HostActivity, device: DeviceResult, st
     return cov, out
 
 
-def _cpu_free(dev) -> bool:
-    """Coverage is a GPU notion: CPU stand-in traces (the engine on a CPU) are not judged by it."""
-    return not bool(isin(dev["kind"], [DeviceKind.CPU_FORWARD]).any())
+def stand_in_part(dev: pd.DataFrame, lo: int, hi: int) -> bool:
+    """Whether a CPU stand-in row of ``dev`` starts in ``[lo, hi)``. Coverage is a GPU notion: CPU
+    stand-in traces (the engine on a CPU) are not judged by it."""
+    if len(dev) == 0:
+        return False
+    st = dev["start_ns"].to_numpy()
+    return bool(((st >= lo) & (st < hi) & isin(dev["kind"], [DeviceKind.CPU_FORWARD])).any())

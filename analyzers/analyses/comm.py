@@ -9,26 +9,32 @@ arrival. The straggler is the participant latest in most collectives whose skew 
 ``min_skew_ns``, named only when its lateness beyond its natural jitter (``lateness``) is at least
 ``STRAGGLER_SKEW_SHARE`` of the summed skew; what its host was doing is the stage range most present
 just before it arrived.
+
+A window's part (``comm_part``: collective and exposed time; ``busy_in_window``: the straggler
+device's busy time before its arrivals) and the combine (``comm_result``): the collectives of every
+rank are matched once, from their rows alone (``finish``); ``straggler_queries`` runs ``finish``
+before the windows to learn which time before the straggler's arrivals they must measure. A whole
+read is one window.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.device_sets import DeviceSets
-from srtscope.analyzers.columns import group_rows, isin, str_codes
+from srtscope.analyzers.columns import distinct_keys, group_rows, isin, str_codes
 from srtscope.analyzers.host_activity import innermost_segments, stage_names
-from srtscope.analyzers.names import comm_mask
 from srtscope.analyzers.results import CommResult
 from srtscope.analyzers.timeline import DeviceKind, Timeline
 from srtscope.probes.stages import Stage, resolve_stage
 
+Key = tuple[int, int]
+Queries = dict[Key, tuple[np.ndarray, np.ndarray]]
 BusyBefore = Callable[[int, int, np.ndarray, np.ndarray], "float | None"]
-"""(rank, device, arrivals, skews) -> the device's busy share before the arrivals (``device_busy_before``)."""
+"""(rank, device, arrivals, skews) -> the device's busy share in ``[arrival - skew, arrival)``, non-comm work."""
 
 COLLECTIVE_COLUMNS = ("index", "name", "start_ns", "skew_ns", "transfer_ns", "straggler_rank",
                       "straggler_device")
@@ -66,31 +72,42 @@ def _instances(tl: Timeline, mask: np.ndarray) -> tuple[str, pd.DataFrame]:
     return "none", pd.DataFrame(columns=["rank", "device", "start_ns", "end_ns", "name"])
 
 
-def communication(tl: Timeline, mask: np.ndarray | None = None, min_skew_ns: int = 10_000,
-                  sets: DeviceSets | None = None) -> CommResult:
-    """``mask``: ``comm_mask``'s rows (computed when None); ``sets``: the trace's device sets for
-    that mask (built when None)."""
-    mask = comm_mask(tl.device) if mask is None else mask
-    sets = DeviceSets.of(tl, sets, mask)
-    source, inst = _instances(tl, mask)
+def comm_part(tlw: Timeline, sets: DeviceSets, lo: int, hi: int, known: tuple[str, pd.DataFrame] | None) -> list[int]:
+    """A window ``[lo, hi)``'s share, from the rows of its context (``sets``: their device sets):
+    [collective time, its exposed part, 0], ns; each device's (or, from ranges, rank's) collectives
+    a union. ``known``: the window's collectives (``_instances``) where already found."""
+    mask = sets.comm
+    if known is not None:
+        source, inst = known
+    elif mask.any():                            # the collectives' devices, without their rows' table
+        dev = tlw.device
+        stand_in = bool(isin(dev["kind"], [DeviceKind.CPU_FORWARD])[mask].all())
+        source = "stand_in" if stand_in else "kernels"
+        inst = pd.DataFrame({"rank": dev["rank"].to_numpy()[mask], "device": dev["device"].to_numpy()[mask]})
+    else:
+        source, inst = _instances(tlw, mask)
     total = exposed = 0
-    if len(inst):
-        for (rank, device), idx in group_rows(inst, ["rank", "device"]).items():
-            rank, device = int(rank), int(device)
-            # collective rows of one device: that device's comm union (ranges: their own union)
-            c = (iv.union(inst["start_ns"].to_numpy()[idx], inst["end_ns"].to_numpy()[idx])
-                 if source == "ranges" else sets.union((rank, device), "comm"))
-            k = sets.union((rank, device), "noncomm") if device >= 0 else sets.rank_union(rank, "noncomm")
-            total += iv.total(c)
-            exposed += iv.total(split_compute(k, c, source == "stand_in")[1])
-    return finish(tl, source, inst, total, exposed, min_skew_ns, mask, sets)
+    if source == "ranges":
+        for rank in np.unique(inst["rank"].to_numpy()):
+            r = inst["rank"].to_numpy() == rank
+            c = iv.union(inst["start_ns"].to_numpy()[r], inst["end_ns"].to_numpy()[r])
+            k = sets.rank_union(int(rank), "noncomm")
+            total += iv.total(iv.clip(c, lo, hi))
+            exposed += iv.total(iv.clip(split_compute(k, c, False)[1], lo, hi))
+    elif source != "none":
+        for rank, device in distinct_keys(inst["rank"].to_numpy(), inst["device"].to_numpy()):
+            c, k = sets.union((rank, device), "comm"), sets.union((rank, device), "noncomm")
+            total += iv.total(iv.clip(c, lo, hi))
+            exposed += iv.total(iv.clip(split_compute(k, c, source == "stand_in")[1], lo, hi))
+    return [total, exposed, 0]
 
 
 def finish(tl: Timeline, source: str, inst: pd.DataFrame, total: int, exposed: int, min_skew_ns: int,
-           mask: np.ndarray, sets: DeviceSets, busy_of: BusyBefore | None = None) -> CommResult:
+           busy_of: BusyBefore) -> CommResult:
     """The result from the collectives' rows (``_instances``) and their summed and exposed time:
     matched across participants, skew, transfer, the straggler. ``busy_of(rank, device, arrive_ns,
-    skew_ns)``: the straggler's ``device_busy_before`` (read from ``tl``'s device rows when None)."""
+    skew_ns)``: the straggler device's busy share before its arrivals. ``tl``: the metadata and host
+    ranges (the straggler's host stage)."""
     coll, parts, arrive_ns = _match(inst)
     strag_rank = strag_dev = share = stage = busy_before = None
     offset = np.zeros(0, np.int64)
@@ -115,7 +132,7 @@ def finish(tl: Timeline, source: str, inst: pd.DataFrame, total: int, exposed: i
                 arrive = mine["start_ns"].to_numpy() + mine["skew_ns"].to_numpy()
                 stage = _host_stage_before(tl, int(r), arrive, mine["skew_ns"].to_numpy())
                 if source == "kernels":   # a CPU stand-in's "device" is the host itself: no separate view
-                    busy_before = (busy_of or partial(device_busy_before, tl, mask=mask, sets=sets))(
+                    busy_before = busy_of(
                         int(r), int(d), arrive, mine["skew_ns"].to_numpy())
     return CommResult(total_ns=int(total), exposed_ns=int(exposed), skew_ns=skew, transfer_ns=transfer,
                       n_kernels=len(inst), participants=len(parts), straggler_rank=strag_rank,
@@ -237,12 +254,36 @@ def _host_stage_before(tl: Timeline, rank: int, arrive_ns: np.ndarray, skew_ns: 
     return str(names[int(per_name.argmax())])
 
 
-def device_busy_before(tl: Timeline, rank: int, device: int, arrive_ns: np.ndarray, skew_ns: np.ndarray,
-                       mask: np.ndarray, sets: DeviceSets | None = None) -> float | None:
-    """Share of [arrival - skew, arrival) windows in which the participant's device ran non-comm work."""
-    total = int(skew_ns.sum())
-    if total <= 0:
+def straggler_queries(small: Timeline, source: str, inst: pd.DataFrame, min_skew_ns: int) -> Queries:
+    """Per straggler device (one at most), the ``[arrival - skew, arrival)`` windows, ns, whose busy
+    share ``finish`` asks for. ``small``: the trace's metadata and ranges (no device rows)."""
+    asked: Queries = {}
+
+    def record(rank: int, device: int, arrive: np.ndarray, skew: np.ndarray) -> None:
+        asked[(rank, device)] = (arrive - skew, arrive)
         return None
-    sets = DeviceSets.of(tl, sets, mask)
-    busy = sets.union((rank, device), "noncomm") if device >= 0 else sets.rank_union(rank, "noncomm")
-    return float(iv.overlap(busy, arrive_ns - skew_ns, arrive_ns).sum()) / total
+    finish(small, source, inst, 0, 0, min_skew_ns, record)
+    return asked
+
+
+def busy_in_window(sets: DeviceSets, lo: int, hi: int, queries: Mapping[Key, tuple[np.ndarray, np.ndarray]]
+                   ) -> dict[Key, int]:
+    """Per asked device: its non-collective busy time inside the window ``[lo, hi)`` and inside the
+    asked windows, ns (each asked window counted on its own)."""
+    out = {}
+    for key, (q0, q1) in queries.items():
+        if key in sets.keys:
+            u = iv.clip(sets.union(key, "noncomm"), lo, hi)
+            out[key] = int(iv.overlap(u, q0, q1).sum()) if len(u[0]) else 0
+    return out
+
+
+def comm_result(small: Timeline, source: str, inst: pd.DataFrame, total: int, exposed: int, min_skew_ns: int,
+                busy: Sequence[Mapping[Key, int]]) -> CommResult:
+    """``comm.finish`` over every collective, the straggler's busy share from the windows' ``busy``."""
+    def busy_of(rank: int, device: int, arrive: np.ndarray, skew: np.ndarray) -> float | None:
+        t = int(skew.sum())
+        if t <= 0:
+            return None
+        return float(sum(b.get((rank, device), 0) for b in busy)) / t
+    return finish(small, source, inst, total, exposed, min_skew_ns, busy_of)

@@ -3,6 +3,7 @@
 Per device, each part is the union of its rows (streams overlap), so parts can overlap each other;
 ``busy_ns`` is the union of everything. ``exposed_memcpy_ns``: copy time during which no kernel
 ran on that device — copies the device did not hide behind compute. Figures are summed over devices.
+A window's part (``split_part``) and the parts' combine (``device_of``); a whole read is one window.
 """
 from __future__ import annotations
 
@@ -14,40 +15,60 @@ from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.columns import str_codes
 from srtscope.analyzers.names import copy_direction
 from srtscope.analyzers.results import CopyStat, DeviceResult
-from srtscope.analyzers.timeline import Timeline
+
+SPLIT_FIGURES = ("busy", "kernel", "comm", "memcpy", "memset", "exposed")
+#: per copy direction: [ns, count, bytes, ns with bytes, pageable ns, any bytes]
+CopyPart = dict[str, list[int]]
 
 
-def device_split(tl: Timeline, comm: np.ndarray, sets: DeviceSets | None = None) -> DeviceResult:
-    """``comm``: mask of device rows that are collective kernels (``names.comm_mask``); ``sets``: the
-    trace's device sets for that mask (built when None)."""
-    dev = tl.device
-    if len(dev) == 0:
-        return DeviceResult(0, 0, 0, 0, 0, 0, {})
-    s, e = dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy()
-    sets = DeviceSets.of(tl, sets, comm)
-    is_copy = sets.mask("copy")
-    totals = dict.fromkeys(("busy", "kernel", "comm", "memcpy", "memset", "exposed"), 0)
+def split_part(dev: pd.DataFrame, sets: DeviceSets, lo: int, hi: int) -> tuple[dict[str, int], CopyPart]:
+    """A window ``[lo, hi)``'s share: ``SPLIT_FIGURES`` of every device (each a union, clipped to the
+    window), and per copy direction the figures of the copies of ``dev`` starting in it. ``sets``:
+    the device sets of ``dev`` (its collective mask included)."""
+    tot = dict.fromkeys(SPLIT_FIGURES, 0)
+
+    def t(s: iv.IntervalSet) -> int:
+        return iv.total(iv.clip(s, lo, hi))
     for key in sets.keys:
         copies = sets.union(key, "copy")
-        totals["busy"] += iv.total(sets.union(key))
-        totals["kernel"] += iv.total(sets.union(key, "kernel"))
-        totals["comm"] += iv.total(sets.union(key, "comm"))
-        totals["memcpy"] += iv.total(copies)
-        totals["memset"] += iv.total(sets.union(key, "memset"))
-        totals["exposed"] += iv.total(iv.subtract(copies, sets.union(key, "compute")))
-    by_kind: dict[str, CopyStat] = {}
-    if is_copy.any():
-        codes, names = str_codes(dev["name"][is_copy])     # classified once per distinct name
-        direction = np.array([copy_direction(str(n)) for n in names], dtype=object)
-        pageable = np.array(["pageable" in str(n).lower() for n in names], dtype=bool)
-        c = pd.DataFrame({"dir": direction[codes], "ns": e[is_copy] - s[is_copy],
-                          "bytes": dev["bytes"].to_numpy()[is_copy], "pageable": pageable[codes]})
-        for d, g in c.groupby("dir"):
-            known = g["bytes"].to_numpy() >= 0
-            by_kind[str(d)] = copy_stat(int(g["ns"].sum()), int(len(g)), int(g["bytes"].to_numpy()[known].sum()),
-                                        int(g["ns"].to_numpy()[known].sum()),
-                                        int(g["ns"].to_numpy()[g["pageable"].to_numpy()].sum()), bool(known.any()))
-    return device_result(totals, by_kind)
+        tot["busy"] += t(sets.union(key))
+        tot["kernel"] += t(sets.union(key, "kernel"))
+        tot["comm"] += t(sets.union(key, "comm"))
+        tot["memcpy"] += t(copies)
+        tot["memset"] += t(sets.union(key, "memset"))
+        tot["exposed"] += t(iv.subtract(copies, sets.union(key, "compute")))
+    copies_out: CopyPart = {}
+    if len(dev):
+        st = dev["start_ns"].to_numpy()
+        m = sets.mask("copy") & (st >= lo) & (st < hi)
+        if m.any():
+            codes, names = str_codes(dev["name"][m])     # classified once per distinct name
+            direction = np.array([copy_direction(str(n)) for n in names], dtype=object)[codes]
+            pageable = np.array(["pageable" in str(n).lower() for n in names], dtype=bool)[codes]
+            ns = dev["end_ns"].to_numpy()[m] - st[m]
+            nb = dev["bytes"].to_numpy()[m]
+            for d in np.unique(direction):
+                g = direction == d
+                known = g & (nb >= 0)
+                copies_out[str(d)] = [int(ns[g].sum()), int(g.sum()), int(nb[known].sum()), int(ns[known].sum()),
+                                      int(ns[g & pageable].sum()), int(known.any())]
+    return tot, copies_out
+
+
+def device_of(splits: list[dict[str, int]], copies: list[CopyPart]) -> DeviceResult:
+    """The windows' ``split_part`` added up."""
+    totals: dict[str, int] = dict.fromkeys(SPLIT_FIGURES, 0)
+    acc: CopyPart = {}
+    for p in splits:
+        for k, ns in p.items():
+            totals[k] += ns
+    for c in copies:
+        for d, figures in c.items():
+            a = acc.setdefault(d, [0] * 6)
+            for i in range(6):
+                a[i] += figures[i]
+    return device_result(totals, {d: copy_stat(c[0], c[1], c[2], c[3], c[4], c[5] > 0)
+                                  for d, c in sorted(acc.items())})
 
 
 def copy_stat(ns: int, count: int, known_bytes: int, known_ns: int, pageable_ns: int, any_known: bool) -> CopyStat:

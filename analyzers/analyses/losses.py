@@ -104,18 +104,15 @@ class StepLosses:
 def step_losses(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.DataFrame, comm: CommResult,
                 primary: Mapping[int, int], threshold_ns: int, model: HostActivity,
                 rule: BurstRule | None = None, comm_ranks: set[int] | None = None,
-                sets: DeviceSets | None = None, edges: bool = True) -> StepLosses:
-    """The accounting of ``steps`` (reset to a 0..n-1 index by the caller, as ``pieces.step_row``).
-    ``edges`` False: no step time outside the device's active window is counted (a part of the
-    steps, whose edges ``edge_losses`` gives over all of them)."""
+                sets: DeviceSets | None = None) -> StepLosses:
+    """The accounting of ``steps`` (reset to a 0..n-1 index by the caller, as ``pieces.step_row``),
+    but for the step time outside the device's active window: a window holds a part of the steps,
+    whose edges ``edge_losses`` gives over all of them (the combine adds them)."""
     n = len(steps)
     sets = DeviceSets.of(tl, sets)
     s, e = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
     b = bubbles_by_cause(pieces, primary, n)
-    edge = edge_losses(tl, steps, pieces, primary, model, rule, comm_ranks, sets) if n and edges \
-        else {c: np.zeros(n, np.int64) for c in Cause}
-    for c in HOST_WAIT:
-        b[c] = b[c] + edge[c]
+    edge = {c: np.zeros(n, np.int64) for c in HOST_WAIT}
     small = _short_gaps(steps, primary, threshold_ns, sets)
     fb = fallback_mask(steps) if n else np.zeros(0, bool)
     skew = step_skew(steps, comm)

@@ -4,7 +4,8 @@ its bubbles were blamed on, per bin — for plots that stay small whatever the t
 Per (rank, device) and bin (ns): busy time by kernels (collectives excluded), copies and memsets,
 and collectives (each a union, so ≤ the bin's width); bubble time per class, spread over each
 bubble's span in proportion to its class mix (a bubble's classes are known per bubble, not per
-instant). Step starts on that rank are listed for markers.
+instant). Step starts on that rank are listed for markers. A window's part (``bins_part``) and the
+parts' combine (``overview_of``); a whole read is one window.
 """
 from __future__ import annotations
 
@@ -14,29 +15,40 @@ import pandas as pd
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.results import DeviceOverview, OverviewResult
-from srtscope.analyzers.timeline import Timeline
 from srtscope.analyzers.vocab import BUBBLE_CLASSES
 
 DEFAULT_BINS = 400
 
 
-def overview(tl: Timeline, bubbles: pd.DataFrame, steps: pd.DataFrame, comm: np.ndarray,
-             bins: int = DEFAULT_BINS, sets: DeviceSets | None = None) -> OverviewResult:
-    """``bubbles``: the bubble table (rank, device, start_ns, end_ns, dur_ns, ``<class>_ns``);
-    ``comm``: mask of device rows that are collectives; ``sets``: the trace's device sets for that
-    mask (built when None)."""
+Bins = dict[tuple[tuple[int, int], str], np.ndarray]
+
+
+def bins_part(sets: DeviceSets, bounds: dict[tuple[int, int], tuple[int, int]], lo: int, hi: int,
+              bins: int = DEFAULT_BINS) -> Bins:
+    """A window ``[lo, hi)``'s share: per device and class (kernel, copyset, comm), the class's time
+    in each of the ``bins`` bins of the device's active window (``bounds``: the whole trace's)."""
     if bins < 1:
         raise ValueError(f"bins must be >= 1, got {bins}")
-    dev = tl.device
-    if len(dev) == 0:
-        return OverviewResult(bins, ())
-    sets = DeviceSets.of(tl, sets, comm)
-    out = []
+    out = {}
     for key in sets.keys:
-        edges = bin_edges(*sets.bounds(key), bins)
-        out.append(device_overview(key, sets.bounds(key), edges, {
-            c: np.diff(iv.covered_upto(sets.union(key, c), edges)) for c in ("kernel", "copyset", "comm")},
-            bubbles, steps))
+        edges = bin_edges(*bounds[key], bins)
+        for cls in ("kernel", "copyset", "comm"):
+            out[(key, cls)] = np.diff(iv.covered_upto(iv.clip(sets.union(key, cls), lo, hi), edges))
+    return out
+
+
+def overview_of(parts: list[Bins], bounds: dict[tuple[int, int], tuple[int, int]], bubbles: pd.DataFrame,
+                steps: pd.DataFrame, bins: int = DEFAULT_BINS) -> OverviewResult:
+    """The windows' ``bins_part`` added up per device (``bounds``' keys, sorted); ``bubbles``: the
+    bubble table (rank, device, start_ns, end_ns, dur_ns, ``<class>_ns``)."""
+    out = []
+    for key in sorted(bounds):
+        edges = bin_edges(*bounds[key], bins)
+        per_bin = {}
+        for cls in ("kernel", "copyset", "comm"):
+            got = [p[(key, cls)] for p in parts if (key, cls) in p]
+            per_bin[cls] = np.sum(got, axis=0) if got else np.zeros(bins, np.int64)
+        out.append(device_overview(key, bounds[key], edges, per_bin, bubbles, steps))
     return OverviewResult(bins, tuple(out))
 
 

@@ -48,7 +48,6 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.analyses.losses import (
     HOST_WAIT,
     MIN_BUSY_SHARE,
@@ -56,10 +55,8 @@ from srtscope.analyzers.analyses.losses import (
     StepLosses,
     by_rank,
     launching_thread,
-    step_losses,
 )
 from srtscope.analyzers.host_activity import (
-    BurstRule,
     HostActivity,
     innermost_segments,
     rows_by_thread,
@@ -92,19 +89,16 @@ _BOUND_TEXT = {
 
 
 def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.DataFrame, comm: CommResult,
-            primary: Mapping[int, int], threshold_ns: int,
-            model: HostActivity | None = None, shrink_ns: Mapping[str, int] | None = None,
-            rule: BurstRule | None = None, comm_ranks: set[int] | None = None,
-            sets: DeviceSets | None = None, losses: StepLosses | None = None) -> tuple[WhatIf, ...]:
+            primary: Mapping[int, int], threshold_ns: int, model: HostActivity, losses: StepLosses,
+            shrink_ns: Mapping[str, int] | None = None) -> tuple[WhatIf, ...]:
     """One ``WhatIf`` per cause that lost time in the steps, largest saving first.
 
     steps: ``analyses.steps.STEP_COLUMNS``; pieces: attributed bubble pieces (rank, device, pid, tid,
     start_ns, end_ns, step_row = row of ``steps``, ``cause.<c>_ns``); budget: the step budget table
-    (rows like ``steps``); primary: rank -> primary device; model: the trace's host-activity model
-    (built when None, with ``rule``); shrink_ns: cause -> ns of host time cut per step instead of
-    removing the cause (host causes only, ``SHRINKABLE``); comm_ranks: ranks with collective
-    kernels (computed when None); sets: the trace's device sets (built when None); losses: the
-    steps' ``losses.step_losses`` (computed when None).
+    (rows like ``steps``); primary: rank -> primary device; model: the trace's host-activity model;
+    losses: the steps' accounting (``losses.step_losses`` with their edges); shrink_ns: cause -> ns of
+    host time cut per step instead of removing the cause (host causes only, ``SHRINKABLE``). ``tl``:
+    the trace's metadata and host ranges (its device and API rows are not read).
 
     Invariants per row: ``saved_ns <= lost_ns`` (both means over the same steps); with too little
     device work in the steps (``losses.StepLosses.predictable``) nothing is predicted
@@ -121,9 +115,7 @@ def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.
         return ()
     steps = steps.reset_index(drop=True)
     wall = steps["wall_ns"].to_numpy(np.int64)
-    model = model or HostActivity(tl, rule)
-    sets = DeviceSets.of(tl, sets)
-    L = losses or step_losses(tl, steps, pieces, budget, comm, primary, threshold_ns, model, rule, comm_ranks, sets)
+    L = losses
     b, small, fb = L.bubbles, L.small, L.fallback
     overlap_rows = _overlap_rows(steps, pieces, primary)
     wait = sum((b[c] for c in HOST_WAIT), np.zeros(n, np.int64))

@@ -34,3 +34,18 @@ def timeline(device=(), api_rows=(), ranges=(), fmt=SourceFormat.SYNTHETIC, rank
                         traced={Traced.KERNELS, Traced.API, Traced.NVTX})
     df = lambda rows: pd.DataFrame(list(rows)) if rows else None  # noqa: E731
     return Timeline.build(meta, device=df(device), api=df(api_rows), ranges=df(ranges))
+
+
+def bubbles_of(tl: Timeline, threshold_ns: int) -> pd.DataFrame:
+    """The bubbles of a whole read (one window of all time: ``bubbles.gaps_part``), with ``next_row``."""
+    from srtscope.analyzers.analyses.bubbles import gaps_part
+    from srtscope.analyzers.analyses.device_sets import DeviceSets
+    from srtscope.analyzers.windowed import ALL_TIME
+    return gaps_part(DeviceSets(tl), ALL_TIME.lo_ns, ALL_TIME.hi_ns, threshold_ns)[0]
+
+
+def communication(tl: Timeline, min_skew_ns: int = 10_000):
+    """The communication figures of ``tl``'s diagnosis (``CommResult``)."""
+    from srtscope.analyzers.diagnose import diagnose
+    from srtscope.analyzers.params import DiagnoseParams
+    return diagnose(tl, DiagnoseParams(min_skew_us=min_skew_ns / 1000)).comm

@@ -3,16 +3,15 @@ import numpy as np
 import pytest
 
 from srtscope.analyzers.analyses.attribution import BurstRule, attribute, innermost_segments, launching_threads
-from srtscope.analyzers.analyses.bubbles import find_bubbles
 from srtscope.analyzers.timeline import DeviceKind, SourceFormat
-from tests.analyzers._tl import api, kernel, rng, timeline
+from tests.analyzers._tl import api, bubbles_of, kernel, rng, timeline
 
 US = 1000
 CLASSES = ["scheduler_ns", "prep_ns", "kernel_ns", "sync_ns", "launch_ns", "unattributed_ns"]
 
 
 def run(tl, rule: BurstRule | None = None):
-    b, _, _ = find_bubbles(tl, 5 * US)
+    b = bubbles_of(tl, 5 * US)
     pid, tid = launching_threads(tl, b["next_row"].to_numpy())
     q = b.assign(pid=pid, tid=tid)
     cls, stages, _ = attribute(tl, q, rule or BurstRule())
@@ -91,7 +90,7 @@ def test_unattributed_time_inside_user_ranges_by_family():
         [rng(100, 600, "train_step"),                                     # outer user range
          rng(300, 400, "Copy 1"), rng(400, 450, "Copy 2"),                # inner: one family
          rng(450, 500, "prep.batch")])                                    # a stage: explained
-    b, _, _ = find_bubbles(tl, 5 * US)
+    b = bubbles_of(tl, 5 * US)
     pid, tid = launching_threads(tl, b["next_row"].to_numpy())
     cls, _, user = attribute(tl, b.assign(pid=pid, tid=tid))
     assert user == {"train_step": 196 * US, "Copy #": 150 * US}       # 590..594 is the launch call

@@ -1,10 +1,19 @@
 """Bubbles: gaps in the union of a device's streams, inside its active window only."""
 import numpy as np
+import pytest
 
-from srtscope.analyzers.analyses.bubbles import find_bubbles, histogram
-from tests.analyzers._tl import kernel, timeline
+from srtscope.analyzers.analyses.bubbles import histogram
+from srtscope.analyzers.diagnose import diagnose
+from srtscope.analyzers.params import DiagnoseParams
+from tests.analyzers._tl import bubbles_of, kernel, timeline
 
 US = 1000
+
+
+def find_bubbles(tl, threshold_ns):
+    """(bubbles with ``next_row``, by_device, by_stream) of a whole read."""
+    b = diagnose(tl, DiagnoseParams(threshold_us=threshold_ns / US)).bubbles
+    return bubbles_of(tl, threshold_ns), b.by_device, b.by_stream
 
 
 def test_union_over_streams_and_window_edges():
@@ -40,17 +49,14 @@ def test_threshold_is_strict_and_validated():
     tl = timeline([kernel(0, 10), kernel(15, 20)])        # exactly 5 µs gap
     assert len(find_bubbles(tl, 5 * US)[0]) == 0
     assert len(find_bubbles(tl, 4 * US)[0]) == 1
-    try:
+    with pytest.raises(ValueError, match="threshold"):
         find_bubbles(tl, -1)
-    except ValueError as e:
-        assert "threshold" in str(e)
-    else:
-        raise AssertionError("negative threshold accepted")
 
 
 def test_empty_device_table():
-    b, by_dev, by_stream = find_bubbles(timeline(), 5 * US)
-    assert len(b) == 0 and len(by_dev) == 0 and len(by_stream) == 0
+    b = bubbles_of(timeline(), 5 * US)
+    d = diagnose(timeline())
+    assert len(b) == 0 and len(d.bubbles.by_device) == 0 and len(d.bubbles.by_stream) == 0
 
 
 def test_histogram_counts_and_totals():

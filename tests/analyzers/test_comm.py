@@ -1,8 +1,8 @@
 """Communication: exposed time, cross-rank skew (collectives matched by their end times), the
 straggler and its host."""
-from srtscope.analyzers.analyses.comm import comm_mask, communication
+from srtscope.analyzers.names import comm_mask
 from srtscope.analyzers.timeline import DeviceKind, SourceFormat
-from tests.analyzers._tl import kernel, rng, timeline
+from tests.analyzers._tl import communication, kernel, rng, timeline
 
 US = 1000
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"

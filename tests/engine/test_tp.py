@@ -69,7 +69,6 @@ def test_tp2_greedy_equals_tp1_and_every_rank_ends_idle(tmp_path, tp1_outputs, o
 
 
 def test_straggler_lengthens_the_other_ranks_all_reduce(tmp_path):
-    from srtscope.analyzers.analyses.comm import communication
     from srtscope.analyzers.diagnose import diagnose
     from srtscope.analyzers.readers.probe import read_probe
     from srtscope.analyzers.timeline import merge_timelines
@@ -84,9 +83,9 @@ def test_straggler_lengthens_the_other_ranks_all_reduce(tmp_path):
     assert np.median(d0) > np.median(d1)
     assert sum(a > b for a, b in zip(d0, d1)) > 0.8 * len(d0)
     tl = merge_timelines([read_probe(p) for p in paths["probe"]])
-    comm = communication(tl)
-    assert comm.participants == 2 and comm.straggler_rank == 1
-    verdict = diagnose(tl).verdict
+    d = diagnose(tl)
+    assert d.comm.participants == 2 and d.comm.straggler_rank == 1
+    verdict = d.verdict
     assert "straggler rank 1" in verdict.summary
 
 
