@@ -33,7 +33,7 @@ from srtscope.analyzers.analyses.api_steps import END_OF_TIME, ApiSteps
 from srtscope.analyzers.analyses.step_index import StepIndex
 from srtscope.analyzers.analyses.steps import COUNT_COLUMNS, api_step_windows
 from srtscope.analyzers.columns import distinct_keys, group_rows, isin
-from srtscope.analyzers.host_activity import BurstTracker, default_threads, launch_counts
+from srtscope.analyzers.host_threads import BurstTracker, default_threads, launch_counts
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.timeline import ApiKind, DeviceKind, Timeline, TimelineMeta, validate_table
 from srtscope.analyzers.windowed_devices import DeviceScan

@@ -40,7 +40,8 @@ from srtscope.analyzers.analyses.whatif import what_if
 from srtscope.analyzers.columns import distinct_keys
 from srtscope.analyzers.diagnose import bubble_result, capture_info, params_json
 from srtscope.analyzers.forked import trim_heap
-from srtscope.analyzers.host_activity import HostActivity, default_threads, stage_threads
+from srtscope.analyzers.host_activity import HostActivity
+from srtscope.analyzers.host_threads import default_threads, stage_threads
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.results import (
     CommResult,

@@ -37,7 +37,8 @@ from srtscope.analyzers.analyses.comm import _instances, straggler_queries
 from srtscope.analyzers.analyses.steps import find_steps, step_windows, steps_from_ranges
 from srtscope.analyzers.columns import group_rows, isin, rows_where
 from srtscope.analyzers.forked import Beside, available, resident_bytes, trim_heap
-from srtscope.analyzers.host_activity import HostActivity, default_threads
+from srtscope.analyzers.host_activity import HostActivity
+from srtscope.analyzers.host_threads import default_threads
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.results import Diagnosis
 from srtscope.analyzers.timeline import ApiKind, Timeline, TimelineMeta, validate_table

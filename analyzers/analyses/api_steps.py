@@ -1,14 +1,14 @@
 """Steps from the API rows, where no range marks them (``steps._windows``' last resort), fed in start order.
 
 Per launching thread (``ThreadSteps``), from its launch (kernel and graph) and blocking calls
-(``host_activity.blocking_mask``):
+(``host_threads.blocking_mask``):
 - ``sync``: a step starts at the thread's first launch and at each end, after it, of the union of
   its blocking calls; the last step runs to the later of the thread's last launch end and the
   rank's last device end (at least 1 ns past its start);
 - ``bursts`` (fewer than two such ends): a step starts at each launch that starts more than
   ``StepRule.gap_ns`` after every earlier launch of the thread ended; the last runs to that end.
 A step in which the thread starts no launch is dropped. The thread a rank's steps come from is the
-one ``host_activity.default_threads`` picks.
+one ``host_threads.default_threads`` picks.
 
 The whole read feeds each default thread's calls at once; the windowed read feeds every thread's
 calls a chunk at a time (``ApiSteps``) and picks the threads at the end: both give the table with
@@ -23,7 +23,7 @@ import pandas as pd
 
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.columns import group_rows, isin
-from srtscope.analyzers.host_activity import blocking_mask, run_starts
+from srtscope.analyzers.host_threads import blocking_mask, run_starts
 from srtscope.analyzers.timeline import ApiKind
 
 Key = tuple[int, int, int]          # (rank, pid, tid)

@@ -22,14 +22,8 @@ import pandas as pd
 
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.columns import str_codes
-from srtscope.analyzers.host_activity import (
-    Activity,
-    BurstRule,
-    HostActivity,
-    default_threads,
-    innermost_segments,
-    stage_names,
-)
+from srtscope.analyzers.host_activity import Activity, HostActivity
+from srtscope.analyzers.host_threads import BurstRule, default_threads, innermost_segments, stage_names
 from srtscope.analyzers.names import comm_mask, range_family
 from srtscope.analyzers.timeline import Timeline
 from srtscope.analyzers.vocab import BUBBLE_CLASSES, BubbleClass, Cause

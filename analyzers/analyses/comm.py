@@ -26,7 +26,7 @@ import pandas as pd
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.columns import distinct_keys, group_rows, isin, str_codes
-from srtscope.analyzers.host_activity import innermost_segments, stage_names
+from srtscope.analyzers.host_threads import innermost_segments, stage_names
 from srtscope.analyzers.results import CommResult
 from srtscope.analyzers.timeline import DeviceKind, Timeline
 from srtscope.probes.stages import Stage, resolve_stage

@@ -13,7 +13,8 @@ import pandas as pd
 
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.columns import str_codes
-from srtscope.analyzers.host_activity import HostActivity, innermost_segments
+from srtscope.analyzers.host_activity import HostActivity
+from srtscope.analyzers.host_threads import innermost_segments
 from srtscope.analyzers.names import HostWork, host_work, range_family
 from srtscope.analyzers.timeline import Timeline
 from srtscope.analyzers.vocab import Cause

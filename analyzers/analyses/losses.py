@@ -37,7 +37,8 @@ from srtscope.analyzers.analyses.comm import lateness
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.analyses.eager import fallback_mask
 from srtscope.analyzers.columns import isin, str_map
-from srtscope.analyzers.host_activity import BurstRule, HostActivity
+from srtscope.analyzers.host_activity import HostActivity
+from srtscope.analyzers.host_threads import BurstRule
 from srtscope.analyzers.names import copy_direction
 from srtscope.analyzers.results import CommResult
 from srtscope.analyzers.timeline import DeviceKind, Timeline

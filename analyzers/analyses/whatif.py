@@ -56,12 +56,8 @@ from srtscope.analyzers.analyses.losses import (
     by_rank,
     launching_thread,
 )
-from srtscope.analyzers.host_activity import (
-    HostActivity,
-    innermost_segments,
-    rows_by_thread,
-    stage_names,
-)
+from srtscope.analyzers.host_activity import HostActivity
+from srtscope.analyzers.host_threads import innermost_segments, rows_by_thread, stage_names
 from srtscope.analyzers.results import CommResult, WhatIf
 from srtscope.analyzers.timeline import Timeline
 from srtscope.analyzers.units import fmt_ns

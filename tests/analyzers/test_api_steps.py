@@ -16,7 +16,7 @@ import pytest
 from srtscope.analyzers.analyses.api_steps import ApiSteps
 from srtscope.analyzers.analyses.steps import StepRule, api_step_windows, step_windows
 from srtscope.analyzers.diagnose import diagnose
-from srtscope.analyzers.host_activity import default_threads
+from srtscope.analyzers.host_threads import default_threads
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.readers import load_timeline
 from srtscope.analyzers.timeline import Timeline

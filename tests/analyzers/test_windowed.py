@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from srtscope.analyzers.diagnose import diagnose
-from srtscope.analyzers.host_activity import BurstRule, BurstTracker, launch_bursts
+from srtscope.analyzers.host_threads import BurstRule, BurstTracker, launch_bursts
 from srtscope.analyzers.params import DiagnoseParams
 from srtscope.analyzers.readers import load_timeline
 from srtscope.analyzers.windowed import applies, plan
