@@ -1,6 +1,7 @@
 """Build hook for the C extensions; everything else is in pyproject.toml.
 
-``srtscope.probes._fastrange`` (probes/_fastrange.c) is the probe ranges' hot path;
+``srtscope.probes._fastrange`` (probes/_fastrange*.c, one module from four files sharing
+probes/_fastrange.h) is the probe ranges' hot path;
 ``srtscope.analyzers.readers._sqlite_pages`` (analyzers/readers/_sqlite_pages.c) decodes a big nsys
 export's tables from their SQLite pages; ``srtscope.analyzers._big_blocks`` (analyzers/_big_blocks.c)
 keeps a trace reading's big numpy arrays in one region of reused pages. All are optional: where one
@@ -11,7 +12,10 @@ allocator, ``analyzers/big_blocks.py``).
 from setuptools import Extension, setup
 
 setup(ext_modules=[
-    Extension("srtscope.probes._fastrange", ["probes/_fastrange.c"], optional=True),
+    Extension("srtscope.probes._fastrange",
+              ["probes/_fastrange.c", "probes/_fastrange_method.c", "probes/_fastrange_null.c",
+               "probes/_fastrange_range.c"],
+              depends=["probes/_fastrange.h"], optional=True),
     Extension("srtscope.analyzers.readers._sqlite_pages", ["analyzers/readers/_sqlite_pages.c"],
               extra_compile_args=["-O2"], optional=True),
     Extension("srtscope.analyzers._big_blocks", ["analyzers/_big_blocks.c"], extra_compile_args=["-O2"],

@@ -56,6 +56,7 @@ def test_wheel_has_one_top_level_name(built):
         if shutil.which("gcc") or shutil.which("cc"):
             assert any(n.startswith(f"srtscope/{ext}.") and n.endswith(".so") for n in names), names
         assert f"srtscope/{ext}.c" not in names
+    assert not [n for n in names if n.startswith("srtscope/probes/_fastrange") and n.endswith((".c", ".h"))]
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "srtscope = srtscope.cli.app:main" in entry
 
@@ -68,6 +69,8 @@ def test_sdist_builds_the_same_packages(built):
         assert f"{root}/{sub}/__init__.py" in members
     assert f"{root}/srtscope/__init__.py" in members and f"{root}/pyproject.toml" in members
     assert f"{root}/probes/_fastrange.c" in members and f"{root}/setup.py" in members
+    for part in ("_fastrange.h", "_fastrange_method.c", "_fastrange_null.c", "_fastrange_range.c"):
+        assert f"{root}/probes/{part}" in members
     assert f"{root}/analyzers/readers/_sqlite_pages.c" in members
 
 
