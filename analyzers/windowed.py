@@ -102,7 +102,8 @@ class Context:
     primary: dict[int, int]                  # per rank, its busiest device (``budget.primary_devices``)
     comm_ranks: set[int]
     model: HostActivity                      # the trace's host model: stage names, bursts, threads
-    default: dict[int, tuple[int, int]]      # per rank, the launching thread where nothing says
+    default: dict[int, tuple[int, int]] | None   # per rank, the launching thread where nothing says
+    #                                          (None: found in the rows, as asked: a whole read)
     calls: Calls                             # the calls a device row's launch is looked up in (its
     #                                          correlation): every launch a window may ask for
     evidence: bool                           # stage ranges or engine frames anywhere in the trace

@@ -113,7 +113,7 @@ def trace_context(tl: Timeline, source: str, steps: pd.DataFrame, sets: DeviceSe
         model.bursts((k[0], k[1], k[2]))
     ctx = Context(steps, source, {k: sets.bounds(k) for k in keys},
                   primary_of({k: iv.total(sets.union(k)) for k in keys}),
-                  comm_ranks_of(tl, sets.comm), model, default_threads(tl), Calls(tl.api), model.has_engine_evidence,
+                  comm_ranks_of(tl, sets.comm), model, None if whole else default_threads(tl), Calls(tl.api), model.has_engine_evidence,
                   {} if whole else whole_helpers(tl, model, threads | _range_threads(tl)),
                   straggler_queries(facts_tl, *comm, int(params.min_skew_us * 1000)),
                   tl if whole else None, sets if whole else None, comm if whole else None)
@@ -165,7 +165,8 @@ def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timel
             pieces = pieces.take(order).reset_index(drop=True)
             stages = stages.take(order).reset_index(drop=True)
     del pieces["bubble_start_ns"]
-    trim_heap()                         # the parts' tables, joined and released: their pages given back
+    if len(parts) > 1:
+        trim_heap()                     # the parts' tables, joined and released: their pages given back
     user: dict[str, int] = {}
     for p in parts:
         for k, v in p.user_ranges.items():
@@ -221,6 +222,9 @@ def _joined(parts: list[Part], name: str) -> pd.DataFrame:
     columns, the int64 ones are copied into one block part by part, so the whole trace's pieces are
     not held twice."""
     frames = [getattr(p, name) for p in parts]
+    if len(frames) == 1:                # one window (a whole read): its table is the join
+        setattr(parts[0], name, frames[0].iloc[:0].copy())
+        return frames[0].reset_index(drop=True)
     first = frames[0] if frames else None
     if first is None or any(not f.dtypes.equals(first.dtypes) for f in frames) or not len(first.columns):
         out = pd.concat(frames, ignore_index=True)
