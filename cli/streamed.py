@@ -151,8 +151,7 @@ def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Con
     """The whole-trace Diagnosis of one nsys export within ``budget_bytes``, or None where the
     windowed path does not cover the trace (said on stderr)."""
     from srtscope.analyzers import big_blocks
-    from srtscope.analyzers.readers import TraceError, rank_from_name
-    from srtscope.analyzers.readers.nsys_spill import read_nsys_spilled
+    from srtscope.analyzers.readers import TraceError, rank_from_name, read_spilled
     from srtscope.analyzers.windowed_stream import NotWindowable, diagnose_streamed
     from srtscope.cli.loading import keep_freed_memory
 
@@ -182,7 +181,7 @@ def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Con
     with spill_folder() as folder, _bar(console, quiet, path) as tick:
         try:
             with _scanned(tick, path):
-                src = read_nsys_spilled(path, rank, folder=folder)
+                src = read_spilled(path, rank, folder)
             def progress(f: float) -> None:
                 check_ended()           # after the first pass and each window
                 tick(0.5 + 0.5 * f, "diagnosing in windows")

@@ -9,24 +9,24 @@ input the readers cannot use raises ``TraceError`` with one line ``"<path>: <wha
 from __future__ import annotations
 
 import re
-import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from srtscope.analyzers.readers.detect import detect_format
 from srtscope.analyzers.readers.errors import TraceError
-from srtscope.analyzers.timeline import SourceFormat, Timeline, TimelineError, merge_timelines
+from srtscope.analyzers.readers.ingest import MAX_ABS_NS, MAX_SPAN_NS, Extent, ingest
+from srtscope.analyzers.timeline import SourceFormat, Timeline, merge_timelines
 
-__all__ = ["load_timeline", "read_one", "detect_format", "TraceError"]
+if TYPE_CHECKING:
+    from srtscope.analyzers.readers.nsys_spill import SpilledTrace
+
+__all__ = ["load_timeline", "read_one", "read_spilled", "detect_format", "TraceError", "MAX_ABS_NS",
+           "MAX_SPAN_NS"]
 
 Progress = Callable[[float, str], None]
-#: The largest time value (ns, either sign) and the longest span of a file's events the analyses
-#: take: beyond 2^62 their sums and differences would overflow int64; 2^56 ns is 2.3 years, far
-#: beyond any capture, and leaves room for sums of thousands of spans.
-MAX_ABS_NS = 1 << 62
-MAX_SPAN_NS = 1 << 56
 #: "rank" as a word of its own (not "frank"), its number whole (not "rank_2000mb": a size)
 _RANK_IN_NAME = re.compile(r"(?<![a-z])rank[_-]?(\d+)(?![0-9a-z])", re.IGNORECASE)
 
@@ -64,63 +64,34 @@ def read_one(path: str | Path, rank: int = 0, allow_no_kernels: bool = False, ca
     there (``readers/cache.py``; the results are the same either way). ``fmt``: the file's format
     when the caller has detected it already (each file's format is detected once). ``window``: an
     nsys export's rows in that time window only (``read_nsys``), never through the cache: its
-    entries hold whole files, and a window's read scans the file anyway."""
+    entries hold whole files, and a window's read scans the file anyway. Failures and what is
+    admitted: ``ingest``, as for ``read_spilled``."""
     path = Path(path)
-    try:
-        fmt = fmt or detect_format(path)
+
+    def read() -> Timeline:
+        f = fmt or detect_format(path)
         from srtscope.analyzers.readers.cache import cache_enabled_for, cached_read
         if window is not None:
-            tl = _read_format(path, fmt, rank, window)
-        elif cache and cache_enabled_for(path):
-            if fmt is SourceFormat.NSYS_SQLITE:
+            return _read_format(path, f, rank, window)
+        if cache and cache_enabled_for(path):
+            if f is SourceFormat.NSYS_SQLITE:
                 from srtscope.analyzers.readers.sqlite_integrity import check_side_files
                 check_side_files(path)      # a -wal beside it changes what a read would see
-            tl = cached_read(path, rank, lambda: _read_format(path, fmt, rank))
-        else:
-            tl = _read_format(path, fmt, rank)
-    except TraceError:
-        raise
-    except sqlite3.DatabaseError as exc:
-        raise TraceError(path, f"corrupt or unreadable SQLite database ({exc})") from None
-    except (EOFError, UnicodeDecodeError) as exc:
-        raise TraceError(path, f"truncated or corrupt file ({type(exc).__name__}: {exc})") from None
-    except TimelineError as exc:
-        raise TraceError(path, f"inconsistent trace data: {exc}") from None
-    except MemoryError:
-        raise TraceError(path, "out of memory while reading") from None
-    except (ImportError, NameError, AssertionError):
-        raise  # our bugs, not the user's file: surface as internal errors
-    except Exception as exc:  # noqa: BLE001 - corrupt data surfaces as many exception types
-        raise TraceError(path, f"cannot read trace ({type(exc).__name__}: {exc})") from None
-    if not allow_no_kernels and not len(tl.device):
-        from srtscope.analyzers.readers.stand_in import no_device_message
-        raise TraceError(path, no_device_message(tl.ranges))
-    check_times(path, tl)
-    return tl
+            return cached_read(path, rank, lambda: _read_format(path, f, rank))
+        return _read_format(path, f, rank)
+
+    return ingest(path, read, Extent.of, allow_no_kernels)
 
 
-def check_times(path: str | Path, tl: Timeline) -> None:
-    """``TraceError`` for times no capture has: beyond ``MAX_ABS_NS`` or spanning over ``MAX_SPAN_NS``
-    (int64 extremes, a corrupt or zeroed timestamp among epoch times)."""
-    lo: int | None = None
-    hi: int | None = None
-    for df, a, b in ((tl.device, "start_ns", "end_ns"), (tl.api, "start_ns", "end_ns"),
-                     (tl.ranges, "start_ns", "end_ns"), (tl.counters, "t_ns", "t_ns")):
-        if len(df):
-            mn, mx = int(df[a].min()), int(df[b].max())
-            lo, hi = (mn, mx) if lo is None or hi is None else (min(lo, mn), max(hi, mx))
-    m = tl.meta
-    if m.window_end_ns > m.window_start_ns:
-        lo = m.window_start_ns if lo is None else min(lo, m.window_start_ns)
-        hi = m.window_end_ns if hi is None else max(hi, m.window_end_ns)
-    if lo is None or hi is None:
-        return
-    if max(-lo, hi) > MAX_ABS_NS:
-        raise TraceError(path, f"time values out of range ({lo} .. {hi} ns; beyond 2^62 ns, 146 years, "
-                               "they are not times): the trace is corrupt")
-    if hi - lo > MAX_SPAN_NS:
-        raise TraceError(path, f"the events span {(hi - lo) / 86400e9:.4g} days ({lo} .. {hi} ns): some "
-                               "timestamps are corrupt or from another clock")
+def read_spilled(path: str | Path, rank: int, folder: str | Path) -> SpilledTrace:
+    """An nsys export read as ``read_one`` reads it, its device and API tables spilled to ``folder``
+    (``nsys_spill.read_nsys_spilled``) for a diagnosis in windows: the same ``TraceError`` as
+    ``read_one``'s for the same file; an ``OSError`` (the spill's writes) passes as it is."""
+    from srtscope.analyzers.readers.nsys_spill import SpilledTrace, read_nsys_spilled
+
+    path = Path(path)
+    return ingest(path, lambda: read_nsys_spilled(path, rank, folder=folder), SpilledTrace.extent,
+                  passing=(OSError,))
 
 
 def expand_paths(paths: Sequence[str | Path]) -> list[Path]:

@@ -26,6 +26,7 @@ import pandas as pd
 from srtscope.analyzers import big_blocks
 from srtscope.analyzers.readers.columnar import fetch_ints, rowid_bounds, sort_columns
 from srtscope.analyzers.readers.errors import TraceError
+from srtscope.analyzers.readers.ingest import Extent, spans_of
 from srtscope.analyzers.readers.nsys_facts import TableFacts
 from srtscope.analyzers.readers.nsys_sqlite import (
     QUICK_CHECK_ALWAYS_BYTES,
@@ -282,8 +283,11 @@ class SpilledTrace:
 
     def __init__(self, meta: TimelineMeta, ranges: pd.DataFrame, counters: pd.DataFrame,
                  device: TimeSpool, api: TimeSpool, rank_pids: list[int], rank: int,
-                 one_device: bool = False, graph_launches: bool = True) -> None:
+                 one_device: bool = False, graph_launches: bool = True,
+                 spans: tuple[tuple[int, int], ...] = ()) -> None:
         self.meta, self.ranges, self.counters = meta, ranges, counters
+        #: (lowest start, highest end) ns of the spilled tables, each non-empty one (``TableFacts``)
+        self.spans = spans
         #: every device row is of one process and one device (from the facts the spill gathered)
         self.one_device = one_device
         #: some API row is a graph launch (from the facts; True when not known)
@@ -293,6 +297,11 @@ class SpilledTrace:
         self.device_rows, self.api_rows = device.rows, api.rows
         self.chunk_rows = device.bucket_rows
         self.closed = False
+
+    def extent(self) -> Extent:
+        """What ``ingest`` admits of the read: the spilled tables' rows and spans with the ranges'
+        and counters' (``Extent.of`` the Timeline a whole read gives)."""
+        return Extent(self.device_rows, self.spans + spans_of(self.ranges, self.counters))
 
     def iter_device(self) -> Iterator[pd.DataFrame]:
         """The device table in ascending ``start_ns`` (ties in ``read_nsys``'s order), a DataFrame of
@@ -392,4 +401,5 @@ def read_nsys_spilled(path: str | Path, rank: int = 0, *, folder: str | Path,
         con.close()
     facts = spiller.facts
     return SpilledTrace(tl.meta, tl.ranges, tl.counters, device, api, facts.rank_pids(), rank,
-                        len(facts.devices) <= 1 and len(facts.dev_pids) <= 1, facts.graph_launches > 0)
+                        len(facts.devices) <= 1 and len(facts.dev_pids) <= 1, facts.graph_launches > 0,
+                        tuple(facts.spans()))
