@@ -216,7 +216,17 @@ class _Reader:
         for i in range(0, len(want), 900):
             part = want[i:i + 900]
             q = f"SELECT id, {capped('value')} FROM StringIds WHERE id IN ({','.join('?' * len(part))})"
-            out.update(self.con.execute(q, part))
+            try:
+                rows = self.con.execute(q, part).fetchall()
+            except sqlite3.OperationalError as exc:
+                if "decode" not in str(exc):
+                    raise
+                raise sqlite3.DatabaseError("malformed values in StringIds: names that are not UTF-8") from None
+            for sid, value in rows:
+                if not isinstance(value, str):      # NULL, a blob: no name, and no category beside names
+                    what = "NULL" if value is None else "binary" if isinstance(value, bytes) else type(value).__name__
+                    raise sqlite3.DatabaseError(f"malformed values in StringIds: {what} where names belong")
+                out[sid] = value
         return out
 
     def categorical(self, ids: np.ndarray, transform=None, table: str = "") -> pd.Categorical:
