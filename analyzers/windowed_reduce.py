@@ -113,7 +113,8 @@ def trace_context(tl: Timeline, source: str, steps: pd.DataFrame, sets: DeviceSe
         model.bursts((k[0], k[1], k[2]))
     ctx = Context(steps, source, {k: sets.bounds(k) for k in keys},
                   primary_of({k: iv.total(sets.union(k)) for k in keys}),
-                  comm_ranks_of(tl, sets.comm), model, None if whole else default_threads(tl), Calls(tl.api), model.has_engine_evidence,
+                  comm_ranks_of(tl, sets.comm), model, None if whole else default_threads(tl), Calls(tl.api),
+                  model.has_engine_evidence,
                   {} if whole else whole_helpers(tl, model, threads | _range_threads(tl)),
                   straggler_queries(facts_tl, *comm, int(params.min_skew_us * 1000)),
                   tl if whole else None, sets if whole else None, comm if whole else None)

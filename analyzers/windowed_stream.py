@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.analyses.attribution import LAUNCH_CALL_KINDS
 from srtscope.analyzers.analyses.comm import _instances, straggler_queries
 from srtscope.analyzers.analyses.steps import find_steps, step_windows, steps_from_ranges
 from srtscope.analyzers.columns import group_rows, isin, rows_where
@@ -57,9 +58,6 @@ from srtscope.analyzers.windowed_devices import (
 )
 from srtscope.analyzers.windowed_first import ChunkSource, NotWindowable, first_pass
 from srtscope.analyzers.windowed_reduce import edge_steps, reduce, whole_helpers
-
-#: API kinds whose calls device rows correlate to: carried until their work starts
-_CALL_KINDS = [ApiKind.LAUNCH, ApiKind.MEMCPY]
 
 
 @dataclass
@@ -278,7 +276,7 @@ class _Walk:
         # NOTE: not cut to this window's contexts: a rank owning nothing here reads its rows later
         a = _cat(self.carry_a, self.api.before(chi))
         new_a = a.iloc[len(self.carry_a):].reset_index(drop=True)   # the new rows: a view, not a copy
-        is_call = (isin(new_a["kind"], _CALL_KINDS + [ApiKind.GRAPH_LAUNCH])
+        is_call = (isin(new_a["kind"], list(LAUNCH_CALL_KINDS))
                    & (new_a["correlation"].to_numpy() >= 0)) if len(new_a) else np.zeros(0, bool)
         parts = []
         if analyse:

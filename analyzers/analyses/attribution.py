@@ -21,11 +21,11 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.columns import str_codes
+from srtscope.analyzers.columns import isin, str_codes
 from srtscope.analyzers.host_activity import Activity, HostActivity
 from srtscope.analyzers.host_threads import BurstRule, default_threads, innermost_segments, stage_names
 from srtscope.analyzers.names import comm_mask, range_family
-from srtscope.analyzers.timeline import Timeline
+from srtscope.analyzers.timeline import ApiKind, Timeline
 from srtscope.analyzers.vocab import BUBBLE_CLASSES, BubbleClass, Cause
 from srtscope.probes.stages import resolve_stage
 
@@ -34,6 +34,9 @@ __all__ = ["BurstRule", "QUEUE_SLACK_NS", "attribute", "innermost_segments", "la
 
 #: after a launch call returns, the device takes a few µs to start the work; beyond this, it waits
 QUEUE_SLACK_NS = 20_000
+#: the API calls a device row's correlation id is looked up in: its launch (a kernel, a graph, a copy
+#: or memset), whatever the path (a window carries these calls until their work starts)
+LAUNCH_CALL_KINDS = (ApiKind.LAUNCH, ApiKind.MEMCPY, ApiKind.GRAPH_LAUNCH)
 
 #: the causes a bubble's time can have (a straggler shows as collective time, not as bubbles; eager
 #: fallback is told apart from launch_bound by the step, in ``diagnose``)
@@ -48,7 +51,7 @@ def launching_threads(tl: Timeline, rows: np.ndarray) -> tuple[np.ndarray, np.nd
 def launch_calls(tl: Timeline, rows: np.ndarray, default: dict[int, tuple[int, int]] | None = None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pid, tid, end_ns) per given device row: the launching host thread (-1 when unknown) and
-    the end of the correlated API call (-1 when not correlated). One join for both. ``default``:
+    the end of the correlated launch call (``LAUNCH_CALL_KINDS``; -1 when none). One join for both. ``default``:
     per rank, the thread taken where no call or range says (``default_threads``; computed when None)."""
     n = len(rows)
     pid = np.full(n, -1, np.int64)
@@ -66,6 +69,8 @@ def launch_calls(tl: Timeline, rows: np.ndarray, default: dict[int, tuple[int, i
         qc = q["correlation"].to_numpy()
         corr = api["correlation"].to_numpy()
         hit = np.flatnonzero(np.isin(corr, np.unique(qc[qc >= 0])))
+        if "kind" in api.columns:       # a window's carried calls are launch calls already
+            hit = hit[isin(api["kind"].iloc[hit], list(LAUNCH_CALL_KINDS))]
         a = pd.DataFrame({c: api[c].to_numpy()[hit] for c in ("rank", "pid", "correlation", "tid", "end_ns")})
         a = a.drop_duplicates(["rank", "pid", "correlation"]).rename(columns={"end_ns": "call_end_ns"})
         m = q[q["correlation"] >= 0].merge(a, on=["rank", "pid", "correlation"], how="inner")

@@ -32,16 +32,14 @@ SERIES = "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i
 
 @dataclass(frozen=True)
 class Edit:
-    """A named damage: SQL statements run in order on the copy. ``xfail``: why the windowed answer
-    is known to differ (not the readers' to mend)."""
+    """A named damage: SQL statements run in order on the copy."""
 
     name: str
     sql: tuple[str, ...]
-    xfail: str = ""
 
 
-def edit(name: str, *sql: str, xfail: str = "") -> Edit:
-    return Edit(name, sql, xfail)
+def edit(name: str, *sql: str) -> Edit:
+    return Edit(name, sql)
 
 
 def loose(table: str) -> tuple[str, ...]:
@@ -63,12 +61,6 @@ def _distinct_calls() -> tuple[str, ...]:
 
 
 #: why the windows answer otherwise where the API rows' names tell no kind (issue 43)
-UNKNOWN_CALLS = ("windowed_stream.py carries only API rows of kind launch, memcpy or graph launch as "
-                 "the calls a device row correlates to (_CALL_KINDS, is_call); the whole read "
-                 "(attribution.launch_calls) joins any API row of the same correlation id: renamed "
-                 "launches leave the windows without the launching thread")
-
-
 def _distinct_kernels(n: int) -> tuple[str, ...]:
     """``n`` kernels of distinct names (new StringIds), 20 us apart after the last kernel."""
     return (*loose(K),
@@ -119,7 +111,8 @@ EDITS: list[Edit] = [
     edit("runtime_end_before_start", f"UPDATE {RT} SET end = start - 1 WHERE rowid = 7"),
     edit("runtime_end_int64_max", f"UPDATE {RT} SET end = {I64_MAX} WHERE rowid = 7"),
     edit("runtime_name_dropped", f"ALTER TABLE {RT} DROP COLUMN nameId"),
-    edit("runtime_distinct_names", *_distinct_calls(), xfail=UNKNOWN_CALLS),
+    # API names no call kind has (their kernels' launches too): no launching thread either way
+    edit("runtime_distinct_names", *_distinct_calls()),
     edit("runtime_empty", f"DELETE FROM {RT}"),
     edit("runtime_missing", f"DROP TABLE {RT}"),
     # NVTX
@@ -198,7 +191,7 @@ def spills(monkeypatch) -> list[Path]:
 
 
 def _params() -> list:
-    return [pytest.param(e, id=e.name, marks=[pytest.mark.xfail(reason=e.xfail, strict=True)] if e.xfail else [])
+    return [pytest.param(e, id=e.name)
             for e in EDITS]
 
 
