@@ -168,7 +168,10 @@ interior(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*nnnw*w*", &page, &off, &psz, &usable, &kids, &keys))
         return NULL;
     PyObject *out = NULL;
-    if (off < 0 || usable > psz || page.len < off + psz + PAD || kids.len / 8 < 1 || keys.len < kids.len) {
+    /* `off`: where the b-tree header starts in the page (100 on page 1, after the file header); the
+     * page itself is still the buffer's first psz bytes */
+    if (off < 0 || off + 12 > usable || usable > psz || page.len < psz + PAD || kids.len / 8 < 1
+        || keys.len < kids.len) {
         PyErr_SetString(PyExc_ValueError, "interior: buffers that do not hold what they are said to");
         goto done;
     }

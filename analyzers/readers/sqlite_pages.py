@@ -178,9 +178,12 @@ class PagedFile:
         cap = int(np.minimum(cells, (self.usable - 8) // 6).sum())   # the most a page holds
         vals = np.empty((len(plan.want), cap), np.int64)
         nulls = np.empty((len(plan.want), cap), np.uint8)
-        n, last, status = self._c.leaves(buf, at, np.ascontiguousarray(bounds[0]),
-                                         np.ascontiguousarray(bounds[1]), self.psz, self.usable,
-                                         plan.want, lo, hi, prev, vals, nulls, cap)
+        try:
+            n, last, status = self._c.leaves(buf, at, np.ascontiguousarray(bounds[0]),
+                                             np.ascontiguousarray(bounds[1]), self.psz, self.usable,
+                                             plan.want, lo, hi, prev, vals, nulls, cap)
+        except (ValueError, OSError) as exc:          # buffers the loop refuses: SQLite's to read
+            raise Unpaged(str(exc)) from exc
         if status != self._c.OK:
             raise Unpaged(f"status {status}")
         return n, last, (vals[:, :n], nulls[:, :n])
@@ -269,7 +272,10 @@ class PagedFile:
             nxt, nup = [], []
             for p, up in zip(level.tolist(), upper.tolist()):
                 self._read_pages(np.array([p], np.int64), page)
-                k = self._c.interior(page, 100 if p == 1 else 0, self.psz, self.usable, kids, keys)
+                try:
+                    k = self._c.interior(page, 100 if p == 1 else 0, self.psz, self.usable, kids, keys)
+                except (ValueError, OSError) as exc:  # buffers the loop refuses: SQLite's to read
+                    raise Unpaged(str(exc)) from exc
                 if k < 1:
                     raise Unpaged(f"page {p} is not an interior page")
                 nxt.append(kids[:k].copy())

@@ -271,3 +271,89 @@ def test_a_child_page_zero_or_too_little_usable_space_is_sqlites_to_judge(tmp_pa
         for rng in (None, (1, 1000)):     # a range: no seek of the table's last rowid before the pages
             assert _same(_read(tmp_path / bad, ["a", "b"], rowids=rng),
                          _read(tmp_path / bad, ["a", "b"], rowids=rng, paged=False)), (bad, rng)
+
+
+def _many_tables(path: Path, rows: list[tuple], tables: int) -> Path:
+    """``_db`` with ``tables`` more tables after ``t``: enough make sqlite_master's root, page 1, an
+    interior page (its b-tree header 100 bytes in, after the file header)."""
+    _db(path, rows)
+    con = sqlite3.connect(path)
+    for i in range(tables):
+        con.execute(f"CREATE TABLE extra_{i:03d}_{'x' * 40} (a INTEGER, b INTEGER, c INTEGER)")
+    con.commit()
+    con.close()
+    return path
+
+
+def test_page_1_read_as_an_interior_page_past_the_file_header(tmp_path):
+    """The loop reads page 1's b-tree header 100 bytes in: its children and the right-most one, as
+    the page says -- not a ValueError for a page buffer of one page."""
+    from srtscope.analyzers.readers import _sqlite_pages as c
+
+    raw = _many_tables(tmp_path / "t.sqlite", [(1, 2, 3)], 60).read_bytes()
+    assert raw[100] == c.INTERIOR
+    page = np.zeros(512 + c.PAD, np.uint8)
+    page[:512] = np.frombuffer(raw[:512], np.uint8)
+    kids, keys = np.zeros(512, np.int64), np.zeros(512, np.int64)
+    k = c.interior(page, 100, 512, 512, kids, keys)
+    assert k == int.from_bytes(raw[103:105], "big") + 1 >= 2
+    assert kids[k - 1] == int.from_bytes(raw[108:112], "big")
+    assert all(2 <= p <= len(raw) // 512 for p in kids[:k])
+    assert c.interior(page, 0, 512, 512, kids, keys) == -1        # page 1's first byte is the file's
+
+
+@pytest.mark.parametrize("tables", [0, 60], ids=["page 1 a leaf", "page 1 an interior page"])
+def test_a_child_pointing_at_page_1_is_sqlites_to_judge(tmp_path, tables):
+    """A three-level table whose root's right-most child is damaged to page 1 (sqlite_master's root,
+    a leaf or an interior page): the pages give way to SQLite (its answer or its error), never a
+    ValueError."""
+    path = _many_tables(tmp_path / "t.sqlite", [(i, i * i, -i) for i in range(5000)], tables)
+    con = sqlite3.connect(path)
+    root = con.execute(f"SELECT rootpage FROM sqlite_master WHERE name='{T}'").fetchone()[0]
+    con.close()
+    raw = bytearray(path.read_bytes())
+    base = (root - 1) * 512
+    child = int.from_bytes(raw[base + 8:base + 12], "big")
+    assert raw[base] == 0x05 and raw[(child - 1) * 512] == 0x05          # three levels
+    raw[base + 8:base + 12] = (1).to_bytes(4, "big")
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(bytes(raw))
+    for rng in (None, (1, 5000), (4990, 5000)):
+        assert _same(_read(bad, ["a", "b"], rowids=rng), _read(bad, ["a", "b"], rowids=rng, paged=False)), rng
+    with pytest.raises(sp.Unpaged):
+        _batches(bad, ["a", "b"])
+
+
+def test_buffers_the_loops_refuse_are_sqlites_to_read(tmp_path, monkeypatch):
+    """A ValueError (or OSError) out of the C loops: the pages give way to SQLite, it does not escape."""
+    path = _db(tmp_path / "t.sqlite", [(i, i, i) for i in range(5000)])
+    real = sp.PagedFile.__init__
+
+    class Refusing:
+        PAD, LEAF, INTERIOR, OK = 32, 0x0D, 0x05, 0
+
+        def __init__(self, which: str, exc: type[Exception]) -> None:
+            self.which, self.exc = which, exc
+
+        def leaves(self, *a):
+            if self.which == "leaves":
+                raise self.exc("refused")
+            return c.leaves(*a)
+
+        def interior(self, *a):
+            if self.which == "interior":
+                raise self.exc("refused")
+            return c.interior(*a)
+
+    from srtscope.analyzers.readers import _sqlite_pages as c
+
+    for which in ("leaves", "interior"):
+        for exc in (ValueError, OSError):
+            def init(self, *a, _w=which, _e=exc):
+                real(self, *a)
+                self._c = Refusing(_w, _e)
+            monkeypatch.setattr(sp.PagedFile, "__init__", init)
+            for rng in (None, (100, 4000)):
+                assert _same(_read(path, ["a", "b"], rowids=rng), _read(path, ["a", "b"], rowids=rng, paged=False))
+            with pytest.raises(sp.Unpaged):
+                _batches(path, ["a", "b"])
