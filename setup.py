@@ -3,11 +3,9 @@
 ``srtscope.probes._fastrange`` (probes/_fastrange*.c, one module from four files sharing
 probes/_fastrange.h) is the probe ranges' hot path;
 ``srtscope.analyzers.readers._sqlite_pages`` (analyzers/readers/_sqlite_pages.c) decodes a big nsys
-export's tables from their SQLite pages; ``srtscope.analyzers._big_blocks`` (analyzers/_big_blocks.c)
-keeps a trace reading's big numpy arrays in one region of reused pages. All are optional: where one
-does not compile, the install goes on and its Python side takes the other path (``probes/ranges.py``'s
-pure Python stages; SQLite reading every table, ``analyzers/readers/sqlite_pages.py``; numpy's own
-allocator, ``analyzers/big_blocks.py``).
+export's tables from their SQLite pages. Both are optional: where one does not compile, the install
+goes on and its Python side takes the other path (``probes/ranges.py``'s pure Python stages; SQLite
+reading every table, ``analyzers/readers/sqlite_pages.py``).
 """
 from setuptools import Extension, setup
 
@@ -18,6 +16,4 @@ setup(ext_modules=[
               depends=["probes/_fastrange.h"], optional=True),
     Extension("srtscope.analyzers.readers._sqlite_pages", ["analyzers/readers/_sqlite_pages.c"],
               extra_compile_args=["-O2"], optional=True),
-    Extension("srtscope.analyzers._big_blocks", ["analyzers/_big_blocks.c"], extra_compile_args=["-O2"],
-              optional=True),
 ])

@@ -11,9 +11,8 @@ between the fork and the block, a Beside used bare) is killed and reaped when th
 
 NOTE: only where ``os.fork`` exists (``available``); the copy's peak memory is its own on top of
 the caller's, less the pages both still share: callers size their pieces for two. Before the fork
-the caller's C heap and its big arrays' region give their freed memory back to the system (glibc
-``malloc_trim``, ``big_blocks.give_back``): neither process starts out holding the other's spare
-(10 GB export: 360 MiB of the reading's buffers).
+the caller's C heap gives its freed memory back to the system (glibc ``malloc_trim``): neither
+process starts out holding the other's spare (10 GB export: 360 MiB of the reading's buffers).
 """
 from __future__ import annotations
 
@@ -27,8 +26,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
-
-from srtscope.analyzers import big_blocks
 
 #: signals whose Python handlers may raise (Ctrl-C, and the CLI's SIGTERM / SIGHUP unwinding)
 _UNWINDING = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
@@ -48,7 +45,6 @@ class Beside:
 
     def __init__(self, fn: Callable[[], Any]) -> None:
         trim_heap()
-        big_blocks.give_back()
         read, write = os.pipe()
         parent = os.getpid()
         self.pid: int | None = None
@@ -165,11 +161,10 @@ def trim_heap() -> bool:
 
 
 def resident_bytes() -> int | None:
-    """This process's resident memory (bytes, Linux ``/proc``) less the big arrays' free pages it
-    keeps for reuse (``big_blocks.spare_bytes``); None where the system does not say."""
+    """This process's resident memory (bytes, Linux ``/proc``); None where the system does not say."""
     try:
         with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") - big_blocks.spare_bytes()
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
 

@@ -27,7 +27,6 @@ from typing import Protocol, TypeVar, cast
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import big_blocks
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.api_steps import END_OF_TIME, ApiSteps
 from srtscope.analyzers.analyses.step_index import StepIndex
@@ -136,8 +135,7 @@ def _beside(src: ChunkSource, main: Callable[[ChunkSource], _D],
     early gives nothing out)."""
     stop = threading.Event()
     both = cast(ChunkSource, _Stoppable(src, stop))
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="srtscope-first-pass",
-                            initializer=big_blocks.use_here) as pool:
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="srtscope-first-pass") as pool:
         fut = pool.submit(other, both)
         fut.add_done_callback(lambda f: stop.set() if not f.cancelled() and f.exception() is not None else None)
         try:

@@ -11,7 +11,6 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import big_blocks
 from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.attribution import comm_ranks_of
 from srtscope.analyzers.analyses.bubbles import by_device, by_stream
@@ -234,7 +233,6 @@ def _joined(parts: list[Part], name: str) -> pd.DataFrame:
         return out
     ints = [c for c, t in first.dtypes.items() if t == np.dtype(np.int64)]
     rows = sum(len(f) for f in frames)
-    big_blocks.make_room(8 * len(ints) * rows)
     block = np.empty((len(ints), rows), np.int64)
     others: dict[str, list] = {c: [] for c in first.columns if c not in ints}
     pos = 0

@@ -150,7 +150,6 @@ def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Con
                         quiet: bool) -> Any:
     """The whole-trace Diagnosis of one nsys export within ``budget_bytes``, or None where the
     windowed path does not cover the trace (said on stderr)."""
-    from srtscope.analyzers import big_blocks
     from srtscope.analyzers.readers import TraceError, rank_from_name, read_spilled
     from srtscope.analyzers.windowed_stream import NotWindowable, diagnose_streamed
     from srtscope.cli.loading import keep_freed_memory
@@ -177,7 +176,6 @@ def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Con
         over(need)
     rank = rank_from_name(path) or 0
     keep_freed_memory()                 # before the spill's threads start (one arena for them all)
-    big_blocks.start()                  # numpy's big arrays passed from pass to pass in one region
     with spill_folder() as folder, _bar(console, quiet, path) as tick:
         try:
             with _scanned(tick, path):

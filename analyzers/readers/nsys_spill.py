@@ -23,7 +23,6 @@ from types import TracebackType
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import big_blocks
 from srtscope.analyzers.readers.columnar import fetch_ints, rowid_bounds, sort_columns
 from srtscope.analyzers.readers.errors import TraceError
 from srtscope.analyzers.readers.ingest import Extent, spans_of
@@ -240,7 +239,7 @@ class _Spiller:
 
     def __call__(self, path: Path, r: _Reader) -> ScannedTables:
         assert isinstance(r, _ChunkReader)
-        with ThreadPoolExecutor(max_workers=1, initializer=big_blocks.use_here) as pool:
+        with ThreadPoolExecutor(max_workers=1) as pool:
             host = pool.submit(self._host, path)
             try:
                 for table, read in DEVICE_TABLES:

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import big_blocks
 from srtscope.analyzers.names import api_kind, os_kind, strip_api_suffix
 from srtscope.analyzers.readers.columnar import (
     arrow_query,
@@ -587,7 +586,7 @@ def _scan_whole(path: Path, r: _Reader) -> ScannedTables:
 
     NOTE: the API and NVTX tables are read in a thread: ADBC releases the GIL while SQLite steps
     and Arrow fills, so the device and the host scans overlap."""
-    with ThreadPoolExecutor(max_workers=1, initializer=big_blocks.use_here) as pool:
+    with ThreadPoolExecutor(max_workers=1) as pool:
         host = pool.submit(_read_host, path, r.window)
         # id columns as int32 where they fit (timeline.narrow_ids) before the sort: ~0.4 GB less per GB
         parts = [narrow_ids(p) for t, p in (
