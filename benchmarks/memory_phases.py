@@ -86,9 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     import srtscope.analyzers.diagnose as D
     import srtscope.analyzers.readers.nsys_sqlite as N
     from srtscope.analyzers.readers import load_timeline
+    from srtscope.analyzers.readers.nsys_device import DeviceTables
+    from srtscope.analyzers.readers.nsys_host import HostTables
 
-    for name in ("kernels", "copies", "graph_execs", "api", "osrt", "nvtx"):
-        setattr(N._Reader, name, s.wrap(getattr(N._Reader, name), f"read: {name}"))
+    # the table reads where they are defined (``nsys_sqlite._Reader`` inherits them), the rest of
+    # the read where ``nsys_sqlite`` looks them up
+    for cls, names in ((DeviceTables, ("kernels", "copies", "graph_execs")), (HostTables, ("api", "osrt", "nvtx"))):
+        for name in names:
+            setattr(cls, name, s.wrap(getattr(cls, name), f"read: {name}"))
     for name in ("concat_sorted", "_validated", "_read_host"):
         setattr(N, name, s.wrap(getattr(N, name), f"read: {name}"))
     import srtscope.analyzers.windowed as W

@@ -4,7 +4,7 @@ a ``--jobs`` pool or a ``--cluster`` worker) or a spill read in windows (``read_
 ``ingest`` runs the read with its failures mapped to one-line ``TraceError``s (``read_errors``) and
 then admits what it read (``admit``): device activity present, times within what a capture can hold.
 The readers check values as they fetch them (``columnar.fetch_ints``: types and NULLs of integer
-columns; ``_Reader.strings``: the names; ``validate_table`` and the spill's spool: ``end < start``)
+columns; ``NsysStrings.strings``: the names; ``validate_table`` and the spill's spool: ``end < start``)
 and raise what they raise; the mapping and the admission live here alone, so a damaged file gets
 the same exit code and line whatever the memory budget.
 """

@@ -94,7 +94,7 @@ def nsys_rows_within(budget_bytes: int) -> int:
 def table_rows(path: Path) -> dict[str, int]:
     """Rowid span of each scanned table of an nsys export (O(1) each); absent tables left out."""
     from srtscope.analyzers.readers.columnar import rowid_bounds
-    from srtscope.analyzers.readers.nsys_sqlite import connect_readonly
+    from srtscope.analyzers.readers.nsys_tables import connect_readonly
 
     con = connect_readonly(path)
     try:

@@ -33,8 +33,8 @@ from srtscope.analyzers.readers.nsys_sqlite import (
     _ranks,
     _read,
     _Reader,
-    connect_readonly,
 )
+from srtscope.analyzers.readers.nsys_tables import connect_readonly
 from srtscope.analyzers.readers.sqlite_integrity import check_integrity, check_side_files
 from srtscope.analyzers.readers.time_spool import TimeSpool
 from srtscope.analyzers.timeline import (
@@ -125,7 +125,7 @@ class _ChunkReader(_Reader):
         if shared.error is not None:
             raise shared.error
         rows = shared.seen
-        if rows and hi - lo + 1 != rows:     # as ``_Reader.fetch`` notes it for a whole table
+        if rows and hi - lo + 1 != rows:     # as ``NsysTables.fetch`` notes it for a whole table
             self.suspect.append(f"{rows} rows in {table} over rowids {lo}..{hi}")
 
 

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers.readers.memory_estimate import WINDOWED_TABLES, MemoryEstimate
-from srtscope.analyzers.readers.nsys_sqlite import connect_readonly, read_ranges
+from srtscope.analyzers.readers.nsys_sqlite import read_ranges
+from srtscope.analyzers.readers.nsys_tables import connect_readonly
 from srtscope.analyzers.timeline import SourceFormat, Timeline, TimelineMeta, empty_table
 
 SAMPLE_ROWS = 2048

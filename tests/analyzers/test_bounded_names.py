@@ -98,10 +98,10 @@ def test_a_huge_kernel_name_is_never_loaded_whole(tmp_path):
 
 
 def test_blob_io_and_the_sql_cut_agree(trace, monkeypatch):
-    from srtscope.analyzers.readers import nsys_sqlite as N
+    from srtscope.analyzers.readers.nsys_strings import NsysStrings
 
     blob = read_one(trace)
-    monkeypatch.setattr(N._Reader, "long_string_ids", lambda self: set())
+    monkeypatch.setattr(NsysStrings, "long_string_ids", lambda self: set())
     sql = read_one(trace)
     assert list(blob.device["name"].cat.categories) == list(sql.device["name"].cat.categories)
 
