@@ -42,11 +42,7 @@ from srtscope.analyzers.forked import trim_heap
 from srtscope.analyzers.host_activity import HostActivity
 from srtscope.analyzers.host_threads import default_threads, stage_threads
 from srtscope.analyzers.params import DiagnoseParams
-from srtscope.analyzers.results import (
-    CommResult,
-    Diagnosis,
-    StepsResult,
-)
+from srtscope.analyzers.results import CommResult, Diagnosis, StepsResult
 from srtscope.analyzers.timeline import Timeline, WarningCode
 from srtscope.analyzers.vocab import Cause
 from srtscope.analyzers.windowed import ALL_TIME, Calls, Context, Part, Window, crop_rows, plan, window_part

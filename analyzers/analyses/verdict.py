@@ -37,20 +37,11 @@ from srtscope.analyzers.analyses.advice import advice_for
 from srtscope.analyzers.analyses.comm import lateness
 from srtscope.analyzers.analyses.io_frames import IoWork
 from srtscope.analyzers.analyses.losses import WARMUP_FACTOR, StepLosses
-from srtscope.analyzers.results import Bottleneck as BottleneckName
-from srtscope.analyzers.results import (
-    BubbleResult,
-    CommResult,
-    Coverage,
-    DeviceResult,
-    EagerResult,
-    Finding,
-    StepsResult,
-    Verdict,
-    WhatIf,
-)
+from srtscope.analyzers.results import BubbleResult, CommResult, Coverage, DeviceResult, EagerResult, StepsResult
 from srtscope.analyzers.timeline import TimelineMeta, WarningCode
 from srtscope.analyzers.units import clip_text, fmt_ns
+from srtscope.analyzers.verdicts import Bottleneck as BottleneckName
+from srtscope.analyzers.verdicts import Finding, Verdict, WhatIf
 from srtscope.analyzers.vocab import Bottleneck, Cause
 
 _ADEQUACY = (WarningCode.NO_NVTX, WarningCode.GRAPH_NOT_PER_NODE, WarningCode.LOW_NVTX_COVERAGE,

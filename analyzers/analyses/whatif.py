@@ -58,9 +58,10 @@ from srtscope.analyzers.analyses.losses import (
 )
 from srtscope.analyzers.host_activity import HostActivity
 from srtscope.analyzers.host_threads import innermost_segments, rows_by_thread, stage_names
-from srtscope.analyzers.results import CommResult, WhatIf
+from srtscope.analyzers.results import CommResult
 from srtscope.analyzers.timeline import Timeline
 from srtscope.analyzers.units import fmt_ns
+from srtscope.analyzers.verdicts import WhatIf
 from srtscope.analyzers.vocab import Cause, StepExec, WhatIfBound
 
 __all__ = ["HOST_WAIT", "SHRINKABLE", "TRANSPORT_SPEEDUP", "what_if"]

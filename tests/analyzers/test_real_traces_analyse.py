@@ -6,7 +6,8 @@ import pytest
 
 from srtscope.analyzers.diagnose import diagnose
 from srtscope.analyzers.readers import load_timeline
-from srtscope.analyzers.results import BOTTLENECKS, BUBBLE_CLASSES
+from srtscope.analyzers.results import BUBBLE_CLASSES
+from srtscope.analyzers.verdicts import BOTTLENECKS
 from srtscope.analyzers.vocab import StepExec
 from tests.conftest import REAL_TRACES
 
