@@ -21,8 +21,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from srtscope.analyzers.forked import available
+from srtscope.analyzers.readers.spill_folder import Ended, check_ended, spill_folder, sweep_stale
 from srtscope.cli.errors import fail
-from srtscope.cli.spill_folder import check_ended, spill_folder, sweep_stale
 
 if TYPE_CHECKING:
     from srtscope.analyzers.windowed_stream import Held
@@ -150,13 +150,11 @@ def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Con
                         quiet: bool) -> Any:
     """The whole-trace Diagnosis of one nsys export within ``budget_bytes``, or None where the
     windowed path does not cover the trace (said on stderr)."""
-    from srtscope.analyzers.readers import TraceError, rank_from_name, read_spilled
-    from srtscope.analyzers.windowed_stream import NotWindowable, diagnose_streamed
     from srtscope.cli.loading import keep_freed_memory
 
     size = path.stat().st_size
     tmp = Path(tempfile.gettempdir())
-    sweep_stale(tmp)                    # a killed run's spill: its space counts as free
+    sweep_stale(tmp, _note)             # a killed run's spill: its space counts as free
     free = shutil.disk_usage(tmp).free
     if free < SPILL_SHARE * size + (1 << 30):
         print(f"srtscope: note: {path.name}: not diagnosed whole in windows: its spill needs "
@@ -174,8 +172,26 @@ def diagnose_in_windows(path: Path, params: Any, budget_bytes: int, console: Con
     need = modelled_peak(size, rows, workers)
     if need > budget_bytes:
         over(need)
-    rank = rank_from_name(path) or 0
     keep_freed_memory()                 # before the spill's threads start (one arena for them all)
+    try:
+        return _spilled(path, params, budget_bytes, console, quiet, rows, workers, over)
+    except Ended as exc:
+        print(f"srtscope: interrupted ({exc.name})", file=sys.stderr)
+        raise SystemExit(128 + exc.signum) from None
+
+
+def _note(line: str) -> None:
+    print(f"srtscope: note: {line}", file=sys.stderr)
+
+
+def _spilled(path: Path, params: Any, budget_bytes: int, console: Console | None, quiet: bool, rows: int,
+             workers: int, over: Callable[[int], None]) -> Any:
+    """``diagnose_in_windows`` once planned: spilled, then diagnosed window by window."""
+    from srtscope.analyzers.readers import TraceError, rank_from_name, read_spilled
+    from srtscope.analyzers.windowed_stream import NotWindowable, diagnose_streamed
+
+    size = path.stat().st_size
+    rank = rank_from_name(path) or 0
     with spill_folder() as folder, _bar(console, quiet, path) as tick:
         try:
             with _scanned(tick, path):

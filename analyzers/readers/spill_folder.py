@@ -2,19 +2,19 @@
 
 ``spill_folder()`` makes ``$TMPDIR/srtscope-spill-*`` with an ``owner`` file (this process's pid and
 start time) and removes it on leaving, also when the run is ended by SIGTERM or SIGHUP (they unwind
-it like Ctrl-C; exit 128+signal). A run killed outright (SIGKILL, out of memory) cannot clean up:
-the next one removes its folder (``sweep_stale``) — only a folder of this user whose owner process
-is gone and that holds nothing but the spill's own files; anything else is left alone.
+it like Ctrl-C, then raise ``Ended``: the caller exits 128+signal). A run killed outright (SIGKILL,
+out of memory) cannot clean up: the next one removes its folder (``sweep_stale``) — only a folder of
+this user whose owner process is gone and that holds nothing but the spill's own files; anything
+else is left alone. Nothing is printed: what the caller says goes through its callbacks.
 """
 from __future__ import annotations
 
 import os
 import re
 import signal
-import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -57,9 +57,9 @@ def _alive(owner: str) -> bool:
     return not (len(parts) > 1 and started and started != parts[1])
 
 
-def sweep_stale(tmp: Path) -> int:
+def sweep_stale(tmp: Path, note: Callable[[str], None] | None = None) -> int:
     """Remove the spill folders under ``tmp`` left by runs of this user that ended without cleaning
-    up (module doc), saying so on stderr; the bytes given back."""
+    up (module doc), saying so to ``note`` (one line) where any were; the bytes given back."""
     freed = 0
     uid = os.getuid() if hasattr(os, "getuid") else None
     for d in sorted(tmp.glob(PREFIX + "*")):
@@ -80,13 +80,23 @@ def sweep_stale(tmp: Path) -> int:
             freed += size
         except OSError:
             continue
-    if freed:
-        print(f"srtscope: note: removed {freed / 2**30:.2f} GiB of spill left under {tmp} by a run that "
-              f"ended without cleaning up", file=sys.stderr)
+    if freed and note is not None:
+        note(f"removed {freed / 2**30:.2f} GiB of spill left under {tmp} by a run that ended without "
+             "cleaning up")
     return freed
 
 
 _ended_by: list[int] = []      # the signal being handled (``_unwind``)
+
+
+class Ended(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (``signum``) ended the run; its spill is removed. The caller says
+    ``interrupted (SIGTERM)`` and exits 128+signum."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
 
 
 def _unwind(signum: int, frame: object) -> None:
@@ -108,7 +118,7 @@ def check_ended() -> None:
 @contextmanager
 def spill_folder() -> Iterator[Path]:
     """A new spill folder under ``$TMPDIR``, removed on leaving; SIGTERM and SIGHUP remove it too and
-    end the run with one line on stderr, exit 128+signal (``check_ended`` where the exception was lost)."""
+    raise ``Ended`` (``check_ended`` where the exception was lost); Ctrl-C passes as it is."""
     before = {}
     if threading.current_thread() is threading.main_thread():    # only it may set handlers
         for s in _ENDING:
@@ -122,9 +132,7 @@ def spill_folder() -> Iterator[Path]:
     except KeyboardInterrupt:
         if not _ended_by:
             raise                        # Ctrl-C: the caller says so
-        signum = _ended_by.pop()
-        print(f"srtscope: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
-        raise SystemExit(128 + signum) from None
+        raise Ended(_ended_by.pop()) from None
     finally:
         for s, h in before.items():
             signal.signal(s, h)
