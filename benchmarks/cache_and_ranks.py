@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 import common as C  # noqa: E402
 
 from benchmarks.gen_nsys import cached_name  # noqa: E402
-from srtscope.cli.loading import reading_processes  # noqa: E402
+from srtscope.analyzers.traces import reading_processes  # noqa: E402
 
 SRTSCOPE = C.ROOT / ".venv" / "bin" / "srtscope"
 

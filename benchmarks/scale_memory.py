@@ -13,7 +13,7 @@ for its second walk, the peak of both processes' RSS summed, sampled every 20 ms
 share count twice):
   floor         the sqlite3 shell selecting the columns srtscope reads into /dev/null
   first look    ``srtscope diagnose --json --memory-budget 2GiB --no-cache FILE``: over the budget
-                the export is diagnosed whole, window by window (``cli/streamed.py``)
+                the export is diagnosed whole, window by window (``analyzers/traces.py``)
   filling       the same with the caches on (a fresh, private ``SRTSCOPE_CACHE_DIR``): a first
                 look that also keeps the answer in the diagnosis cache
   second look   the same command again: answered from the cache

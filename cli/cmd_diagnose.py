@@ -13,9 +13,9 @@ from rich.console import Console
 
 from srtscope.cli.contract import SavedDiagnosis
 from srtscope.cli.errors import Exit, fail, one_line
-from srtscope.cli.loading import check_cluster_jobs, load
+from srtscope.cli.loading import check_cluster_jobs, keep_freed_memory, progress_bar
 from srtscope.cli.memory_budget import HELP as BUDGET_HELP
-from srtscope.cli.memory_budget import Budget, budget_option, parse_budget, plan_reads
+from srtscope.cli.memory_budget import Budget, budget_option, parse_budget
 from srtscope.cli.output import OutputError, check_output_path, write_text
 from srtscope.cli.values import MAX_THRESHOLD_US, float_option
 
@@ -50,13 +50,13 @@ def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int]
                   console: Console | None, quiet: bool, keep: list | None = None, cache: bool = True,
                   jobs: int = 1, cluster: str | None = None, reuse: bool = False,
                   budget: Budget | None = None) -> Any:
-    """Load + diagnose; returns the Diagnosis object (``keep`` receives the Timeline when given).
-    ``cache``: use the user's table cache; ``jobs``: rank files read in that many processes;
-    ``cluster``: read by the workers of the Dask scheduler at that address. ``reuse`` (with
-    ``cache``): the answer may come from the diagnosis cache, as a ``SavedDiagnosis`` of the same
-    JSON document, and a new answer is kept there. ``budget``: ``--memory-budget`` (default
-    ``auto``): over it, one nsys export is read by time window and the diagnosis says so
-    (``cli/memory_budget.py``), anything else exits 2."""
+    """Load + diagnose; returns the Diagnosis object (``keep`` receives the Timeline when given, None
+    for a diagnosis in windows). ``cache``: use the user's table cache; ``jobs``: rank files read in
+    that many processes; ``cluster``: read by the workers of the Dask scheduler at that address.
+    ``reuse`` (with ``cache``): the answer may come from the diagnosis cache, as a ``SavedDiagnosis``
+    of the same JSON document, and a new answer is kept there. ``budget``: ``--memory-budget``
+    (default ``auto``). How to read is ``analyzers/traces.diagnose_traces``' to decide; here its
+    progress is drawn, its notes said and its errors made exit codes (2, out of memory 1)."""
     from srtscope.analyzers.params import DiagnoseParams
 
     try:
@@ -78,38 +78,38 @@ def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int]
         doc = get_diagnosis(key, check)     # an answer the contract refuses is recomputed
         if doc is not None:
             return SavedDiagnosis(doc)      # NOTE: no numpy, pandas or analyses imported on this path
-    from srtscope.analyzers.diagnose import DiagnoseInputError, diagnose
-    from srtscope.analyzers.readers.cache import deferred_writes
+    from srtscope.analyzers.diagnose import DiagnoseInputError
+    from srtscope.analyzers.memory_plan import BudgetError
+    from srtscope.analyzers.readers import TraceError
+    from srtscope.analyzers.readers.cluster import ClusterError
+    from srtscope.analyzers.readers.spill_folder import Ended, check_ended
+    from srtscope.analyzers.traces import OutOfMemory, ReadHooks, SpillError, diagnose_traces
 
+    if not paths:
+        fail("no trace given")
+    check_cluster_jobs(cluster, jobs)
+    keep_freed_memory()                 # before any reading thread starts (one arena for them all)
     budget = budget if budget is not None else parse_budget("auto")
-    if cluster is None and len(paths) == 1 and params.step_range is None and budget.bytes is not None:
-        from srtscope.cli.streamed import diagnose_in_windows, over_budget
+    try:
+        with progress_bar(console, quiet) as bar:
+            got = diagnose_traces(paths, params, budget.bytes, cache=cache, jobs=jobs, cluster=cluster,
+                                  hooks=ReadHooks(progress=bar, note=_note, check=check_ended),
+                                  timeline=keep is not None)
+    except (TraceError, BudgetError, DiagnoseInputError, ClusterError, SpillError) as exc:
+        fail(str(exc))
+    except OutOfMemory as exc:
+        fail(str(exc), Exit.INTERNAL)
+    except Ended as exc:
+        print(f"srtscope: interrupted ({exc.name})", file=sys.stderr)
+        raise SystemExit(128 + exc.signum) from None
+    if keep is not None:
+        keep.append(got.timeline)
+    return got.diagnosis if key is None or got.cut else _saved(key, got.diagnosis)
 
-        # over the budget: the whole trace, window by window, where the windowed path covers it
-        if over_budget(paths[0], budget.bytes):
-            whole = diagnose_in_windows(paths[0], params, budget.bytes, console, quiet)
-            if whole is not None:
-                if keep is not None:
-                    keep.append(None)
-                return whole if key is None else _saved(key, whole)
-    plan = plan_reads(paths, budget, params, cache, cluster)
-    with deferred_writes():             # new table entries are written while the analyses run
-        tl = load(paths, console, quiet, cache=cache, jobs=jobs, cluster=cluster,
-                  window=None if plan is None else (plan.window, plan.rows + plan.rows // 8 + 4096))
-        if plan is not None and not plan.pushed:
-            from srtscope.analyzers.memory_plan import window_message
-            from srtscope.analyzers.timeline import WarningCode
 
-            # NOTE: a diagnosis of part of the trace: said in the report, never kept as the answer
-            tl.meta.warn(WarningCode.WINDOW_CUT, window_message(plan, budget.bytes or 0, tl.meta.window_start_ns))
-            key = None
-        if keep is not None:
-            keep.append(tl)
-        try:
-            diag = diagnose(tl, params)
-        except DiagnoseInputError as exc:
-            fail(str(exc))
-    return diag if key is None else _saved(key, diag)
+def _note(line: str) -> None:
+    """A note of the read, on stderr."""
+    print(f"srtscope: note: {line}", file=sys.stderr)
 
 
 def _saved(key: dict, diag: Any) -> Any:

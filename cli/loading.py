@@ -1,17 +1,18 @@
-"""Load traces for the CLI: existence checks, a progress bar on large inputs, one-line errors."""
+"""Reading traces for the CLI: the allocator's settings, input checks as one-line errors, the
+progress bar (what to read and how: ``analyzers/traces.py``)."""
 from __future__ import annotations
 
 import os
-import stat
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from srtscope.cli.errors import Exit, fail
+from srtscope.cli.errors import fail
 
-LARGE_BYTES = 50 * 2**20  # show a progress bar from this total input size
 #: glibc ``mallopt`` parameters (malloc.h): M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX
 _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
 
@@ -50,37 +51,13 @@ def keep_freed_memory() -> bool:
 
 def check_input_file(path: Path) -> os.stat_result:
     """``path``'s stat if it exists, is no folder and can be read; else exit 2 with one line."""
+    from srtscope.analyzers.readers import TraceError
+    from srtscope.analyzers.traces import check_input
+
     try:
-        st = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        fail(f"{path}: no such file")
-    except PermissionError:
-        fail(f"{path}: permission denied (a folder on its path cannot be searched, or the file read)")
-    except OSError as exc:
-        fail(f"{path}: cannot read: {exc.strerror or exc}")
-    if stat.S_ISDIR(st.st_mode):
-        fail(f"{path}: is a directory, expected a trace file")
-    if not os.access(path, os.R_OK):
-        fail(f"{path}: permission denied")
-    return st
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask where the OS has one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:          # pragma: no cover - macOS, Windows
-        return os.cpu_count() or 1
-
-
-def reading_processes(jobs: int, files: int) -> int:
-    """How many processes ``--jobs N`` reads ``files`` files in: at most N and one per file, and at
-    most one per two usable cores.
-
-    NOTE: each nsys file's read already runs its device and host scans on two threads; a second
-    reading process on a 2-core machine only adds its start-up and imports (measured: 8 rank files of
-    34 MB, 2 processes took 1.28x the time of one after another)."""
-    return max(1, min(jobs, files, usable_cores() // 2))
+        return check_input(path)
+    except TraceError as exc:
+        fail(str(exc))
 
 
 def check_cluster_jobs(cluster: str | None, jobs: int) -> None:
@@ -89,41 +66,36 @@ def check_cluster_jobs(cluster: str | None, jobs: int) -> None:
         fail(f"--cluster and --jobs {jobs}: choose one (with --cluster the cluster's workers read the files)")
 
 
-def load(paths: list[Path], console: Console | None = None, quiet: bool = False, cache: bool = True,
-         jobs: int = 1, cluster: str | None = None, window: tuple[tuple[int, int], int] | None = None) -> Any:
-    """Read one or more trace files into a Timeline; bad input exits 2 with one line. ``cache``: the
-    user's table cache (``analyzers/readers/cache.py``); ``jobs``: files read in that many processes;
-    ``cluster``: a Dask scheduler's address, whose workers read the files (``readers/cluster.py``).
-    NOTE: with ``cluster`` the paths are the workers' to check (they need not exist here), and the
-    progress bar shows whenever there is a console: remote reads are slow to start whatever the size.
-    ``window``: one nsys export's rows in a time window only (``readers.load_timeline``)."""
-    from srtscope.analyzers.readers import TraceError, load_timeline
-    from srtscope.analyzers.readers.cluster import ClusterError  # cheap: distributed comes later
+@contextmanager
+def progress_bar(console: Console | None, quiet: bool) -> Iterator[Callable[[float, str], None] | None]:
+    """A ``ReadHooks.progress`` that draws a transient bar on ``console`` (None when quiet or without
+    one): shown from a call below 1.0 until one of 1.0 or the block's end, ``what`` its label."""
+    if quiet or console is None:
+        yield None
+        return
+    shown: list[tuple[Progress, TaskID]] = []
+    lock = threading.Lock()             # reading threads report too
 
-    if not paths:
-        fail("no trace given")
-    check_cluster_jobs(cluster, jobs)
-    keep_freed_memory()
-    jobs = reading_processes(jobs, len(paths))
-    total = LARGE_BYTES if cluster is not None else sum(check_input_file(p).st_size for p in paths)
+    def progress(fraction: float, what: str = "") -> None:
+        with lock:
+            _draw(fraction, what)
+
+    def _draw(fraction: float, what: str) -> None:
+        if fraction >= 1.0:
+            if shown:
+                shown.pop()[0].stop()
+            return
+        if not shown:
+            bar = Progress(TextColumn("[bold]{task.description}[/]"), BarColumn(),
+                           TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(), console=console,
+                           transient=True)
+            bar.start()
+            shown.append((bar, bar.add_task(what[:48], total=1.0)))
+        bar, task = shown[0]
+        bar.update(task, completed=max(0.0, fraction), description=what[:48] if what else None)
     try:
-        if quiet or console is None or total < LARGE_BYTES:
-            return load_timeline([str(p) for p in paths], cache=cache, jobs=jobs, cluster=cluster, window=window)
-        with Progress(TextColumn("[bold]reading[/] {task.description}"), BarColumn(),
-                      TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
-                      console=console, transient=True) as prog:
-            task = prog.add_task(", ".join(p.name for p in paths)[:40], total=1.0)
-
-            def progress(fraction: float, what: str = "") -> None:
-                prog.update(task, completed=max(0.0, min(1.0, fraction)))
-
-            return load_timeline([str(p) for p in paths], progress=progress, cache=cache, jobs=jobs,
-                                 cluster=cluster, window=window)
-    except TraceError as exc:
-        fail(str(exc))
-    except PermissionError as exc:
-        fail(f"{exc.filename or ', '.join(map(str, paths))}: permission denied")
-    except MemoryError:
-        fail(f"out of memory while reading {', '.join(map(str, paths))}", Exit.INTERNAL)
-    except ClusterError as exc:
-        fail(str(exc))
+        yield progress
+    finally:
+        with lock:
+            if shown:
+                shown.pop()[0].stop()

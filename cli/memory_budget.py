@@ -1,23 +1,20 @@
-"""``--memory-budget SIZE``: the most memory a diagnosis may take, and the read that keeps to it.
+"""``--memory-budget SIZE``: the most memory a diagnosis may take (the read that keeps to it:
+``analyzers/traces.py``).
 
 SIZE: ``2GiB``, ``1500MB``, ``800M``, ``4g`` (binary units for ``K``/``M``/``G``/``T`` with or without
 ``iB``; decimal for ``kB``/``MB``/``GB``/``TB``; plain bytes), ``none`` (no limit) or ``auto`` (the
 default: ``AUTO_SHARE`` of ``MemAvailable`` in ``/proc/meminfo``, at least 1 GiB; no limit where
 there is no such file).
 Before reading, each file's peak is estimated (``readers/memory_estimate.py``); over the budget, an
-nsys export is read by time window (``analyzers/memory_plan.py``) and anything else refused.
+nsys export is diagnosed in windows, or read by time window (``analyzers/memory_plan.py``), and
+anything else refused.
 """
 from __future__ import annotations
 
 import re
-import sqlite3
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import typer
-
-from srtscope.cli.errors import fail
 
 #: ``auto``: this share of the memory the system says is available now, at least ``AUTO_FLOOR``
 #: (below it the budget would refuse small traces on a busy machine rather than protect it)
@@ -82,41 +79,3 @@ def budget_option(ctx: typer.Context, param: typer.CallbackParam, value: str | N
         raise typer.BadParameter(str(exc)) from None
     return "auto" if value is None else value
 
-
-def plan_reads(paths: list[Path], budget: Budget, params: Any, cache: bool,
-               cluster: str | None) -> Any:
-    """The ``memory_plan.ReadPlan`` of a windowed read of ``paths``, or None to read them whole;
-    exits 2 with one line when the diagnosis cannot keep to the budget. Reads by a cluster's
-    workers are theirs to bound (None)."""
-    if cluster is not None:
-        return None
-    from srtscope.analyzers.memory_plan import BudgetError, plan_files
-    from srtscope.analyzers.readers import TraceError, detect_format_quiet, expand_paths
-    from srtscope.analyzers.readers.memory_estimate import estimate_quiet
-    from srtscope.analyzers.timeline import SourceFormat
-
-    try:
-        paths = expand_paths(paths)     # a folder stands for its files, as the read takes it
-    except (TraceError, OSError):
-        return None                     # the read says what is wrong
-    ests = []
-    for p in paths:
-        try:
-            fmt = detect_format_quiet(p) if p.is_file() else None
-        except OSError:                 # e.g. a folder on its path that cannot be searched
-            fmt = None
-        est = estimate_quiet(p, fmt) if fmt is not None else None
-        if est is None:
-            return None                 # the read says what is wrong with it
-        ests.append(est)
-    # --steps on exports the table cache would not keep anyway: read only those steps
-    from srtscope.analyzers.cache_store import cache_enabled_for
-
-    push = all(e.format is SourceFormat.NSYS_SQLITE for e in ests) and (
-        not cache or not any(cache_enabled_for(p) for p in paths))
-    try:
-        return plan_files(paths, ests, budget.bytes, params, push_steps=push)
-    except BudgetError as exc:
-        fail(str(exc))
-    except (OSError, ValueError, sqlite3.Error) as exc:
-        fail(f"{', '.join(p.name for p in paths)}: cannot plan a read within --memory-budget: {exc}")

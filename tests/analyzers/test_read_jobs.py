@@ -79,10 +79,10 @@ def test_jobs_must_be_positive():
     (1, 4, 8, 1),
 ])
 def test_jobs_the_machine_can_run(monkeypatch, cores, jobs, files, expected):
-    from srtscope.cli import loading
+    from srtscope.analyzers import traces
 
-    monkeypatch.setattr(loading, "usable_cores", lambda: cores)
-    assert loading.reading_processes(jobs, files) == expected
+    monkeypatch.setattr(traces, "usable_cores", lambda: cores)
+    assert traces.reading_processes(jobs, files) == expected
 
 
 def test_trace_reading_asks_no_huge_pages_for_arrays():

@@ -102,7 +102,7 @@ def _no_room_to_spill(monkeypatch) -> None:
     def full(path):
         u = real(path)
         return type(u)(u.total, u.total - 1, 1)
-    monkeypatch.setattr("srtscope.cli.streamed.shutil.disk_usage", full)
+    monkeypatch.setattr("srtscope.analyzers.traces.shutil.disk_usage", full)
 
 
 def test_over_budget_diagnoses_a_window_and_every_report_says_so(export: Path, tmp_path: Path, monkeypatch) -> None:

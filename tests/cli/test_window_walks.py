@@ -1,11 +1,10 @@
-"""How a diagnosis over the budget is cut: window rows and walks (``cli/streamed.walks``) keep both
+"""How a diagnosis over the budget is cut: window rows and walks (``analyzers/traces.walks``) keep both
 processes' modelled peak within the budget, two walks only where each keeps ``MIN_SPLIT_ROWS``."""
 from __future__ import annotations
 
 import pytest
 
-from srtscope.analyzers.windowed_stream import Held
-from srtscope.cli.streamed import (
+from srtscope.analyzers.traces import (
     BASE_BYTES,
     MATCH_ROW_BYTES,
     MAX_ROWS,
@@ -26,6 +25,7 @@ from srtscope.cli.streamed import (
     walks,
     window_rows,
 )
+from srtscope.analyzers.windowed_stream import Held
 
 GiB = 1 << 30
 
@@ -46,7 +46,7 @@ def _peak(export_gb: float, rows: int, processes: int) -> float:
 ])
 def test_walks_keep_the_modelled_peak_within_the_budget(monkeypatch, case, budget, export_gb, want_walks):
     monkeypatch.delenv(WALKS_ENV, raising=False)
-    monkeypatch.setattr("srtscope.cli.streamed.available", lambda: True)
+    monkeypatch.setattr("srtscope.analyzers.traces.available", lambda: True)
     rows, n = walks(budget, int(export_gb * 1e9))
     assert n == want_walks, case
     assert MIN_ROWS <= rows <= MAX_ROWS, case
@@ -62,7 +62,7 @@ def test_walks_keep_the_modelled_peak_within_the_budget(monkeypatch, case, budge
 @pytest.mark.parametrize("env, fork, want", [("1", True, 1), ("2", True, 2), ("2", False, 1), ("", False, 1)])
 def test_walks_follow_the_switch_and_a_fork(monkeypatch, env, fork, want):
     monkeypatch.setenv(WALKS_ENV, env)
-    monkeypatch.setattr("srtscope.cli.streamed.available", lambda: fork)
+    monkeypatch.setattr("srtscope.analyzers.traces.available", lambda: fork)
     assert walks(2 * GiB, int(10e9))[1] == want
 
 
@@ -73,9 +73,9 @@ def test_walks_follow_the_switch_and_a_fork(monkeypatch, env, fork, want):
     ("100 MB under 200 MiB: below the interpreter and libraries", 200 << 20, 0.1, True),
 ])
 def test_the_modelled_peak_says_when_a_budget_cannot_be_kept(monkeypatch, case, budget, export_gb, over):
-    """``diagnose_in_windows`` notes a budget its smallest windows still pass (``modelled_peak``)."""
+    """``diagnose_traces`` in windows notes a budget its smallest windows still pass (``modelled_peak``)."""
     monkeypatch.delenv(WALKS_ENV, raising=False)
-    monkeypatch.setattr("srtscope.cli.streamed.available", lambda: True)
+    monkeypatch.setattr("srtscope.analyzers.traces.available", lambda: True)
     rows, n = walks(budget, int(export_gb * 1e9))
     assert (modelled_peak(int(export_gb * 1e9), rows, n) > budget) == over, case
     assert modelled_peak(int(export_gb * 1e9), rows, n) == pytest.approx(_peak(export_gb, rows, n), abs=n), case
@@ -103,7 +103,7 @@ def test_windows_are_sized_again_from_what_the_first_pass_left(
     share of the windows' parts where that is more; the windows never grow past the plan, and a
     budget the smallest windows or the reduction pass is noted once."""
     monkeypatch.delenv(WALKS_ENV, raising=False)
-    monkeypatch.setattr("srtscope.cli.streamed.available", lambda: True)
+    monkeypatch.setattr("srtscope.analyzers.traces.available", lambda: True)
     size, noted, first = int(export_gb * 1e9), [], Held(held, steps, collectives)
     rows, n = resized(budget, size, noted.append)(first, *planned)
     assert n == want_walks, case
