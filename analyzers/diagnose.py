@@ -1,6 +1,6 @@
 """``diagnose(tl) -> Diagnosis`` runs every analysis; ``compare(before, after)`` diffs two diagnoses.
 
-A whole read is one window of the windowed analyses (``windowed_reduce.one_window``): each figure
+A whole read is one window of the windowed analyses (``reduce.one_window``): each figure
 is written once, as a window's part and the parts' combine.
 
 Pure: no printing, no I/O. The CLI renders ``Diagnosis`` / ``DiagnosisDiff`` and their ``to_json()``.
@@ -14,17 +14,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.attribution import BUBBLE_CAUSES
 from srtscope.analyzers.analyses.bubbles import histogram
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.analyses.diff import DiagnosisDiff, FigureDelta, compare
 from srtscope.analyzers.analyses.eager import fallback_mask
 from srtscope.analyzers.analyses.steps import find_steps
-from srtscope.analyzers.params import DiagnoseParams
-from srtscope.analyzers.results import BUBBLE_CLASSES, BubbleResult, CaptureInfo, Diagnosis
-from srtscope.analyzers.timeline import Timeline, TimelineMeta
-from srtscope.analyzers.vocab import Cause
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.params import DiagnoseParams
+from srtscope.analyzers.model.results import BUBBLE_CLASSES, BubbleResult, CaptureInfo, Diagnosis
+from srtscope.analyzers.model.timeline import Timeline, TimelineMeta
+from srtscope.analyzers.model.vocab import Cause
 
 __all__ = ["DiagnoseParams", "diagnose", "compare", "crop", "DiagnosisDiff", "FigureDelta"]
 
@@ -107,7 +107,7 @@ def diagnose(tl: Timeline, params: DiagnoseParams = _DEFAULT_PARAMS, *,
              shrink_ns: Mapping[str, int] | None = None) -> Diagnosis:
     """Every analysis over one Timeline, and the verdict. ``shrink_ns`` (cause -> host ns cut per
     step, ``analyses.whatif.SHRINKABLE``): the what-if of those causes shrinks them instead of removing them."""
-    from srtscope.analyzers.windowed_reduce import one_window  # noqa: PLC0415
+    from srtscope.analyzers.pipeline.reduce import one_window  # noqa: PLC0415
     tl, source, steps, sets = _select_steps(tl, params)
     return one_window(tl, source, steps, sets, params, shrink_ns)
 

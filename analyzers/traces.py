@@ -3,11 +3,11 @@
     got = diagnose_traces(["run.sqlite"], DiagnoseParams(), 2 << 30)   # got.diagnosis, got.cut
 
 - One nsys export, no step range, its whole read's estimated peak (``readers/memory_estimate.py``)
-  over the budget: read once into time buckets on disk (``readers/nsys_spill.py``, in a private
-  folder under ``$TMPDIR``, ``readers/spill_folder.py``, removed after) and diagnosed window by window
-  (``windowed_stream.py``): the same Diagnosis as a whole read, with the memory of one window; one
+  over the budget: read once into time buckets on disk (``spill/nsys_spill.py``, in a private
+  folder under ``$TMPDIR``, ``spill/spill_folder.py``, removed after) and diagnosed window by window
+  (``pipeline/stream.py``): the same Diagnosis as a whole read, with the memory of one window; one
   walk or two (``walks``), the windows sized again after the first pass (``resized``). A trace the
-  windowed path does not cover (``windowed_first.NotWindowable``), or no room to spill: a note says
+  windowed path does not cover (``first_pass.NotWindowable``), or no room to spill: a note says
   why, and it is read as below.
 - Otherwise ``memory_plan`` decides: whole, or nsys exports over a time window; a window that cuts
   the trace (not an exact ``step_range``) is said in a ``window_cut`` warning and the answer is
@@ -31,14 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from srtscope.analyzers.forked import available
+from srtscope.analyzers.pipeline.forked import available
 
 if TYPE_CHECKING:
-    from srtscope.analyzers.memory_plan import ReadPlan
-    from srtscope.analyzers.params import DiagnoseParams
-    from srtscope.analyzers.results import Diagnosis
-    from srtscope.analyzers.timeline import Timeline
-    from srtscope.analyzers.windowed_stream import Held
+    from srtscope.analyzers.model.params import DiagnoseParams
+    from srtscope.analyzers.model.results import Diagnosis
+    from srtscope.analyzers.model.timeline import Timeline
+    from srtscope.analyzers.pipeline.memory_plan import ReadPlan
+    from srtscope.analyzers.pipeline.stream import Held
 
 __all__ = ["Diagnosed", "OutOfMemory", "ReadHooks", "SpillError", "diagnose_traces"]
 
@@ -117,9 +117,9 @@ def diagnose_traces(paths: Sequence[str | Path], params: DiagnoseParams, budget_
     read by the workers of the Dask scheduler at that address (their reads are theirs to bound; not
     with ``jobs`` > 1); ``timeline``: keep the Timeline read in the answer. The caller may have glibc
     keep freed memory first (``cli/loading.keep_freed_memory``): the windows' sizes were measured so."""
+    from srtscope.analyzers.cache.table_cache import deferred_writes
     from srtscope.analyzers.diagnose import diagnose
     from srtscope.analyzers.readers import TraceError
-    from srtscope.analyzers.readers.cache import deferred_writes
 
     files = [Path(p) for p in paths]
     if not files:
@@ -135,8 +135,8 @@ def diagnose_traces(paths: Sequence[str | Path], params: DiagnoseParams, budget_
                         window=None if plan is None else (plan.window, plan.rows + plan.rows // 8 + 4096))
         cut = plan is not None and not plan.pushed
         if plan is not None and cut:
-            from srtscope.analyzers.memory_plan import window_message
-            from srtscope.analyzers.timeline import WarningCode
+            from srtscope.analyzers.model.timeline import WarningCode
+            from srtscope.analyzers.pipeline.memory_plan import window_message
 
             # NOTE: a diagnosis of part of the trace: said in the report, never kept as the answer
             tl.meta.warn(WarningCode.WINDOW_CUT, window_message(plan, budget_bytes or 0, tl.meta.window_start_ns))
@@ -214,11 +214,11 @@ def plan_reads(paths: list[Path], budget_bytes: int | None, params: DiagnosePara
     workers are theirs to bound (None)."""
     if cluster is not None:
         return None
-    from srtscope.analyzers.cache_store import cache_enabled_for
-    from srtscope.analyzers.memory_plan import BudgetError, plan_files
+    from srtscope.analyzers.cache.cache_store import cache_enabled_for
+    from srtscope.analyzers.model.timeline import SourceFormat
+    from srtscope.analyzers.pipeline.memory_plan import BudgetError, plan_files
     from srtscope.analyzers.readers import TraceError, detect_format_quiet, expand_paths
     from srtscope.analyzers.readers.memory_estimate import estimate_quiet
-    from srtscope.analyzers.timeline import SourceFormat
 
     try:
         paths = expand_paths(paths)     # a folder stands for its files, as the read takes it
@@ -248,9 +248,9 @@ def plan_reads(paths: list[Path], budget_bytes: int | None, params: DiagnosePara
 
 def over_budget(path: Path, budget_bytes: int) -> bool:
     """Whether ``path`` is an nsys export whose whole read's estimated peak is over the budget."""
+    from srtscope.analyzers.model.timeline import SourceFormat
     from srtscope.analyzers.readers import detect_format_quiet
     from srtscope.analyzers.readers.memory_estimate import estimate_quiet
-    from srtscope.analyzers.timeline import SourceFormat
 
     try:
         fmt = detect_format_quiet(path) if path.is_file() else None
@@ -266,7 +266,7 @@ def window_rows(budget_bytes: int, export_bytes: int, processes: int = 1, first:
     """Device rows a window of each of ``processes`` walks (1 or 2) may hold so that together they
     keep to ``budget_bytes``: each process holds its own part before its windows (pages a forked
     copy shares count twice) and its windows' rows. ``first``: what the first pass left
-    (``windowed_stream.Held``), the windows never larger than the export's size alone gives."""
+    (``stream.Held``), the windows never larger than the export's size alone gives."""
     part, row = _held_and_row(export_bytes, processes)
     rows = (budget_bytes / processes - part) / row
     if first is not None:
@@ -320,7 +320,7 @@ def walks(budget_bytes: int, export_bytes: int, first: Held | None = None) -> tu
 def resized(budget_bytes: int, export_bytes: int,
             note: Callable[[int], None]) -> Callable[[Held, int, int], tuple[int, int]]:
     """``diagnose_streamed``'s ``resize``: after the first pass, the windows of ``walks`` with what
-    it left (``windowed_stream.Held``), never larger nor more walks than planned from the size alone; ``note(bytes)``
+    it left (``stream.Held``), never larger nor more walks than planned from the size alone; ``note(bytes)``
     is told the modelled peak where even the smallest windows pass the budget."""
     def resize(first: Held, rows: int, workers: int) -> tuple[int, int]:
         new_rows, new_workers = walks(budget_bytes, export_bytes, first)
@@ -337,9 +337,9 @@ def resized(budget_bytes: int, export_bytes: int,
 def _in_windows(path: Path, params: DiagnoseParams, budget_bytes: int, hooks: ReadHooks) -> Diagnosis | None:
     """The whole-trace Diagnosis of one nsys export within ``budget_bytes``, or None where the
     windowed path does not cover the trace or there is no room to spill (a note says why)."""
+    from srtscope.analyzers.pipeline.stream import NotWindowable, diagnose_streamed
     from srtscope.analyzers.readers import rank_from_name, read_spilled
-    from srtscope.analyzers.readers.spill_folder import spill_folder, sweep_stale
-    from srtscope.analyzers.windowed_stream import NotWindowable, diagnose_streamed
+    from srtscope.analyzers.spill.spill_folder import spill_folder, sweep_stale
 
     def note(line: str) -> None:
         if hooks.note is not None:

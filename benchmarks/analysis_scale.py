@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers.diagnose import diagnose
-from srtscope.analyzers.timeline import ApiKind, DeviceKind, SourceFormat, Timeline, TimelineMeta, Traced
+from srtscope.analyzers.model.timeline import ApiKind, DeviceKind, SourceFormat, Timeline, TimelineMeta, Traced
 
 
 def build(n: int, per_step: int, seed: int = 0) -> Timeline:

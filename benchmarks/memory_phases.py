@@ -96,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             setattr(cls, name, s.wrap(getattr(cls, name), f"read: {name}"))
     for name in ("concat_sorted", "_validated", "_read_host"):
         setattr(N, name, s.wrap(getattr(N, name), f"read: {name}"))
-    import srtscope.analyzers.windowed as W
-    import srtscope.analyzers.windowed_reduce as R
+    import srtscope.analyzers.pipeline.reduce as R
+    import srtscope.analyzers.pipeline.window as W
     # the analyses as the one window's part (W) and the combine (R) call them
     for mod, names in ((D, ("_select_steps",)),
                        (W, ("gaps_part", "launch_calls", "attribute", "step_budget", "step_losses", "kernels_part",

@@ -49,7 +49,7 @@ def _child(mode: str, path: str, chunk_rows: int | None, keep_freed: bool) -> No
                "device_ns": int((tl.device["end_ns"] - tl.device["start_ns"]).sum()),
                "api_ns": int((tl.api["end_ns"] - tl.api["start_ns"]).sum())}
     else:
-        from srtscope.analyzers.readers.nsys_spill import DEFAULT_CHUNK_ROWS, read_nsys_spilled
+        from srtscope.analyzers.spill.nsys_spill import DEFAULT_CHUNK_ROWS, read_nsys_spilled
 
         with tempfile.TemporaryDirectory(dir=Path(path).parent, prefix="spill-") as folder, \
                 read_nsys_spilled(path, folder=folder, chunk_rows=chunk_rows or DEFAULT_CHUNK_ROWS) as sp:

@@ -1,6 +1,6 @@
 """``srtscope cache [--clear]``: what the cache folder holds (tables read from traces, kept
 answers, leftovers of killed writers), how much of its cap that is, and a way to empty it. Only
-srtscope's own folders (``cache_store.py``: by the marker inside, never by name) are counted or
+srtscope's own folders (``cache/cache_store.py``: by the marker inside, never by name) are counted or
 removed; everything else is named as left alone."""
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from srtscope.cli.errors import fail
 
 def _what(entry: Path, kind: str) -> tuple[str, str]:
     """(kind, the trace(s) it is about) of one entry; ("damaged", "") when its meta does not read."""
-    from srtscope.analyzers.cache_auth import read_regular
-    from srtscope.analyzers.cache_store import MAX_META_BYTES, META
+    from srtscope.analyzers.cache.cache_auth import read_regular
+    from srtscope.analyzers.cache.cache_store import MAX_META_BYTES, META
 
     try:
         doc = json.loads(read_regular(entry / META, MAX_META_BYTES))
@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
                                                           "(traces and other files are not touched)."),
     ) -> None:
         """Show the cache (tables read from traces and kept answers), or empty it with --clear."""
-        from srtscope.analyzers.cache_store import CacheSettingError, CacheStore
+        from srtscope.analyzers.cache.cache_store import CacheSettingError, CacheStore
 
         try:
             cache = CacheStore()

@@ -57,14 +57,14 @@ def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int]
     of the same JSON document, and a new answer is kept there. ``budget``: ``--memory-budget``
     (default ``auto``). How to read is ``analyzers/traces.diagnose_traces``' to decide; here its
     progress is drawn, its notes said and its errors made exit codes (2, out of memory 1)."""
-    from srtscope.analyzers.params import DiagnoseParams
+    from srtscope.analyzers.model.params import DiagnoseParams
 
     try:
         params = DiagnoseParams(threshold_us=threshold_us, step_range=steps)
     except ValueError as exc:
         fail(str(exc))
     if cache:
-        from srtscope.analyzers.cache_store import CacheSettingError, check_settings
+        from srtscope.analyzers.cache.cache_store import CacheSettingError, check_settings
 
         try:
             check_settings()
@@ -72,17 +72,17 @@ def run_diagnosis(paths: list[Path], threshold_us: float, steps: tuple[int, int]
             fail(str(exc))
     key = _diagnosis_key(paths, params) if reuse and cache and keep is None and cluster is None else None
     if key is not None:
-        from srtscope.analyzers.result_cache import get_diagnosis
+        from srtscope.analyzers.cache.result_cache import get_diagnosis
         from srtscope.cli.contract import check
 
         doc = get_diagnosis(key, check)     # an answer the contract refuses is recomputed
         if doc is not None:
             return SavedDiagnosis(doc)      # NOTE: no numpy, pandas or analyses imported on this path
     from srtscope.analyzers.diagnose import DiagnoseInputError
-    from srtscope.analyzers.memory_plan import BudgetError
+    from srtscope.analyzers.pipeline.memory_plan import BudgetError
     from srtscope.analyzers.readers import TraceError
     from srtscope.analyzers.readers.cluster import ClusterError
-    from srtscope.analyzers.readers.spill_folder import Ended, check_ended
+    from srtscope.analyzers.spill.spill_folder import Ended, check_ended
     from srtscope.analyzers.traces import OutOfMemory, ReadHooks, SpillError, diagnose_traces
 
     if not paths:
@@ -114,7 +114,7 @@ def _note(line: str) -> None:
 
 def _saved(key: dict, diag: Any) -> Any:
     """``diag`` kept in the diagnosis cache under ``key``, as the cached answer will read."""
-    from srtscope.analyzers.result_cache import put_diagnosis
+    from srtscope.analyzers.cache.result_cache import put_diagnosis
 
     # NOTE: rendered from its JSON text, as a cached answer will be: the first and the second look
     # print the same
@@ -124,8 +124,8 @@ def _saved(key: dict, diag: Any) -> Any:
 def _diagnosis_key(paths: list[Path], params: Any) -> dict | None:
     """The diagnosis cache's key, or None where the table cache would not keep these files either
     (all small: their analyses are quick)."""
-    from srtscope.analyzers.cache_store import cache_enabled_for
-    from srtscope.analyzers.result_cache import diagnosis_key
+    from srtscope.analyzers.cache.cache_store import cache_enabled_for
+    from srtscope.analyzers.cache.result_cache import diagnosis_key
 
     if not any(cache_enabled_for(p) for p in paths):
         return None

@@ -11,7 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from srtscope.analyzers.units import clean_text, fmt_ns
+from srtscope.analyzers.model.units import clean_text, fmt_ns
 from srtscope.cli import escape
 from srtscope.cli.markdown import md_text as _md
 from srtscope.cli.names import short_names

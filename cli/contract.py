@@ -119,7 +119,7 @@ def check(doc: Any) -> dict[str, Any]:
                             f"got {verdict.get('bottleneck')!r}"[:200])
     cause = verdict.get("cause")
     if "cause" in verdict:          # written by every srtscope since it was added; older saves lack it
-        from srtscope.analyzers.vocab import Cause
+        from srtscope.analyzers.model.vocab import Cause
 
         try:
             of = Cause(cause).bottleneck.value if isinstance(cause, str) else None

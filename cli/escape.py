@@ -18,7 +18,7 @@ import re
 
 from rich.text import Text
 
-from srtscope.analyzers.units import clean_text
+from srtscope.analyzers.model.units import clean_text
 
 #: bidirectional embeddings, overrides and isolates: they reorder what a terminal or browser shows
 _BIDI = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from srtscope.analyzers.units import fmt_bytes, fmt_ns
+from srtscope.analyzers.model.units import fmt_bytes, fmt_ns
 from srtscope.cli import escape
 from srtscope.cli.html_charts import COLOURS, ZOOM_JS, W, histogram_svg, skew_svg, steps_svg, timeline_svg
 from srtscope.cli.phases_view import HEAD as PHASES_HEAD

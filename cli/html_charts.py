@@ -13,7 +13,7 @@ import html
 import math
 from typing import Any
 
-from srtscope.analyzers.units import fmt_ns
+from srtscope.analyzers.model.units import fmt_ns
 
 # one colour per part; bubble classes share their names with the JSON's by_class keys
 COLOURS = {"kernel_busy": "#3b6fb6", "memcpy_busy": "#e08a2c", "comm_busy": "#3a9d5d",

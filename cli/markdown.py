@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from srtscope.analyzers.units import fmt_ns, fmt_pct
+from srtscope.analyzers.model.units import fmt_ns, fmt_pct
 from srtscope.cli import escape
 from srtscope.cli.phases_view import HEAD as PHASES_HEAD
 from srtscope.cli.phases_view import TITLE as PHASES_TITLE

@@ -6,7 +6,7 @@ SIZE: ``2GiB``, ``1500MB``, ``800M``, ``4g`` (binary units for ``K``/``M``/``G``
 default: ``AUTO_SHARE`` of ``MemAvailable`` in ``/proc/meminfo``, at least 1 GiB; no limit where
 there is no such file).
 Before reading, each file's peak is estimated (``readers/memory_estimate.py``); over the budget, an
-nsys export is diagnosed in windows, or read by time window (``analyzers/memory_plan.py``), and
+nsys export is diagnosed in windows, or read by time window (``analyzers/pipeline/memory_plan.py``), and
 anything else refused.
 """
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from srtscope.analyzers.units import clean_text, clip_text
+from srtscope.analyzers.model.units import clean_text, clip_text
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+")
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from srtscope.analyzers.results import BUBBLE_CLASSES
-from srtscope.analyzers.units import clean_text
+from srtscope.analyzers.model.results import BUBBLE_CLASSES
+from srtscope.analyzers.model.units import clean_text
 from srtscope.cli.output import OutputError, write_via
 
 # legacy trace-viewer colour names, for viewers that honour ``cname``

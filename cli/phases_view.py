@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from srtscope.analyzers.units import fmt_ns
+from srtscope.analyzers.model.units import fmt_ns
 
 TITLE = "prefill vs decode: the mean step of each phase"
 HEAD = ("phase", "steps", "step", "compute", "lost", "verdict", "largest losses per step")

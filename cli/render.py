@@ -11,7 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from srtscope.analyzers.units import clean_text, clip_text, fmt_bytes, fmt_ns, fmt_pct
+from srtscope.analyzers.model.units import clean_text, clip_text, fmt_bytes, fmt_ns, fmt_pct
 from srtscope.cli import escape
 from srtscope.cli.phases_view import HEAD as PHASES_HEAD
 from srtscope.cli.phases_view import TITLE as PHASES_TITLE

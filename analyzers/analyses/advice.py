@@ -7,11 +7,11 @@ the most copy time decides it, and HtoD with DtoH both large around kernels is a
 """
 from __future__ import annotations
 
-from srtscope.analyzers.names import CopyKind, copy_kind
-from srtscope.analyzers.results import CommResult, DeviceResult, EagerResult
-from srtscope.analyzers.units import fmt_ns
-from srtscope.analyzers.verdicts import Advice
-from srtscope.analyzers.vocab import Cause
+from srtscope.analyzers.model.names import CopyKind, copy_kind
+from srtscope.analyzers.model.results import CommResult, DeviceResult, EagerResult
+from srtscope.analyzers.model.units import fmt_ns
+from srtscope.analyzers.model.verdicts import Advice
+from srtscope.analyzers.model.vocab import Cause
 
 SECONDARY_SHARE = 0.2
 MIN_WINDOW_SHARE = 0.02

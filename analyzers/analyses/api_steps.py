@@ -21,10 +21,10 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.columns import group_rows, isin
-from srtscope.analyzers.host_threads import blocking_mask, run_starts
-from srtscope.analyzers.timeline import ApiKind
+from srtscope.analyzers.analyses.host_threads import blocking_mask, run_starts
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.columns import group_rows, isin
+from srtscope.analyzers.model.timeline import ApiKind
 
 Key = tuple[int, int, int]          # (rank, pid, tid)
 #: a time past every row, ns: the last step's end before the device's last end is known

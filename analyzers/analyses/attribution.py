@@ -20,13 +20,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.columns import isin, str_codes
-from srtscope.analyzers.host_activity import Activity, HostActivity
-from srtscope.analyzers.host_threads import BurstRule, default_threads, innermost_segments, stage_names
-from srtscope.analyzers.names import comm_mask, range_family
-from srtscope.analyzers.timeline import ApiKind, Timeline
-from srtscope.analyzers.vocab import BUBBLE_CLASSES, BubbleClass, Cause
+from srtscope.analyzers.analyses.host_activity import Activity, HostActivity
+from srtscope.analyzers.analyses.host_threads import BurstRule, default_threads, innermost_segments, stage_names
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.columns import isin, str_codes
+from srtscope.analyzers.model.names import comm_mask, range_family
+from srtscope.analyzers.model.timeline import ApiKind, Timeline
+from srtscope.analyzers.model.vocab import BUBBLE_CLASSES, BubbleClass, Cause
 from srtscope.probes.stages import resolve_stage
 
 __all__ = ["BurstRule", "QUEUE_SLACK_NS", "attribute", "innermost_segments", "launch_calls",

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.device_sets import DeviceSets
-from srtscope.analyzers.results import HistogramBin
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.results import HistogramBin
 
 #: Histogram bin edges, µs (the last bin is open-ended).
 HIST_EDGES_US: tuple[int, ...] = (0, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 50_000)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.comm import split_compute
 from srtscope.analyzers.analyses.device_sets import DeviceSets
-from srtscope.analyzers.results import BUBBLE_CLASSES, BudgetResult
-from srtscope.analyzers.timeline import Timeline
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.results import BUBBLE_CLASSES, BudgetResult
+from srtscope.analyzers.model.timeline import Timeline
 
 BUDGET_COLUMNS = ("step", "rank", "device", "wall_ns", "compute_ns", "exposed_comm_ns",
                   *(f"{c}_ns" for c in BUBBLE_CLASSES), "other_ns")

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.columns import isin
-from srtscope.analyzers.host_activity import HostActivity
-from srtscope.analyzers.results import BubbleResult, Coverage, DeviceResult, StepsResult
-from srtscope.analyzers.timeline import CaptureWarning, DeviceKind, TimelineMeta, WarningCode
-from srtscope.analyzers.units import fmt_ns
-from srtscope.analyzers.vocab import Cause, StepSource
+from srtscope.analyzers.analyses.host_activity import HostActivity
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.columns import isin
+from srtscope.analyzers.model.results import BubbleResult, Coverage, DeviceResult, StepsResult
+from srtscope.analyzers.model.timeline import CaptureWarning, DeviceKind, TimelineMeta, WarningCode
+from srtscope.analyzers.model.units import fmt_ns
+from srtscope.analyzers.model.vocab import Cause, StepSource
 
 LOW_DEVICE_SHARE = 0.2       # device busy under this share of the capture ...
 ACTIVE_SHARE = 0.6           # ... and its active window under this share of it: low coverage

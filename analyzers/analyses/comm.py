@@ -23,12 +23,12 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.device_sets import DeviceSets
-from srtscope.analyzers.columns import distinct_keys, group_rows, isin, str_codes
-from srtscope.analyzers.host_threads import innermost_segments, stage_names
-from srtscope.analyzers.results import CommResult
-from srtscope.analyzers.timeline import DeviceKind, Timeline
+from srtscope.analyzers.analyses.host_threads import innermost_segments, stage_names
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.columns import distinct_keys, group_rows, isin, str_codes
+from srtscope.analyzers.model.results import CommResult
+from srtscope.analyzers.model.timeline import DeviceKind, Timeline
 from srtscope.probes.stages import Stage, resolve_stage
 
 Key = tuple[int, int]

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.columns import group_rows, isin
-from srtscope.analyzers.names import comm_mask
-from srtscope.analyzers.timeline import DeviceKind, Timeline
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.columns import group_rows, isin
+from srtscope.analyzers.model.names import comm_mask
+from srtscope.analyzers.model.timeline import DeviceKind, Timeline
 
 Key = tuple[int, int]   # (rank, device)
 

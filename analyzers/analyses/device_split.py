@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.device_sets import DeviceSets
-from srtscope.analyzers.columns import str_codes
-from srtscope.analyzers.names import copy_direction
-from srtscope.analyzers.results import CopyStat, DeviceResult
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.columns import str_codes
+from srtscope.analyzers.model.names import copy_direction
+from srtscope.analyzers.model.results import CopyStat, DeviceResult
 
 SPLIT_FIGURES = ("busy", "kernel", "comm", "memcpy", "memset", "exposed")
 #: per copy direction: [ns, count, bytes, ns with bytes, pageable ns, any bytes]

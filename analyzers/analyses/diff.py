@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from srtscope.analyzers.vocab import BUBBLE_CLASSES
+from srtscope.analyzers.model.vocab import BUBBLE_CLASSES
 
 if TYPE_CHECKING:
-    from srtscope.analyzers.results import Diagnosis
+    from srtscope.analyzers.model.results import Diagnosis
 
 Better = Literal["lower", "higher", "neutral"]
 
@@ -178,7 +178,7 @@ class DiagnosisDiff:
     def summary(self) -> str:
         """One line: the mean step (or idle time) before -> after, the verdict's change, and the
         largest movers per step (figures, then a kernel or range) with their direction."""
-        from srtscope.analyzers.units import fmt_ns
+        from srtscope.analyzers.model.units import fmt_ns
 
         def signed(ns: float) -> str:
             return ("+" if ns > 0 else "-") + fmt_ns(abs(ns))

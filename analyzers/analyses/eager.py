@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers.results import EagerResult
-from srtscope.analyzers.vocab import StepExec
+from srtscope.analyzers.model.results import EagerResult
+from srtscope.analyzers.model.vocab import StepExec
 from srtscope.probes.stages import EXTEND_LIKE_MODES, EagerReason
 
 _GRAPH, _EAGER = StepExec.GRAPH.value, StepExec.EAGER.value

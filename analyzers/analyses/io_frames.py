@@ -11,13 +11,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.columns import str_codes
-from srtscope.analyzers.host_activity import HostActivity
-from srtscope.analyzers.host_threads import innermost_segments
-from srtscope.analyzers.names import HostWork, host_work, range_family
-from srtscope.analyzers.timeline import Timeline
-from srtscope.analyzers.vocab import Cause
+from srtscope.analyzers.analyses.host_activity import HostActivity
+from srtscope.analyzers.analyses.host_threads import innermost_segments
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.columns import str_codes
+from srtscope.analyzers.model.names import HostWork, host_work, range_family
+from srtscope.analyzers.model.timeline import Timeline
+from srtscope.analyzers.model.vocab import Cause
 
 __all__ = ["IoWork", "io_work"]
 

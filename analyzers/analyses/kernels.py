@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers.columns import isin, str_codes, sum_by
-from srtscope.analyzers.timeline import DeviceKind
+from srtscope.analyzers.model.columns import isin, str_codes, sum_by
+from srtscope.analyzers.model.timeline import DeviceKind
 
 TOP_KERNEL_COLUMNS = ("name", "count", "total_ns", "mean_ns", "share")
 #: per name, [rows, summed ns] of the top-kernel candidates

@@ -31,18 +31,18 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.attribution import attribute
 from srtscope.analyzers.analyses.comm import lateness
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.analyses.eager import fallback_mask
-from srtscope.analyzers.columns import isin, str_map
-from srtscope.analyzers.host_activity import HostActivity
-from srtscope.analyzers.host_threads import BurstRule
-from srtscope.analyzers.names import copy_direction
-from srtscope.analyzers.results import CommResult
-from srtscope.analyzers.timeline import DeviceKind, Timeline
-from srtscope.analyzers.vocab import Cause
+from srtscope.analyzers.analyses.host_activity import HostActivity
+from srtscope.analyzers.analyses.host_threads import BurstRule
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.columns import isin, str_map
+from srtscope.analyzers.model.names import copy_direction
+from srtscope.analyzers.model.results import CommResult
+from srtscope.analyzers.model.timeline import DeviceKind, Timeline
+from srtscope.analyzers.model.vocab import Cause
 
 __all__ = ["HOST_WAIT", "MIN_BUSY_SHARE", "MIN_DEVICE_NS", "StepLosses", "WARMUP_FACTOR", "step_losses",
            "warmup_mask"]

@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.device_sets import DeviceSets
-from srtscope.analyzers.results import DeviceOverview, OverviewResult
-from srtscope.analyzers.vocab import BUBBLE_CLASSES
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.results import DeviceOverview, OverviewResult
+from srtscope.analyzers.model.vocab import BUBBLE_CLASSES
 
 DEFAULT_BINS = 400
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers.vocab import BUBBLE_CLASSES
+from srtscope.analyzers.model.vocab import BUBBLE_CLASSES
 from srtscope.probes.stages import EXTEND_LIKE_MODES, StepMode
 
 PREFILL, DECODE = "prefill", "decode"

@@ -9,8 +9,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers.columns import str_codes, sum_by
-from srtscope.analyzers.timeline import Timeline
+from srtscope.analyzers.model.columns import str_codes, sum_by
+from srtscope.analyzers.model.timeline import Timeline
 
 TOP_RANGES = 20
 _INSTANCE = re.compile(r"(?<![A-Za-z0-9])\d+(?![A-Za-z0-9])")

@@ -20,14 +20,14 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.api_steps import Key, ThreadSteps, api_step_table, thread_steps
 from srtscope.analyzers.analyses.device_sets import DeviceSets
-from srtscope.analyzers.columns import isin, str_codes
-from srtscope.analyzers.host_threads import blocking_mask as _blocking_mask
-from srtscope.analyzers.host_threads import default_threads as _default_threads
-from srtscope.analyzers.timeline import OP_DOMAIN, ApiKind, DeviceKind, Timeline
-from srtscope.analyzers.vocab import StepExec, StepSource
+from srtscope.analyzers.analyses.host_threads import blocking_mask as _blocking_mask
+from srtscope.analyzers.analyses.host_threads import default_threads as _default_threads
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.columns import isin, str_codes
+from srtscope.analyzers.model.timeline import OP_DOMAIN, ApiKind, DeviceKind, Timeline
+from srtscope.analyzers.model.vocab import StepExec, StepSource
 from srtscope.probes.stages import NameRole, Stage, StepMode, engine_name, name_role, resolve_stage
 
 STEP_COLUMNS = ("step", "rank", "pid", "tid", "start_ns", "end_ns", "wall_ns", "mode", "bs", "padded_bs",

@@ -37,12 +37,12 @@ from srtscope.analyzers.analyses.advice import advice_for
 from srtscope.analyzers.analyses.comm import lateness
 from srtscope.analyzers.analyses.io_frames import IoWork
 from srtscope.analyzers.analyses.losses import WARMUP_FACTOR, StepLosses
-from srtscope.analyzers.results import BubbleResult, CommResult, Coverage, DeviceResult, EagerResult, StepsResult
-from srtscope.analyzers.timeline import TimelineMeta, WarningCode
-from srtscope.analyzers.units import clip_text, fmt_ns
-from srtscope.analyzers.verdicts import Bottleneck as BottleneckName
-from srtscope.analyzers.verdicts import Finding, Verdict, WhatIf
-from srtscope.analyzers.vocab import Bottleneck, Cause
+from srtscope.analyzers.model.results import BubbleResult, CommResult, Coverage, DeviceResult, EagerResult, StepsResult
+from srtscope.analyzers.model.timeline import TimelineMeta, WarningCode
+from srtscope.analyzers.model.units import clip_text, fmt_ns
+from srtscope.analyzers.model.verdicts import Bottleneck as BottleneckName
+from srtscope.analyzers.model.verdicts import Finding, Verdict, WhatIf
+from srtscope.analyzers.model.vocab import Bottleneck, Cause
 
 _ADEQUACY = (WarningCode.NO_NVTX, WarningCode.GRAPH_NOT_PER_NODE, WarningCode.LOW_NVTX_COVERAGE,
              WarningCode.WINDOW_CUT, WarningCode.NO_API, WarningCode.UNKNOWN_SCHEMA, WarningCode.NO_KERNELS,

@@ -47,7 +47,8 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.analyses.host_activity import HostActivity
+from srtscope.analyzers.analyses.host_threads import innermost_segments, rows_by_thread, stage_names
 from srtscope.analyzers.analyses.losses import (
     HOST_WAIT,
     MIN_BUSY_SHARE,
@@ -56,13 +57,12 @@ from srtscope.analyzers.analyses.losses import (
     by_rank,
     launching_thread,
 )
-from srtscope.analyzers.host_activity import HostActivity
-from srtscope.analyzers.host_threads import innermost_segments, rows_by_thread, stage_names
-from srtscope.analyzers.results import CommResult
-from srtscope.analyzers.timeline import Timeline
-from srtscope.analyzers.units import fmt_ns
-from srtscope.analyzers.verdicts import WhatIf
-from srtscope.analyzers.vocab import Cause, StepExec, WhatIfBound
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.results import CommResult
+from srtscope.analyzers.model.timeline import Timeline
+from srtscope.analyzers.model.units import fmt_ns
+from srtscope.analyzers.model.verdicts import WhatIf
+from srtscope.analyzers.model.vocab import Cause, StepExec, WhatIfBound
 
 __all__ = ["HOST_WAIT", "SHRINKABLE", "TRANSPORT_SPEEDUP", "what_if"]
 

@@ -15,13 +15,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from srtscope.analyzers.model.timeline import SourceFormat, Timeline, merge_timelines
 from srtscope.analyzers.readers.detect import detect_format
 from srtscope.analyzers.readers.errors import TraceError
 from srtscope.analyzers.readers.ingest import MAX_ABS_NS, MAX_SPAN_NS, Extent, ingest
-from srtscope.analyzers.timeline import SourceFormat, Timeline, merge_timelines
 
 if TYPE_CHECKING:
-    from srtscope.analyzers.readers.nsys_spill import SpilledTrace
+    from srtscope.analyzers.spill.nsys_spill import SpilledTrace
 
 __all__ = ["load_timeline", "read_one", "read_spilled", "detect_format", "TraceError", "MAX_ABS_NS",
            "MAX_SPAN_NS"]
@@ -61,7 +61,7 @@ def read_one(path: str | Path, rank: int = 0, allow_no_kernels: bool = False, ca
              fmt: SourceFormat | None = None, window: Window | None = None) -> Timeline:
     """Read one file of any supported format; ``rank`` is the fallback when the file has none.
     ``cache``: take the tables from the user's cache when it holds this file, else store them
-    there (``readers/cache.py``; the results are the same either way). ``fmt``: the file's format
+    there (``cache/table_cache.py``; the results are the same either way). ``fmt``: the file's format
     when the caller has detected it already (each file's format is detected once). ``window``: an
     nsys export's rows in that time window only (``read_nsys``), never through the cache: its
     entries hold whole files, and a window's read scans the file anyway. Failures and what is
@@ -70,7 +70,7 @@ def read_one(path: str | Path, rank: int = 0, allow_no_kernels: bool = False, ca
 
     def read() -> Timeline:
         f = fmt or detect_format(path)
-        from srtscope.analyzers.readers.cache import cache_enabled_for, cached_read
+        from srtscope.analyzers.cache.table_cache import cache_enabled_for, cached_read
         if window is not None:
             return _read_format(path, f, rank, window)
         if cache and cache_enabled_for(path):
@@ -87,7 +87,7 @@ def read_spilled(path: str | Path, rank: int, folder: str | Path) -> SpilledTrac
     """An nsys export read as ``read_one`` reads it, its device and API tables spilled to ``folder``
     (``nsys_spill.read_nsys_spilled``) for a diagnosis in windows: the same ``TraceError`` as
     ``read_one``'s for the same file; an ``OSError`` (the spill's writes) passes as it is."""
-    from srtscope.analyzers.readers.nsys_spill import SpilledTrace, read_nsys_spilled
+    from srtscope.analyzers.spill.nsys_spill import SpilledTrace, read_nsys_spilled
 
     path = Path(path)
     return ingest(path, lambda: read_nsys_spilled(path, rank, folder=folder), SpilledTrace.extent,

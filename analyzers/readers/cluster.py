@@ -37,8 +37,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from srtscope.analyzers.model.timeline import Timeline
 from srtscope.analyzers.readers.errors import TraceError
-from srtscope.analyzers.timeline import Timeline
 
 __all__ = ["ClusterError", "ClusterReads", "connect", "connect_timeout_s"]
 
@@ -72,7 +72,7 @@ def connect_timeout_s() -> float:
 def _versions() -> tuple[str, int]:
     """What a worker must share with this process for its Timelines to be the ones read here."""
     from srtscope import __version__
-    from srtscope.analyzers.readers.cache import READER_VERSION
+    from srtscope.analyzers.cache.table_cache import READER_VERSION
     return __version__, READER_VERSION
 
 

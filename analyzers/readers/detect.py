@@ -10,8 +10,8 @@ import re
 import zlib
 from pathlib import Path
 
+from srtscope.analyzers.model.timeline import SourceFormat
 from srtscope.analyzers.readers.errors import TraceError
-from srtscope.analyzers.timeline import SourceFormat
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"

@@ -19,8 +19,8 @@ from typing import Any, Protocol, TypeVar
 
 import pandas as pd
 
+from srtscope.analyzers.model.timeline import Timeline, TimelineError, TimelineMeta
 from srtscope.analyzers.readers.errors import TraceError
-from srtscope.analyzers.timeline import Timeline, TimelineError, TimelineMeta
 
 #: The largest time value (ns, either sign) and the longest span of a file's events the analyses
 #: take: beyond 2^62 their sums and differences would overflow int64; 2^56 ns is 2.3 years, far

@@ -27,12 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers.names import api_kind, hip_to_cuda, strip_api_suffix
-from srtscope.analyzers.readers.errors import TraceError
-from srtscope.analyzers.readers.jsonstream import JsonStreamError, iter_trace, us_to_ns
-from srtscope.analyzers.readers.labels import split_labels
-from srtscope.analyzers.readers.stand_in import forward_stand_ins, note_stand_ins
-from srtscope.analyzers.timeline import (
+from srtscope.analyzers.model.names import api_kind, hip_to_cuda, strip_api_suffix
+from srtscope.analyzers.model.timeline import (
     GPU_DOMAIN,
     OP_DOMAIN,
     PYTHON_DOMAIN,
@@ -45,7 +41,11 @@ from srtscope.analyzers.timeline import (
     Traced,
     WarningCode,
 )
-from srtscope.analyzers.units import name_text
+from srtscope.analyzers.model.units import name_text
+from srtscope.analyzers.readers.errors import TraceError
+from srtscope.analyzers.readers.jsonstream import JsonStreamError, iter_trace, us_to_ns
+from srtscope.analyzers.readers.labels import split_labels
+from srtscope.analyzers.readers.stand_in import forward_stand_ins, note_stand_ins
 from srtscope.probes.stages import resolve_stage
 
 _DEVICE_CATS = {"kernel": DeviceKind.KERNEL, "Kernel": DeviceKind.KERNEL,

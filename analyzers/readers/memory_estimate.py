@@ -31,7 +31,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from srtscope.analyzers.timeline import SourceFormat
+from srtscope.analyzers.model.timeline import SourceFormat
 
 MiB = 1 << 20
 #: the process with its libraries and the analyses' fixed tables (bytes)

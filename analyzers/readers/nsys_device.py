@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from srtscope.analyzers.model.timeline import DeviceInfo, DeviceKind
 from srtscope.analyzers.readers.columnar import cat_from_codes, factorize
 from srtscope.analyzers.readers.nsys_strings import NsysStrings
 from srtscope.analyzers.readers.nsys_tables import _MASK24, _pid_of
 from srtscope.analyzers.readers.nsys_window import Track
-from srtscope.analyzers.timeline import DeviceInfo, DeviceKind
 
 _COPY_KIND = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
               8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from srtscope.analyzers.model.timeline import ApiKind, DeviceKind
 from srtscope.analyzers.readers.nsys_window import Facts
-from srtscope.analyzers.timeline import ApiKind, DeviceKind
 
 
 def _lo(old: int | None, new: int) -> int:

@@ -10,12 +10,12 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers.names import api_kind, os_kind, strip_api_suffix
+from srtscope.analyzers.model.names import api_kind, os_kind, strip_api_suffix
+from srtscope.analyzers.model.timeline import ApiKind
 from srtscope.analyzers.readers.columnar import arrow_query, fetch_ints, nesting_depth
 from srtscope.analyzers.readers.labels import split_coded_labels
 from srtscope.analyzers.readers.nsys_strings import NsysStrings, capped
 from srtscope.analyzers.readers.nsys_tables import _MASK24, _pid_of
-from srtscope.analyzers.timeline import ApiKind
 
 NVTX_PUSH_RANGE, NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE = 35, 59, 60, 75
 

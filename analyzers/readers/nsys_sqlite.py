@@ -24,15 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers.readers.columnar import concat_sorted, rowid_bounds, sort_columns
-from srtscope.analyzers.readers.errors import TraceError
-from srtscope.analyzers.readers.nsys_device import DeviceTables
-from srtscope.analyzers.readers.nsys_facts import TableFacts
-from srtscope.analyzers.readers.nsys_host import HostTables
-from srtscope.analyzers.readers.nsys_tables import connect_readonly
-from srtscope.analyzers.readers.nsys_window import Facts, Window, crop_columns, window_facts
-from srtscope.analyzers.readers.sqlite_integrity import check_integrity, check_side_files
-from srtscope.analyzers.timeline import (
+from srtscope.analyzers.model.timeline import (
     ApiKind,
     DeviceKind,
     SourceFormat,
@@ -44,6 +36,14 @@ from srtscope.analyzers.timeline import (
     narrow_ids,
     validate_table,
 )
+from srtscope.analyzers.readers.columnar import concat_sorted, rowid_bounds, sort_columns
+from srtscope.analyzers.readers.errors import TraceError
+from srtscope.analyzers.readers.nsys_device import DeviceTables
+from srtscope.analyzers.readers.nsys_facts import TableFacts
+from srtscope.analyzers.readers.nsys_host import HostTables
+from srtscope.analyzers.readers.nsys_tables import connect_readonly
+from srtscope.analyzers.readers.nsys_window import Facts, Window, crop_columns, window_facts
+from srtscope.analyzers.readers.sqlite_integrity import check_integrity, check_side_files
 
 KNOWN_SCHEMAS = frozenset({"2.9.1", "3.1.2", "3.1.7", "3.13.2", "3.16.1", "3.17.1", "3.20.2",
                            "3.24.14", "3.25.0"})

@@ -9,9 +9,9 @@ import sqlite3
 import numpy as np
 import pandas as pd
 
+from srtscope.analyzers.model.units import MAX_NAME_CHARS, NAME_END_CHARS
 from srtscope.analyzers.readers.columnar import cat_from_codes, factorize
 from srtscope.analyzers.readers.nsys_tables import NsysTables
-from srtscope.analyzers.units import MAX_NAME_CHARS, NAME_END_CHARS
 
 
 def capped(expr: str) -> str:

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from srtscope.analyzers.model.timeline import SourceFormat, Timeline, TimelineMeta, Traced, WarningCode
 from srtscope.analyzers.readers.errors import TraceError
 from srtscope.analyzers.readers.jsonstream import JsonStreamError, load_columns
 from srtscope.analyzers.readers.stand_in import forward_stand_ins, note_stand_ins
-from srtscope.analyzers.timeline import SourceFormat, Timeline, TimelineMeta, Traced, WarningCode
 from srtscope.probes.export import FORMAT, VERSION
 from srtscope.probes.stages import DOMAIN
 

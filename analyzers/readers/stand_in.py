@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers.columns import str_codes
-from srtscope.analyzers.timeline import GPU_DOMAIN, DeviceKind, TimelineMeta, Traced, WarningCode
+from srtscope.analyzers.model.columns import str_codes
+from srtscope.analyzers.model.timeline import GPU_DOMAIN, DeviceKind, TimelineMeta, Traced, WarningCode
 from srtscope.probes.stages import NameRole, Stage, engine_name, name_role
 
 #: Our own engine's forward stages (probe traces).

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from srtscope.analyzers.model.timeline import SourceFormat, Timeline, TimelineMeta, empty_table
 from srtscope.analyzers.readers.memory_estimate import WINDOWED_TABLES, MemoryEstimate
 from srtscope.analyzers.readers.nsys_sqlite import read_ranges
 from srtscope.analyzers.readers.nsys_tables import connect_readonly
-from srtscope.analyzers.timeline import SourceFormat, Timeline, TimelineMeta, empty_table
 
 SAMPLE_ROWS = 2048
 _MASK24 = 0xFFFFFF

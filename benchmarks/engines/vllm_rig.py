@@ -38,11 +38,11 @@ from pathlib import Path
 
 import numpy as np
 
-from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.diagnose import diagnose
-from srtscope.analyzers.params import DiagnoseParams
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.params import DiagnoseParams
+from srtscope.analyzers.model.timeline import Timeline
 from srtscope.analyzers.readers import load_timeline
-from srtscope.analyzers.timeline import Timeline
 
 HERE = Path(__file__).resolve().parent
 INJECT_RANGE = "srtscope.rig.inject"

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from srtscope.analyzers.names import api_kind
-from srtscope.analyzers.timeline import DeviceKind, SourceFormat, Timeline, TimelineMeta, Traced
+from srtscope.analyzers.model.names import api_kind
+from srtscope.analyzers.model.timeline import DeviceKind, SourceFormat, Timeline, TimelineMeta, Traced
 
 US = 1000
 
@@ -40,12 +40,12 @@ def bubbles_of(tl: Timeline, threshold_ns: int) -> pd.DataFrame:
     """The bubbles of a whole read (one window of all time: ``bubbles.gaps_part``), with ``next_row``."""
     from srtscope.analyzers.analyses.bubbles import gaps_part
     from srtscope.analyzers.analyses.device_sets import DeviceSets
-    from srtscope.analyzers.windowed import ALL_TIME
+    from srtscope.analyzers.pipeline.window import ALL_TIME
     return gaps_part(DeviceSets(tl), ALL_TIME.lo_ns, ALL_TIME.hi_ns, threshold_ns)[0]
 
 
 def communication(tl: Timeline, min_skew_ns: int = 10_000):
     """The communication figures of ``tl``'s diagnosis (``CommResult``)."""
     from srtscope.analyzers.diagnose import diagnose
-    from srtscope.analyzers.params import DiagnoseParams
+    from srtscope.analyzers.model.params import DiagnoseParams
     return diagnose(tl, DiagnoseParams(min_skew_us=min_skew_ns / 1000)).comm

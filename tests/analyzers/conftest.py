@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from srtscope.analyzers import cache_store
+from srtscope.analyzers.cache import cache_store
 
 
 @pytest.fixture

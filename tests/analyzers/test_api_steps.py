@@ -14,13 +14,13 @@ import pandas as pd
 import pytest
 
 from srtscope.analyzers.analyses.api_steps import ApiSteps
+from srtscope.analyzers.analyses.host_threads import default_threads
 from srtscope.analyzers.analyses.steps import StepRule, api_step_windows, step_windows
 from srtscope.analyzers.diagnose import diagnose
-from srtscope.analyzers.host_threads import default_threads
-from srtscope.analyzers.params import DiagnoseParams
+from srtscope.analyzers.model.params import DiagnoseParams
+from srtscope.analyzers.model.timeline import Timeline
+from srtscope.analyzers.pipeline.stream import NotWindowable, TimelineChunks, diagnose_streamed
 from srtscope.analyzers.readers import load_timeline
-from srtscope.analyzers.timeline import Timeline
-from srtscope.analyzers.windowed_stream import NotWindowable, TimelineChunks, diagnose_streamed
 from tests.analyzers._tl import US, api, kernel, rng, timeline
 
 REPO = Path(__file__).resolve().parents[2]

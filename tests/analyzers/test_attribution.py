@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from srtscope.analyzers.analyses.attribution import BurstRule, attribute, innermost_segments, launching_threads
-from srtscope.analyzers.timeline import DeviceKind, SourceFormat
+from srtscope.analyzers.model.timeline import DeviceKind, SourceFormat
 from tests.analyzers._tl import api, bubbles_of, kernel, rng, timeline
 
 US = 1000

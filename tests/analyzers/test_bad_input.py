@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from sample_traces.nsys_schema import NsysWriter
+from srtscope.analyzers.model.timeline import Timeline
 from srtscope.analyzers.readers import TraceError, load_timeline
-from srtscope.analyzers.timeline import Timeline
 from tests.conftest import REAL_TRACES as REAL
 
 needs_real = pytest.mark.usefixtures("real_traces")   # conftest: skips without the shared traces

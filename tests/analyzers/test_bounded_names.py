@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from srtscope.analyzers.model.units import MAX_NAME_CHARS, MAX_TEXT_CHARS, NAME_END_CHARS, bound_strings
 from srtscope.analyzers.readers import read_one
-from srtscope.analyzers.units import MAX_NAME_CHARS, MAX_TEXT_CHARS, NAME_END_CHARS, bound_strings
 from srtscope.cli.app import app
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"

@@ -4,7 +4,7 @@ import pytest
 
 from srtscope.analyzers.analyses.bubbles import histogram
 from srtscope.analyzers.diagnose import diagnose
-from srtscope.analyzers.params import DiagnoseParams
+from srtscope.analyzers.model.params import DiagnoseParams
 from tests.analyzers._tl import bubbles_of, kernel, timeline
 
 US = 1000

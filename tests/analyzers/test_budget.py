@@ -1,6 +1,6 @@
 """Step budget: wall = compute + exposed comm + bubbles by class + other, exactly, per step."""
 from srtscope.analyzers.diagnose import diagnose
-from srtscope.analyzers.results import BUBBLE_CLASSES
+from srtscope.analyzers.model.results import BUBBLE_CLASSES
 from tests.analyzers._tl import api, kernel, rng, timeline
 
 US = 1000
@@ -50,7 +50,7 @@ def test_budget_json_mean_step():
 def test_cpu_stand_in_budget_splits_the_forward_from_its_all_reduce():
     # scenario: a CPU TP probe trace: the forward span (a stand-in device row) holds its own
     # all-reduce on the same host thread, so the all-reduce is exposed and not compute
-    from srtscope.analyzers.timeline import DeviceKind, SourceFormat
+    from srtscope.analyzers.model.timeline import DeviceKind, SourceFormat
 
     cpu = DeviceKind.CPU_FORWARD.value
     dev, rgs = [], []

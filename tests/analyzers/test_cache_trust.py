@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from srtscope.analyzers import cache_store as S
-from srtscope.analyzers.cache_auth import key_path, mac, user_key
+from srtscope.analyzers.cache import cache_store as S
+from srtscope.analyzers.cache.cache_auth import key_path, mac, user_key
 from srtscope.cli.app import app
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
@@ -225,7 +225,7 @@ def test_an_answer_written_with_another_users_key_is_ignored(trace, tmp_path, mo
 def test_swapped_table_files_are_not_read_as_the_other_traces(trace, tmp_path):
     """The audit: ``.arrow`` files swapped between entries, their checksums copied into meta.json,
     were read as the other trace's tables."""
-    from srtscope.analyzers.readers import cache as C
+    from srtscope.analyzers.cache import table_cache as C
     from srtscope.analyzers.readers import read_one
 
     other = tmp_path / "other.sqlite"
@@ -262,7 +262,7 @@ def test_an_unsafe_key_file_turns_the_cache_off_with_one_line(trace, tmp_path, m
         (tmp_path / "real.key").write_bytes(os.urandom(32))
         path.symlink_to(tmp_path / "real.key")
         want = "is a symlink"
-    monkeypatch.setattr("srtscope.analyzers.cache_auth._KEYS", {})
+    monkeypatch.setattr("srtscope.analyzers.cache.cache_auth._KEYS", {})
     r = _cli("diagnose", "--json", trace)
     assert r.exit_code == 0 and json.loads(r.stdout) == _json("--no-cache", trace)
     (line,) = r.stderr.splitlines()
@@ -280,7 +280,7 @@ def test_a_new_key_is_private(trace):
 @pytest.mark.parametrize("what", ["answer_meta", "answer_marker", "tables_meta", "tables_arrow"])
 def test_a_fifo_in_an_entry_does_not_hang(trace, what):
     """The audit: a cache entry's file replaced by a FIFO hung ``diagnose``."""
-    from srtscope.analyzers.readers import cache as C
+    from srtscope.analyzers.cache import table_cache as C
 
     truth = _json(trace)
     entry = _answer() if what.startswith("answer") else _root() / C.trace_key(trace, 0).entry_name
@@ -322,7 +322,7 @@ def test_a_writer_killed_mid_write_leaves_a_leftover_that_is_listed_and_reclaime
     rerun, cap or ``--clear`` removed and ``srtscope cache`` did not show."""
     import signal
 
-    code = ("import time; from pathlib import Path; from srtscope.analyzers.cache_store import CacheStore\n"
+    code = ("import time; from pathlib import Path; from srtscope.analyzers.cache.cache_store import CacheStore\n"
             "def write(folder):\n"
             "    (folder / 'device.arrow').write_bytes(b'\\0' * 300_000)\n"
             "    print('writing', flush=True)\n"

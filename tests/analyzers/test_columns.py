@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from srtscope.analyzers.columns import distinct_keys, group_rows
+from srtscope.analyzers.model.columns import distinct_keys, group_rows
 
 _RNG = np.random.default_rng(3)
 

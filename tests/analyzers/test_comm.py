@@ -1,7 +1,7 @@
 """Communication: exposed time, cross-rank skew (collectives matched by their end times), the
 straggler and its host."""
-from srtscope.analyzers.names import comm_mask
-from srtscope.analyzers.timeline import DeviceKind, SourceFormat
+from srtscope.analyzers.model.names import comm_mask
+from srtscope.analyzers.model.timeline import DeviceKind, SourceFormat
 from tests.analyzers._tl import communication, kernel, rng, timeline
 
 US = 1000

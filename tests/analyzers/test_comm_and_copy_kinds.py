@@ -6,7 +6,7 @@ thin captures."""
 import pytest
 
 from srtscope.analyzers.diagnose import diagnose
-from srtscope.analyzers.names import COMM_FAMILIES, HostWork, comm_family, comm_op, copy_kind, host_work
+from srtscope.analyzers.model.names import COMM_FAMILIES, HostWork, comm_family, comm_op, copy_kind, host_work
 from tests.analyzers._tl import api, kernel, rng, timeline
 
 US = 1000

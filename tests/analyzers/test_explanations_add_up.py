@@ -22,7 +22,7 @@ import pytest
 
 from srtscope.analyzers.analyses.losses import MIN_BUSY_SHARE, MIN_DEVICE_NS
 from srtscope.analyzers.diagnose import diagnose
-from srtscope.analyzers.names import copy_direction
+from srtscope.analyzers.model.names import copy_direction
 from srtscope.analyzers.readers import load_timeline
 from tests.conftest import REAL_TRACES, REPO
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from srtscope.analyzers import windowed_first
 from srtscope.analyzers.diagnose import diagnose
-from srtscope.analyzers.params import DiagnoseParams
-from srtscope.analyzers.timeline import Timeline
-from srtscope.analyzers.windowed_stream import TimelineChunks, diagnose_streamed
+from srtscope.analyzers.model.params import DiagnoseParams
+from srtscope.analyzers.model.timeline import Timeline
+from srtscope.analyzers.pipeline import first_pass as first_pass
+from srtscope.analyzers.pipeline.stream import TimelineChunks, diagnose_streamed
 from tests.analyzers._tl import api, kernel, rng, timeline
 
 PARAMS = DiagnoseParams()
@@ -75,7 +75,7 @@ def test_streamed_first_pass_equals_whole(name: str, tail: str, monkeypatch: pyt
     tl = SCENARIOS[name]()
     whole = diagnose(tl, PARAMS).to_json()
     if tail == "outgrown":
-        monkeypatch.setattr(windowed_first._Tail, "MAX_TAIL", 0)
+        monkeypatch.setattr(first_pass._Tail, "MAX_TAIL", 0)
     for rows, chunk in SIZES:
         assert diagnose_streamed(TimelineChunks(tl, chunk), PARAMS, rows).to_json() == whole, (rows, chunk)
 
@@ -88,7 +88,7 @@ def test_scenarios_are_what_they_say() -> None:
     doc = diagnose(tl, PARAMS).to_json()
     assert doc["steps"]["source"] == "sync" and doc["steps"]["count"] >= 7
     src = TimelineChunks(tl, 3)
-    first = windowed_first.first_pass(src, Timeline(tl.device.iloc[:0], tl.api.iloc[:0], tl.ranges,
+    first = first_pass.first_pass(src, Timeline(tl.device.iloc[:0], tl.api.iloc[:0], tl.ranges,
                                                     tl.counters, tl.meta), None, PARAMS)
     launches = int(first.counts["launches"].sum())
     assert launches == 24 + 3              # the trailing call of no length is in no step
@@ -97,7 +97,7 @@ def test_scenarios_are_what_they_say() -> None:
     gsrc = TimelineChunks(g, 3)
     from srtscope.analyzers.analyses.steps import step_windows
     small = Timeline(g.device.iloc[:0], g.api.iloc[:0], g.ranges, g.counters, g.meta)
-    gfirst = windowed_first.first_pass(gsrc, small, step_windows(small, PARAMS.step_rule), PARAMS)
+    gfirst = first_pass.first_pass(gsrc, small, step_windows(small, PARAMS.step_rule), PARAMS)
     assert int(gfirst.counts["graph_kernels"].sum()) == 18
 
 

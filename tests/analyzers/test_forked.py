@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from srtscope.analyzers import forked, windowed_stream
 from srtscope.analyzers.diagnose import diagnose
-from srtscope.analyzers.params import DiagnoseParams
+from srtscope.analyzers.model.params import DiagnoseParams
+from srtscope.analyzers.pipeline import forked
+from srtscope.analyzers.pipeline import stream as stream
+from srtscope.analyzers.pipeline.stream import TimelineChunks, diagnose_streamed, split_at
 from srtscope.analyzers.readers import load_timeline
-from srtscope.analyzers.windowed_stream import TimelineChunks, diagnose_streamed, split_at
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
 REPO = Path(__file__).resolve().parents[2]
@@ -100,7 +101,7 @@ def _caller_ending(tmp_path: Path, ending: str) -> tuple[int, int]:
     import sys
 
     code = ("import os, sys, time\n"
-            "from srtscope.analyzers.forked import Beside\n"
+            "from srtscope.analyzers.pipeline.forked import Beside\n"
             "b = Beside(lambda: time.sleep(60))\n"
             f"open({str(tmp_path / 'pid')!r}, 'w').write(str(b.pid))\n"
             f"{ending}\n")
@@ -124,25 +125,25 @@ def test_a_copy_left_unended_is_reaped_when_its_caller_exits(tmp_path: Path) -> 
     (100, 2, 62),
 ])
 def test_split_point(n: int, workers: int, want: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(windowed_stream, "available", lambda: True)
+    monkeypatch.setattr(stream, "available", lambda: True)
     assert split_at(n, workers) == want
 
 
 def test_a_failed_copy_walks_its_windows_here(monkeypatch: pytest.MonkeyPatch) -> None:
     """The copy's window analysis fails: the caller walks every window itself, same JSON."""
-    monkeypatch.setattr(windowed_stream, "available", lambda: True)
+    monkeypatch.setattr(stream, "available", lambda: True)
     tl = load_timeline([REPO / "sample_traces" / "host_sync_bound.sqlite"])
     params = DiagnoseParams()
     whole = diagnose(tl, params).to_json()
     me, calls = os.getpid(), []
-    real = windowed_stream.window_part
+    real = stream.window_part
 
     def part(*a, **k):
         if os.getpid() != me:
             raise RuntimeError("the copy fails")
         calls.append(1)
         return real(*a, **k)
-    monkeypatch.setattr(windowed_stream, "window_part", part)
+    monkeypatch.setattr(stream, "window_part", part)
     assert diagnose_streamed(TimelineChunks(tl, 25), params, 40, workers=2).to_json() == whole
     n_here = len(calls)
     calls.clear()

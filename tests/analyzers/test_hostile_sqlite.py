@@ -15,8 +15,8 @@ import pytest
 
 import srtscope.analyzers.readers.nsys_sqlite as nsys_sqlite
 from sample_traces.nsys_schema import NsysWriter
+from srtscope.analyzers.model.timeline import Timeline, WarningCode
 from srtscope.analyzers.readers import TraceError, load_timeline
-from srtscope.analyzers.timeline import Timeline, WarningCode
 from tests.analyzers._cli import srtscope
 
 N_KERNELS = 300

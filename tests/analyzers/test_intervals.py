@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from srtscope.analyzers import intervals as iv
+from srtscope.analyzers.model import intervals as iv
 
 
 def grid(starts, ends, size=128):

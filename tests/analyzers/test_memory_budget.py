@@ -14,8 +14,9 @@ import pytest
 
 from benchmarks.gen_nsys import generate
 from srtscope.analyzers.diagnose import crop, diagnose
-from srtscope.analyzers.memory_plan import BudgetError, combined, plan_files, plan_read
-from srtscope.analyzers.params import DiagnoseParams
+from srtscope.analyzers.model.params import DiagnoseParams
+from srtscope.analyzers.model.timeline import SourceFormat, Timeline
+from srtscope.analyzers.pipeline.memory_plan import BudgetError, combined, plan_files, plan_read
 from srtscope.analyzers.readers import load_timeline
 from srtscope.analyzers.readers.memory_estimate import (
     BASE_BYTES,
@@ -26,7 +27,6 @@ from srtscope.analyzers.readers.memory_estimate import (
     nsys_rows_within,
 )
 from srtscope.analyzers.readers.nsys_sqlite import read_nsys
-from srtscope.analyzers.timeline import SourceFormat, Timeline
 from tests.analyzers._cli import srtscope
 from tests.conftest import REAL_TRACES, REPO
 

@@ -12,8 +12,8 @@ import pytest
 
 from sample_traces import generate as scenarios
 from srtscope.analyzers.diagnose import diagnose
+from srtscope.analyzers.model.timeline import ID_COLUMNS, WIDE_IDS_ENV, narrow_ids
 from srtscope.analyzers.readers import load_timeline
-from srtscope.analyzers.timeline import ID_COLUMNS, WIDE_IDS_ENV, narrow_ids
 from tests.conftest import REAL_TRACES
 
 SAMPLES = Path(scenarios.__file__).resolve().parent

@@ -15,12 +15,12 @@ import pandas as pd
 import pytest
 
 from sample_traces import generate as scenarios
+from srtscope.analyzers.model.timeline import ID_COLUMNS, WIDE_IDS_ENV, TimelineError, WarningCode, empty_table
 from srtscope.analyzers.readers import columnar
 from srtscope.analyzers.readers.errors import TraceError
-from srtscope.analyzers.readers.nsys_spill import read_nsys_spilled
 from srtscope.analyzers.readers.nsys_sqlite import read_nsys
-from srtscope.analyzers.readers.time_spool import MAX_SEGMENTS, TimeSpool
-from srtscope.analyzers.timeline import ID_COLUMNS, WIDE_IDS_ENV, TimelineError, WarningCode, empty_table
+from srtscope.analyzers.spill.nsys_spill import read_nsys_spilled
+from srtscope.analyzers.spill.time_spool import MAX_SEGMENTS, TimeSpool
 from tests.conftest import REAL_TRACES
 
 SAMPLES = Path(scenarios.__file__).resolve().parent
@@ -141,7 +141,7 @@ def test_idle_thread_takes_kernel_chunks_in_order(generated, tmp_path, monkeypat
     import threading
     import time
 
-    from srtscope.analyzers.readers import nsys_spill
+    from srtscope.analyzers.spill import nsys_spill
 
     readers: list[str] = []
     name, kernels = nsys_spill.DEVICE_TABLES[0]

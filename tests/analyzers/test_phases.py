@@ -7,7 +7,7 @@ import pytest
 
 from srtscope.analyzers.analyses.budget import BUDGET_COLUMNS
 from srtscope.analyzers.analyses.phases import phase_of, phase_split
-from srtscope.analyzers.vocab import BUBBLE_CLASSES
+from srtscope.analyzers.model.vocab import BUBBLE_CLASSES
 
 MS = 1_000_000
 

@@ -8,11 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from srtscope.analyzers.readers import TraceError, load_timeline
-from srtscope.analyzers.readers.detect import detect_format
-from srtscope.analyzers.readers.jsonstream import us_to_ns
-from srtscope.analyzers.readers.kineto import read_kineto
-from srtscope.analyzers.timeline import (
+from srtscope.analyzers.model.timeline import (
     GPU_DOMAIN,
     OP_DOMAIN,
     PYTHON_DOMAIN,
@@ -21,6 +17,10 @@ from srtscope.analyzers.timeline import (
     Traced,
     WarningCode,
 )
+from srtscope.analyzers.readers import TraceError, load_timeline
+from srtscope.analyzers.readers.detect import detect_format
+from srtscope.analyzers.readers.jsonstream import us_to_ns
+from srtscope.analyzers.readers.kineto import read_kineto
 from tests.conftest import REAL_TRACES as REAL
 
 KINETO = REAL / "kineto"

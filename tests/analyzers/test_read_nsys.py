@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from sample_traces.nsys_schema import NsysWriter
+from srtscope.analyzers.model.timeline import DeviceKind, SourceFormat, Traced, WarningCode
 from srtscope.analyzers.readers import TraceError, load_timeline
 from srtscope.analyzers.readers.nsys_sqlite import read_nsys
-from srtscope.analyzers.timeline import DeviceKind, SourceFormat, Traced, WarningCode
 from tests.conftest import REAL_TRACES as REAL
 
 NSYS = REAL / "nsys"

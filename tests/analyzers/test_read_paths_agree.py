@@ -2,7 +2,7 @@
 (columns dropped or renamed; text, NULL, REAL, blobs in integer columns; end before start; times
 near int64's limits; names that are not UTF-8; many distinct names; empty and missing tables)
 diagnosed whole (``--memory-budget none``) and in windows (``--memory-budget 100MiB``: the spill
-and ``windowed_stream``) exit alike, never 1: on 0 with the same JSON byte for byte, on 2 with the
+and ``stream``) exit alike, never 1: on 0 with the same JSON byte for byte, on 2 with the
 same one ``srtscope: error:`` line. The export is read in place and edited in a copy under tmp_path.
 """
 from __future__ import annotations
@@ -178,7 +178,7 @@ def damaged(tmp_path: Path, e: Edit) -> Path:
 @pytest.fixture
 def spills(monkeypatch) -> list[Path]:
     """The exports ``read_nsys_spilled`` read (the windowed path ran on them)."""
-    from srtscope.analyzers.readers import nsys_spill
+    from srtscope.analyzers.spill import nsys_spill
 
     seen: list[Path] = []
     real = nsys_spill.read_nsys_spilled

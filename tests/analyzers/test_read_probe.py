@@ -6,9 +6,9 @@ import time
 
 import pytest
 
+from srtscope.analyzers.model.timeline import DeviceKind, SourceFormat, Traced, WarningCode
 from srtscope.analyzers.readers import TraceError, load_timeline
 from srtscope.analyzers.readers.detect import detect_format
-from srtscope.analyzers.timeline import DeviceKind, SourceFormat, Traced, WarningCode
 from srtscope.probes import Recorder, stage
 from srtscope.probes.export import probe_trace_name, write_probe_trace
 from srtscope.probes.ranges import disable, enable

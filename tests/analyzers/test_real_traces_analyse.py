@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 from srtscope.analyzers.diagnose import diagnose
+from srtscope.analyzers.model.results import BUBBLE_CLASSES
+from srtscope.analyzers.model.verdicts import BOTTLENECKS
+from srtscope.analyzers.model.vocab import StepExec
 from srtscope.analyzers.readers import load_timeline
-from srtscope.analyzers.results import BUBBLE_CLASSES
-from srtscope.analyzers.verdicts import BOTTLENECKS
-from srtscope.analyzers.vocab import StepExec
 from tests.conftest import REAL_TRACES
 
 pytestmark = pytest.mark.usefixtures("real_traces")   # conftest: skips without the shared traces

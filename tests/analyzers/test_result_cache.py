@@ -1,4 +1,4 @@
-"""The diagnosis cache (``analyzers/result_cache.py``): the same question about the same traces is
+"""The diagnosis cache (``analyzers/cache/result_cache.py``): the same question about the same traces is
 answered from the cache; any change of a trace, a parameter or the code is a miss; a damaged entry is
 dropped; the cache's own trouble never fails a diagnosis."""
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from srtscope.analyzers import cache_store
-from srtscope.analyzers import result_cache as R
-from srtscope.analyzers.readers import cache as C
+from srtscope.analyzers.cache import cache_store
+from srtscope.analyzers.cache import result_cache as R
+from srtscope.analyzers.cache import table_cache as C
 from srtscope.cli.app import app
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"

@@ -1,4 +1,4 @@
-"""The spill folder of a diagnosis in windows (``readers/spill_folder.py``): marked with its owner and
+"""The spill folder of a diagnosis in windows (``spill/spill_folder.py``): marked with its owner and
 removed on leaving; a killed run's folder removed by the next run — only ours, only when its owner
 is gone. (SIGTERM during a run: ``tests/cli/test_spill_signals.py``.)"""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from srtscope.analyzers.readers.spill_folder import OWNER, PREFIX, _started, spill_folder, sweep_stale
+from srtscope.analyzers.spill.spill_folder import OWNER, PREFIX, _started, spill_folder, sweep_stale
 
 SPILL_FILE = "device-0123456789ab.spool"
 #: a spill file of an earlier version (a file per segment): swept as well

@@ -10,9 +10,9 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from srtscope.analyzers.readers import spill_writes
-from srtscope.analyzers.readers.spill_writes import BLOCK, DIRECT_ENV, SpillWriter
-from srtscope.analyzers.readers.time_spool import TimeSpool
+from srtscope.analyzers.spill import spill_writes
+from srtscope.analyzers.spill.spill_writes import BLOCK, DIRECT_ENV, SpillWriter
+from srtscope.analyzers.spill.time_spool import TimeSpool
 
 _RNG = np.random.default_rng(5)
 

@@ -2,7 +2,7 @@
 import pytest
 
 from srtscope.analyzers.analyses.steps import StepRule, find_steps
-from srtscope.analyzers.timeline import GPU_DOMAIN
+from srtscope.analyzers.model.timeline import GPU_DOMAIN
 from tests.analyzers._tl import api, kernel, rng, timeline
 
 US = 1000

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from srtscope.analyzers.readers.time_spool import TimeSpool
+from srtscope.analyzers.spill.time_spool import TimeSpool
 
 _RNG = np.random.default_rng(11)
 N = 3000
@@ -72,7 +72,7 @@ def test_columns_of_one_value_a_chunk_keep_their_values_through_a_sort(tmp_path)
 
 def _punches(folder) -> bool:
     """Whether the file system under ``folder`` gives back a hole punched in a file."""
-    from srtscope.analyzers.readers import time_spool
+    from srtscope.analyzers.spill import time_spool
 
     probe = folder / "probe"
     probe.write_bytes(os.urandom(1 << 20))

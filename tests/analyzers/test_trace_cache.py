@@ -1,4 +1,4 @@
-"""The table cache (``analyzers/readers/cache.py``): hit, miss, invalidation, damage, eviction, an
+"""The table cache (``analyzers/cache/table_cache.py``): hit, miss, invalidation, damage, eviction, an
 unwritable directory, the read-only promise, and results identical with and without it."""
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pandas.testing as pdt
 import pytest
 from typer.testing import CliRunner
 
-from srtscope.analyzers import cache_store
+from srtscope.analyzers.cache import cache_store
+from srtscope.analyzers.cache import table_cache as C
 from srtscope.analyzers.readers import TraceError, load_timeline, read_one
-from srtscope.analyzers.readers import cache as C
 from srtscope.cli.app import app
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"

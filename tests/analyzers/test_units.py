@@ -1,7 +1,7 @@
 """Time formatting: three significant digits, the right unit, rounding that carries."""
 import pytest
 
-from srtscope.analyzers.units import fmt_ns, fmt_pct
+from srtscope.analyzers.model.units import fmt_ns, fmt_pct
 
 
 @pytest.mark.parametrize("ns, text", [
@@ -35,6 +35,6 @@ def test_fmt_pct():
     ("KernelExecutor::compileFusion", "KernelExecutor::compileFusion"),
 ])
 def test_range_family_drops_instance_numbers(name, family):
-    from srtscope.analyzers.names import range_family
+    from srtscope.analyzers.model.names import range_family
 
     assert range_family(name) == family

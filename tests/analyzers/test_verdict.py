@@ -4,8 +4,8 @@ import json
 import pytest
 
 from srtscope.analyzers.diagnose import DiagnoseParams, diagnose
-from srtscope.analyzers.timeline import WarningCode
-from srtscope.analyzers.verdicts import Verdict
+from srtscope.analyzers.model.timeline import WarningCode
+from srtscope.analyzers.model.verdicts import Verdict
 from tests.analyzers._tl import api, kernel, rng, timeline
 
 US = 1000

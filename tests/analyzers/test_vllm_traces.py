@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.diagnose import diagnose
+from srtscope.analyzers.model import intervals as iv
 from srtscope.analyzers.readers import load_timeline
 
 VLLM = Path(__file__).resolve().parents[2] / "sample_traces" / "vllm"
@@ -102,7 +102,7 @@ def test_python_frames_find_the_scheduler_in_vllms_own_modules():
 
 def test_a_step_range_of_a_vllm_trace_selects_those_steps():
     # vLLM's steps carry no numbers of their own: after the crop to the range they keep theirs
-    from srtscope.analyzers.params import DiagnoseParams
+    from srtscope.analyzers.model.params import DiagnoseParams
 
     tl = load_timeline(VLLM / "vllm_cpu_sched.pt.trace.json.gz")
     d = diagnose(tl, DiagnoseParams(step_range=(2, 5))).to_json()

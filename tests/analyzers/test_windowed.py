@@ -16,13 +16,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from srtscope.analyzers.analyses.host_threads import BurstRule, BurstTracker, launch_bursts
 from srtscope.analyzers.diagnose import diagnose
-from srtscope.analyzers.host_threads import BurstRule, BurstTracker, launch_bursts
-from srtscope.analyzers.params import DiagnoseParams
+from srtscope.analyzers.model.params import DiagnoseParams
+from srtscope.analyzers.pipeline.reduce import diagnose_windowed
+from srtscope.analyzers.pipeline.stream import Held, NotWindowable, TimelineChunks, diagnose_streamed
+from srtscope.analyzers.pipeline.window import applies, plan
 from srtscope.analyzers.readers import load_timeline
-from srtscope.analyzers.windowed import applies, plan
-from srtscope.analyzers.windowed_reduce import diagnose_windowed
-from srtscope.analyzers.windowed_stream import Held, NotWindowable, TimelineChunks, diagnose_streamed
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = sorted((REPO / "sample_traces").glob("*.sqlite")) + sorted((REPO / "sample_traces").glob("**/*.json.gz"))
@@ -73,7 +73,7 @@ def test_streamed_equals_whole(path: Path) -> None:
 
 def test_streamed_generated_export_spilled(generated: Path, tmp_path: Path) -> None:
     """End to end: the export spilled to disk in time order, diagnosed in windows of 2,000 rows."""
-    from srtscope.analyzers.readers.nsys_spill import read_nsys_spilled
+    from srtscope.analyzers.spill.nsys_spill import read_nsys_spilled
 
     whole = diagnose(load_timeline([generated]), PARAMS).to_json()
     with read_nsys_spilled(generated, folder=tmp_path / "spill", chunk_rows=5_000) as src:
@@ -118,7 +118,7 @@ SPILLED = [REPO / "sample_traces" / "host_sync_bound.sqlite"] + [
 def test_streamed_api_steps_spilled(path: Path, tmp_path: Path) -> None:
     """Steps that only the API rows give (sync points, launch bursts): found while the spilled
     chunks are read, the same JSON as the whole read."""
-    from srtscope.analyzers.readers.nsys_spill import read_nsys_spilled
+    from srtscope.analyzers.spill.nsys_spill import read_nsys_spilled
 
     whole = diagnose(load_timeline([path]), PARAMS).to_json()
     assert whole["steps"]["source"] in ("sync", "bursts") and whole["steps"]["count"] >= 2

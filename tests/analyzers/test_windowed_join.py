@@ -1,5 +1,5 @@
 """The reduction joins the windows' tables as ``pd.concat`` would, releasing each window's as it goes
-(``windowed_reduce._joined``): the whole trace's bubble pieces are not held twice."""
+(``reduce._joined``): the whole trace's bubble pieces are not held twice."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from srtscope.analyzers.windowed_reduce import _joined
+from srtscope.analyzers.pipeline.reduce import _joined
 
 
 @dataclass

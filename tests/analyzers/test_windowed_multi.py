@@ -16,16 +16,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from srtscope.analyzers import windowed_stream
 from srtscope.analyzers.analyses.steps import find_steps
 from srtscope.analyzers.diagnose import diagnose
-from srtscope.analyzers.params import DiagnoseParams
+from srtscope.analyzers.model.params import DiagnoseParams
+from srtscope.analyzers.model.timeline import Timeline
+from srtscope.analyzers.pipeline import stream as stream
+from srtscope.analyzers.pipeline.devices import DeviceScan
+from srtscope.analyzers.pipeline.reduce import diagnose_windowed
+from srtscope.analyzers.pipeline.stream import TimelineChunks, diagnose_streamed
+from srtscope.analyzers.pipeline.window import plan, rank_edges
 from srtscope.analyzers.readers import load_timeline
-from srtscope.analyzers.timeline import Timeline
-from srtscope.analyzers.windowed import plan, rank_edges
-from srtscope.analyzers.windowed_devices import DeviceScan
-from srtscope.analyzers.windowed_reduce import diagnose_windowed
-from srtscope.analyzers.windowed_stream import TimelineChunks, diagnose_streamed
 from tests.analyzers._tl import api, kernel, rng, timeline
 
 REPO = Path(__file__).resolve().parents[2]
@@ -200,7 +200,7 @@ def test_idle_device_does_not_widen_the_windows(monkeypatch: pytest.MonkeyPatch)
     end its gap and its own rows, not device 0's rows in between."""
     seen: list[int] = []
     kept: list[int] = []
-    real_part, real_carry = windowed_stream.window_part, windowed_stream.carried
+    real_part, real_carry = stream.window_part, stream.carried
 
     def part(tlw, w, ctx, params):
         seen.append(len(tlw.device))
@@ -210,8 +210,8 @@ def test_idle_device_does_not_widen_the_windows(monkeypatch: pytest.MonkeyPatch)
         got = real_carry(dev, hi, running)
         kept.append(len(got))
         return got
-    monkeypatch.setattr(windowed_stream, "window_part", part)
-    monkeypatch.setattr(windowed_stream, "carried", carry)
+    monkeypatch.setattr(stream, "window_part", part)
+    monkeypatch.setattr(stream, "carried", carry)
     diagnose_streamed(TimelineChunks(tp2_one_device_idle(), 4), PARAMS, 2)
     # a window: about one step of device 0 with a neighbour each side, device 1's rows around its gap
     assert len(seen) == 12 and max(seen) <= 6, seen
@@ -276,7 +276,7 @@ def tp_node(tmp_path_factory) -> Path:
 
 def test_tp_node_export_spilled(tp_node: Path, tmp_path: Path) -> None:
     """End to end: the two-rank export spilled to disk in time order, diagnosed in windows of 500 rows."""
-    from srtscope.analyzers.readers.nsys_spill import read_nsys_spilled
+    from srtscope.analyzers.spill.nsys_spill import read_nsys_spilled
 
     tl = load_timeline([tp_node])
     assert sorted(set(zip(tl.device["rank"], tl.device["device"]))) == [(0, 0), (1, 1)]
@@ -307,4 +307,4 @@ def test_started_calls_are_matched_by_rank_process_and_correlation(case, rows, o
         return pd.DataFrame(np.asarray(keys, np.int64).reshape(-1, 3), columns=["rank", "pid", "correlation"])
     a, b = frame(rows), frame(of)
     want = pd.MultiIndex.from_frame(a).isin(pd.MultiIndex.from_frame(b)) if len(b) else np.zeros(len(a), bool)
-    assert windowed_stream._in_keys(a, b).tolist() == list(want), case
+    assert stream._in_keys(a, b).tolist() == list(want), case

@@ -12,8 +12,8 @@ sys.path.insert(0, str(ROOT))
 def test_memory_budget_rows(tmp_path, capsys):
     from benchmarks import memory_budget
     from benchmarks.gen_nsys import generate
+    from srtscope.analyzers.model.timeline import SourceFormat
     from srtscope.analyzers.readers.memory_estimate import estimate
-    from srtscope.analyzers.timeline import SourceFormat
 
     path = tmp_path / "t.sqlite"
     generate(path, 20)

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from benchmarks.gen_nsys import generate
+from srtscope.analyzers.model.timeline import SourceFormat
 from srtscope.analyzers.readers.memory_estimate import BASE_BYTES, estimate
-from srtscope.analyzers.timeline import SourceFormat
 from srtscope.cli.app import app
 from srtscope.cli.memory_budget import AUTO_FLOOR, AUTO_SHARE, mem_available, parse_budget
 from tests.conftest import REPO

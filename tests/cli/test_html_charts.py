@@ -12,8 +12,8 @@ import pytest
 from formats import CHROMIUM, browse, check_html, console_messages
 
 from srtscope.analyzers.diagnose import diagnose
+from srtscope.analyzers.model.units import fmt_bytes
 from srtscope.analyzers.readers import load_timeline
-from srtscope.analyzers.units import fmt_bytes
 from srtscope.cli.html import diagnosis_html
 from srtscope.cli.html_charts import PW, bin_label, nice_ticks
 from srtscope.cli.render import caveat_lines

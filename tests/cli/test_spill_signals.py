@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks.gen_nsys import generate
+from srtscope.analyzers.model.timeline import SourceFormat
 from srtscope.analyzers.readers.memory_estimate import estimate
-from srtscope.analyzers.readers.spill_folder import PREFIX
-from srtscope.analyzers.timeline import SourceFormat
+from srtscope.analyzers.spill.spill_folder import PREFIX
 
 
 @pytest.fixture(scope="module")

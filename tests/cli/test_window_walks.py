@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from srtscope.analyzers.pipeline.stream import Held
 from srtscope.analyzers.traces import (
     BASE_BYTES,
     MATCH_ROW_BYTES,
@@ -25,7 +26,6 @@ from srtscope.analyzers.traces import (
     walks,
     window_rows,
 )
-from srtscope.analyzers.windowed_stream import Held
 
 GiB = 1 << 30
 

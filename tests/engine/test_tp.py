@@ -70,8 +70,8 @@ def test_tp2_greedy_equals_tp1_and_every_rank_ends_idle(tmp_path, tp1_outputs, o
 
 def test_straggler_lengthens_the_other_ranks_all_reduce(tmp_path):
     from srtscope.analyzers.diagnose import diagnose
+    from srtscope.analyzers.model.timeline import merge_timelines
     from srtscope.analyzers.readers.probe import read_probe
-    from srtscope.analyzers.timeline import merge_timelines
 
     cfg = _config(tp_size=2, inject=FaultInjection(straggler_rank=1, straggler_us=3000))
     wl = make_workload("shared-prefix", num_requests=3, system_len=16, max_new_tokens=4)

@@ -3,19 +3,19 @@
 ``diagnose_streamed(src, params, max_rows)`` takes a ``ChunkSource`` — the trace's metadata, ranges
 and counters whole, its device and API rows as chunks in start order (``iter_device`` /
 ``iter_api``, callable again) — and gives the ``Diagnosis`` ``diagnose`` gives on the whole Timeline:
-1. a first pass over the chunks (``windowed_first``) gathers the ``Context`` (the steps when the API
-   rows give them; the device side in ``windowed_devices.DeviceScan``: each device's active window
+1. a first pass over the chunks (``first_pass``) gathers the ``Context`` (the steps when the API
+   rows give them; the device side in ``devices.DeviceScan``: each device's active window
    and busy time, every rank's collectives, each device's next row past every step start; the
    launch counts and bursts of each thread, per step its busy time, launches and graph kernels,
    where the device rows fall between the steps);
-2. a second pass cuts the rows into windows (``windowed.plan``; per rank its own edges, past its
-   open steps: ``windowed.rank_edges``), per rank a Timeline of its rows overlapping its contexts —
-   per device its own, the host rows over the widest — and analyses each (``windowed.window_part``);
+2. a second pass cuts the rows into windows (``window.plan``; per rank its own edges, past its
+   open steps: ``window.rank_edges``), per rank a Timeline of its rows overlapping its contexts —
+   per device its own, the host rows over the widest — and analyses each (``window.window_part``);
    launch calls whose work has not started yet are carried to the windows that may ask for them;
    with ``workers=2`` the later windows are walked in a forked copy of the process beside this one
    (``split_at``, ``forked.Beside``), which carries the rows over the earlier windows without
    analysing them; its parts come back pickled, and where it fails its windows are walked here;
-3. ``windowed_reduce.reduce`` adds the parts up; the collectives are matched there, once.
+3. ``reduce.reduce`` adds the parts up; the collectives are matched there, once.
 Peak memory: one window's rows (read to the step edge after it), the carried calls and rows that
 outlive their window; held whole: the per-step tables, the row ending each device gap that spans a
 step edge, the collective rows and the bubble table — not the trace's device or API tables.
@@ -32,19 +32,17 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.attribution import LAUNCH_CALL_KINDS
 from srtscope.analyzers.analyses.comm import _instances, straggler_queries
+from srtscope.analyzers.analyses.host_activity import HostActivity
+from srtscope.analyzers.analyses.host_threads import default_threads
 from srtscope.analyzers.analyses.steps import find_steps, step_windows, steps_from_ranges
-from srtscope.analyzers.columns import group_rows, isin, rows_where
-from srtscope.analyzers.forked import Beside, available, resident_bytes, trim_heap
-from srtscope.analyzers.host_activity import HostActivity
-from srtscope.analyzers.host_threads import default_threads
-from srtscope.analyzers.params import DiagnoseParams
-from srtscope.analyzers.results import Diagnosis
-from srtscope.analyzers.timeline import ApiKind, Timeline, TimelineMeta, validate_table
-from srtscope.analyzers.windowed import CALL_COLUMNS, Calls, Context, Window, overlapping, plan, window_part
-from srtscope.analyzers.windowed_devices import (
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.columns import group_rows, isin, rows_where
+from srtscope.analyzers.model.params import DiagnoseParams
+from srtscope.analyzers.model.results import Diagnosis
+from srtscope.analyzers.model.timeline import ApiKind, Timeline, TimelineMeta, validate_table
+from srtscope.analyzers.pipeline.devices import (
     DeviceScan,
     carried,
     contexts,
@@ -56,8 +54,10 @@ from srtscope.analyzers.windowed_devices import (
     rank_windows,
     started_before,
 )
-from srtscope.analyzers.windowed_first import ChunkSource, NotWindowable, first_pass
-from srtscope.analyzers.windowed_reduce import edge_steps, reduce, whole_helpers
+from srtscope.analyzers.pipeline.first_pass import ChunkSource, NotWindowable, first_pass
+from srtscope.analyzers.pipeline.forked import Beside, available, resident_bytes, trim_heap
+from srtscope.analyzers.pipeline.reduce import edge_steps, reduce, whole_helpers
+from srtscope.analyzers.pipeline.window import CALL_COLUMNS, Calls, Context, Window, overlapping, plan, window_part
 
 
 @dataclass

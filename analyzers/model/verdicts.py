@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from srtscope.analyzers.vocab import Bottleneck as BottleneckClass
-from srtscope.analyzers.vocab import Cause
+from srtscope.analyzers.model.vocab import Bottleneck as BottleneckClass
+from srtscope.analyzers.model.vocab import Cause
 
 Bottleneck = Literal["scheduler", "prep", "kernel", "host"]
 BOTTLENECKS: tuple[str, ...] = tuple(b.value for b in BottleneckClass)

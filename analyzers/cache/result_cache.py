@@ -2,9 +2,9 @@
 
     doc = get_diagnosis(key) or put_diagnosis(key, diagnose(...).to_json())
 
-The table cache (``readers/cache.py``) spares a second look the read; this spares it the analyses
+The table cache (``cache/table_cache.py``) spares a second look the read; this spares it the analyses
 too when nothing that decides the answer changed, and it imports neither numpy nor pandas
-(``cache_store.py``), so an answer from it costs little more than Python's start.
+(``cache/cache_store.py``), so an answer from it costs little more than Python's start.
 
 Key (``diagnosis_key``): every input file's table-cache key (path, size, mtime, ctime, inode,
 device, a hash of all of its bytes), in order and as the user spelled it (the document names its
@@ -12,7 +12,7 @@ sources), the diagnosis parameters, a fingerprint of the code that computes the 
 of every analyzer and probe source file) and the numpy and pandas versions: any change of a trace,
 a parameter or the code is a miss. Entries live in the table cache's directory, under the same size
 cap and least-recently-used eviction, written atomically and authenticated with this user's key
-(``cache_store.py``); an entry that does not verify, does not parse, whose key differs, or whose
+(``cache/cache_store.py``); an entry that does not verify, does not parse, whose key differs, or whose
 document the caller's ``check`` refuses (the JSON contract: types, required keys, no NaN) is
 dropped and recomputed, never trusted.
 """
@@ -27,7 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from srtscope.analyzers.cache_store import META, CacheStore, trace_key
+from srtscope.analyzers.cache.cache_store import META, CacheStore, trace_key
 
 #: Layout of a diagnosis entry; bump when this module's format changes.
 ENTRY_FORMAT = 1

@@ -45,8 +45,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers.readers.packed_columns import Col, Packed, decode, pack
-from srtscope.analyzers.readers.spill_writes import SpillWriter
+from srtscope.analyzers.spill.packed_columns import Col, Packed, decode, pack
+from srtscope.analyzers.spill.spill_writes import SpillWriter
 
 _I32 = np.iinfo(np.int32)
 #: a bucket of more segments than this has its newest half merged into one (fewer, larger reads)

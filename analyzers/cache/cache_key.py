@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from srtscope.analyzers.cache_auth import open_regular
+from srtscope.analyzers.cache.cache_auth import open_regular
 
 #: Bump when any reader's output (tables, dtypes, meta) changes: older entries are then stale.
 READER_VERSION = 2

@@ -4,7 +4,7 @@
 
 Where: ``$SRTSCOPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/srtscope``, else ``~/.cache/srtscope``; never
 beside the trace, which is only ever opened for reading. One entry per (trace path, rank): a folder
-holding srtscope's marker (``cache_store.py``), ``meta.json`` (the key, the ``TimelineMeta``, the
+holding srtscope's marker (``cache/cache_store.py``), ``meta.json`` (the key, the ``TimelineMeta``, the
 column layout and an xxh3-128 digest of each table file; authenticated by the marker's MAC) and
 ``device`` / ``api`` / ``ranges`` / ``counters`` ``.arrow`` (Arrow IPC files, LZ4-compressed, one
 record batch each).
@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers.cache_auth import open_regular
-from srtscope.analyzers.cache_store import (  # noqa: F401 - the store's names, for this module's users
+from srtscope.analyzers.cache.cache_auth import open_regular
+from srtscope.analyzers.cache.cache_store import (  # noqa: F401 - the store's names, for this module's users
     DEFAULT_MAX_MB,
     DEFAULT_MIN_BYTES,
     META,
@@ -57,7 +57,7 @@ from srtscope.analyzers.cache_store import (  # noqa: F401 - the store's names, 
     trace_key,
     warn_once,
 )
-from srtscope.analyzers.timeline import (
+from srtscope.analyzers.model.timeline import (
     SCHEMAS,
     CaptureWarning,
     DeviceInfo,

@@ -1,14 +1,14 @@
 """The device side of the windows: each (rank, device) has its own context and its own carry.
 
 A window owns ``[lo, hi)``; for every device its context is widened to the gaps of that device that
-touch the window (``windowed.context_of`` with the device's running end and next start), so each
+touch the window (``window.context_of`` with the device's running end and next start), so each
 device's rows in a window are the ones overlapping its own context — a device idle across many windows
 brings only the row before and the row after its idle stretch, not the other devices' rows in between.
 The host rows (API, ranges) are read over the widest of the devices' contexts (``contexts``).
 
 ``DeviceScan`` is the first pass's device side over start-sorted chunks: each device's bounds and
 busy time (for the primary device of each rank), the collective rows (matched across ranks once, in
-``windowed_reduce``), and the next row of each device idle across a candidate edge of a window (a
+``reduce``), and the next row of each device idle across a candidate edge of a window (a
 step start or end): the row that ends its gap, one per gap, held whole.
 """
 from __future__ import annotations
@@ -18,12 +18,12 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.budget import primary_devices
-from srtscope.analyzers.columns import group_rows, isin, rows_where
-from srtscope.analyzers.names import comm_mask
-from srtscope.analyzers.timeline import DeviceKind
-from srtscope.analyzers.windowed import context_of, rank_edges
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.columns import group_rows, isin, rows_where
+from srtscope.analyzers.model.names import comm_mask
+from srtscope.analyzers.model.timeline import DeviceKind
+from srtscope.analyzers.pipeline.window import context_of, rank_edges
 
 Key = tuple[int, int]
 _MAX = int(np.iinfo(np.int64).max) // 2
@@ -52,7 +52,7 @@ def contexts(lo: int, hi: int, keys: list[Key], running: Mapping[Key, int],
 
 
 def in_contexts(dev: pd.DataFrame, per: Mapping[Key, tuple[int, int]]) -> pd.DataFrame:
-    """The rows of ``dev`` overlapping their own device's context (``windowed.overlapping``), in order."""
+    """The rows of ``dev`` overlapping their own device's context (``window.overlapping``), in order."""
     if len(dev) == 0:
         return dev
     s, e = dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy()
@@ -95,7 +95,7 @@ def carried(dev: pd.DataFrame, his: Mapping[int, int], running: Mapping[Key, int
 
 def rank_windows(steps: pd.DataFrame, windows: list[tuple[int, int]],
                  ranks: list[int]) -> list[list[tuple[int, int, int]]]:
-    """Per window, per rank: (rank, lo, hi), the rank's owned time (``windowed.rank_edges``: the
+    """Per window, per rank: (rank, lo, hi), the rank's owned time (``window.rank_edges``: the
     window's edges moved past the rank's open steps); ``lo == hi`` where the rank owns nothing in it."""
     edges = rank_edges(steps, windows)
     return [[(r, *(edges[r][i] if r in edges else w)) for r in ranks] for i, w in enumerate(windows)]
@@ -225,7 +225,7 @@ class DeviceScan:
         i = int(np.searchsorted(self.cuts, t, side="left"))
         if i == len(self.cuts) or self.cuts[i] != t:
             if t >= _MAX:
-                return None     # ``windowed.plan``'s last edge: no row after it
+                return None     # ``window.plan``'s last edge: no row after it
             raise ValueError(f"{t} ns is not a step start or end: no next rows kept for it")
         return i
 

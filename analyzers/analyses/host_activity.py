@@ -24,9 +24,7 @@ from enum import Enum
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.columns import isin, str_codes
-from srtscope.analyzers.host_threads import (
+from srtscope.analyzers.analyses.host_threads import (
     BurstRule,
     blocking_mask,
     cold_mask,
@@ -36,9 +34,11 @@ from srtscope.analyzers.host_threads import (
     stage_names,
     stage_threads,
 )
-from srtscope.analyzers.names import HostWork, host_work
-from srtscope.analyzers.timeline import OP_DOMAIN, PYTHON_DOMAIN, ApiKind, Timeline
-from srtscope.analyzers.vocab import BubbleClass, Cause
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.columns import isin, str_codes
+from srtscope.analyzers.model.names import HostWork, host_work
+from srtscope.analyzers.model.timeline import OP_DOMAIN, PYTHON_DOMAIN, ApiKind, Timeline
+from srtscope.analyzers.model.vocab import BubbleClass, Cause
 from srtscope.probes.stages import StageClass, engine_function, resolve_stage
 
 

@@ -17,8 +17,8 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers.columns import str_map
-from srtscope.analyzers.timeline import ApiKind
+from srtscope.analyzers.model.columns import str_map
+from srtscope.analyzers.model.timeline import ApiKind
 
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 _PTSZ_SUFFIX = re.compile(r"_(ptsz|ptds)$")

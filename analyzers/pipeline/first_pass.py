@@ -2,9 +2,9 @@
 
 ``first_pass(src, small, windows, params)`` reads a ``ChunkSource``'s start-sorted API and device
 chunks and gives the steps and, per step, what ``steps.step_counts`` gives (busy time, graph kernels,
-launches), the device side (``windowed_devices.DeviceScan``: each device's active window and busy
+launches), the device side (``devices.DeviceScan``: each device's active window and busy
 time, the collectives, the rows that end device gaps across step edges), the launch counts and
-bursts of each thread and the device rows before each step (``windowed.plan``).
+bursts of each thread and the device rows before each step (``window.plan``).
 
 Steps from ranges are known before the pass: one pass over each table. Steps from the API rows
 (``analyses/api_steps``) are found while the API chunks are read; the device pass then counts on
@@ -27,15 +27,15 @@ from typing import Protocol, TypeVar, cast
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.api_steps import END_OF_TIME, ApiSteps
+from srtscope.analyzers.analyses.host_threads import BurstTracker, default_threads, launch_counts
 from srtscope.analyzers.analyses.step_index import StepIndex
 from srtscope.analyzers.analyses.steps import COUNT_COLUMNS, api_step_windows
-from srtscope.analyzers.columns import distinct_keys, group_rows, isin
-from srtscope.analyzers.host_threads import BurstTracker, default_threads, launch_counts
-from srtscope.analyzers.params import DiagnoseParams
-from srtscope.analyzers.timeline import ApiKind, DeviceKind, Timeline, TimelineMeta, validate_table
-from srtscope.analyzers.windowed_devices import DeviceScan
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.columns import distinct_keys, group_rows, isin
+from srtscope.analyzers.model.params import DiagnoseParams
+from srtscope.analyzers.model.timeline import ApiKind, DeviceKind, Timeline, TimelineMeta, validate_table
+from srtscope.analyzers.pipeline.devices import DeviceScan
 
 _D = TypeVar("_D")
 _A = TypeVar("_A")

@@ -23,6 +23,14 @@ from types import TracebackType
 import numpy as np
 import pandas as pd
 
+from srtscope.analyzers.model.timeline import (
+    ID_COLUMNS,
+    WIDE_IDS_ENV,
+    DeviceKind,
+    TimelineError,
+    TimelineMeta,
+    validate_table,
+)
 from srtscope.analyzers.readers.columnar import fetch_ints, rowid_bounds, sort_columns
 from srtscope.analyzers.readers.errors import TraceError
 from srtscope.analyzers.readers.ingest import Extent, spans_of
@@ -36,15 +44,7 @@ from srtscope.analyzers.readers.nsys_sqlite import (
 )
 from srtscope.analyzers.readers.nsys_tables import connect_readonly
 from srtscope.analyzers.readers.sqlite_integrity import check_integrity, check_side_files
-from srtscope.analyzers.readers.time_spool import TimeSpool
-from srtscope.analyzers.timeline import (
-    ID_COLUMNS,
-    WIDE_IDS_ENV,
-    DeviceKind,
-    TimelineError,
-    TimelineMeta,
-    validate_table,
-)
+from srtscope.analyzers.spill.time_spool import TimeSpool
 
 #: rows per DataFrame of ``iter_device`` / ``iter_api`` (and per bucket on disk): ~25 MB in memory
 DEFAULT_CHUNK_ROWS = 1 << 18

@@ -11,7 +11,6 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
 from srtscope.analyzers.analyses.attribution import comm_ranks_of
 from srtscope.analyzers.analyses.bubbles import by_device, by_stream
 from srtscope.analyzers.analyses.budget import BUDGET_COLUMNS, budget_result
@@ -20,6 +19,8 @@ from srtscope.analyzers.analyses.comm import comm_result, straggler_queries
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.analyses.device_split import device_of
 from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons, fallback_mask
+from srtscope.analyzers.analyses.host_activity import HostActivity
+from srtscope.analyzers.analyses.host_threads import default_threads, stage_threads
 from srtscope.analyzers.analyses.io_frames import io_work
 from srtscope.analyzers.analyses.kernels import kernel_counts, top_kernels
 from srtscope.analyzers.analyses.losses import (
@@ -36,17 +37,16 @@ from srtscope.analyzers.analyses.range_totals import top_ranges
 from srtscope.analyzers.analyses.steps import find_steps
 from srtscope.analyzers.analyses.verdict import decide
 from srtscope.analyzers.analyses.whatif import what_if
-from srtscope.analyzers.columns import distinct_keys
 from srtscope.analyzers.diagnose import bubble_result, capture_info, params_json
-from srtscope.analyzers.forked import trim_heap
-from srtscope.analyzers.host_activity import HostActivity
-from srtscope.analyzers.host_threads import default_threads, stage_threads
-from srtscope.analyzers.params import DiagnoseParams
-from srtscope.analyzers.results import CommResult, Diagnosis, StepsResult
-from srtscope.analyzers.timeline import Timeline, WarningCode
-from srtscope.analyzers.vocab import Cause
-from srtscope.analyzers.windowed import ALL_TIME, Calls, Context, Part, Window, crop_rows, plan, window_part
-from srtscope.analyzers.windowed_devices import contexts, in_contexts, of_rank, primary_of, rank_windows
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.columns import distinct_keys
+from srtscope.analyzers.model.params import DiagnoseParams
+from srtscope.analyzers.model.results import CommResult, Diagnosis, StepsResult
+from srtscope.analyzers.model.timeline import Timeline, WarningCode
+from srtscope.analyzers.model.vocab import Cause
+from srtscope.analyzers.pipeline.devices import contexts, in_contexts, of_rank, primary_of, rank_windows
+from srtscope.analyzers.pipeline.forked import trim_heap
+from srtscope.analyzers.pipeline.window import ALL_TIME, Calls, Context, Part, Window, crop_rows, plan, window_part
 
 
 def one_window(tl: Timeline, source: str, steps: pd.DataFrame, sets: DeviceSets, params: DiagnoseParams,
@@ -59,7 +59,7 @@ def one_window(tl: Timeline, source: str, steps: pd.DataFrame, sets: DeviceSets,
 
 
 def diagnose_windowed(tl: Timeline, params: DiagnoseParams, max_rows: int) -> Diagnosis:
-    """``diagnose(tl, params)`` walked in windows of about ``max_rows`` device rows (``windowed.applies``)."""
+    """``diagnose(tl, params)`` walked in windows of about ``max_rows`` device rows (``window.applies``)."""
     sets = DeviceSets(tl)
     source, steps = find_steps(tl, params.step_rule, sets)
     ctx, facts_tl, comm = trace_context(tl, source, steps, sets, params, whole=False)

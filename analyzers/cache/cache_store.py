@@ -1,5 +1,5 @@
-"""The cache folder's mechanics, shared by the table cache (``readers/cache.py``) and the diagnosis
-cache (``result_cache.py``): where it is, which folders are srtscope's, how a trace is keyed, the
+"""The cache folder's mechanics, shared by the table cache (``cache/table_cache.py``) and the diagnosis
+cache (``cache/result_cache.py``): where it is, which folders are srtscope's, how a trace is keyed, the
 size cap and least-recently-used eviction, atomic publication and removal. The standard library
 (and ``xxhash`` where installed) only, so that an answer from the cache costs no numpy or pandas.
 
@@ -15,7 +15,7 @@ pid); one whose writer is gone (that pid no longer runs on this host, or older t
 Freshness (``cache_key.trace_key``): path, size, mtime, ctime, inode, device, and a hash of the
 *whole* file (xxh3-128): a file changed in place is a miss whatever its mtime says.
 Authenticity: an entry's marker carries a keyed BLAKE2b of its ``meta.json`` with this user's key
-(``cache_auth.py``); an entry that does not verify is ignored with a one-line note.
+(``cache/cache_auth.py``); an entry that does not verify is ignored with a one-line note.
 Cap: ``$SRTSCOPE_CACHE_MAX_MB`` (default 2048 MiB; a whole number 0..2^32, anything else refused).
 """
 from __future__ import annotations
@@ -32,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from srtscope.analyzers.cache_auth import CacheKeyError, mac, read_regular, same, user_key
-from srtscope.analyzers.cache_key import (  # noqa: F401 - the key's names, for the caches' users
+from srtscope.analyzers.cache.cache_auth import CacheKeyError, mac, read_regular, same, user_key
+from srtscope.analyzers.cache.cache_key import (  # noqa: F401 - the key's names, for the caches' users
     HASH_NAME,
     READER_VERSION,
     TraceKey,

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers import intervals as iv
-from srtscope.analyzers.columns import group_rows, isin, str_codes, str_map
-from srtscope.analyzers.names import SLOW_CALL_NS
-from srtscope.analyzers.timeline import ApiKind, Timeline
+from srtscope.analyzers.model import intervals as iv
+from srtscope.analyzers.model.columns import group_rows, isin, str_codes, str_map
+from srtscope.analyzers.model.names import SLOW_CALL_NS
+from srtscope.analyzers.model.timeline import ApiKind, Timeline
 from srtscope.probes.stages import StageClass, resolve_stage
 
 _STAGE_CLASSES = (StageClass.SCHEDULER, StageClass.PREP, StageClass.KERNEL, StageClass.SYNC)

@@ -1,5 +1,5 @@
 """Typed results of the analyses and the ``Diagnosis`` that holds them all (the verdict's own in
-``verdicts.py``).
+``model/verdicts.py``).
 
 ``Diagnosis.to_json()`` is the ``srtscope diagnose --json`` contract (docs/json_contract.md):
 stable keys, every time an integer number of nanoseconds, fractions as floats in 0..1.
@@ -12,9 +12,9 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers.units import bound_strings
-from srtscope.analyzers.verdicts import Verdict, WhatIf
-from srtscope.analyzers.vocab import BUBBLE_CLASSES, StepExec
+from srtscope.analyzers.model.units import bound_strings
+from srtscope.analyzers.model.verdicts import Verdict, WhatIf
+from srtscope.analyzers.model.vocab import BUBBLE_CLASSES, StepExec
 
 #: The classes a bubble's time is split into; they add up to the bubble exactly.
 

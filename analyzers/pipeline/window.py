@@ -12,7 +12,7 @@ that launch and that emit stages). The parts are then added up (``reduce``) into
 Several ranks and devices: a window is cut at a step start of one rank, and each rank owns its own
 time — the window's edges moved past that rank's open steps (``rank_edges``), so no rank's step is
 ever cut — analysed as a window of its own (``Window.rank``, its rows only); each device has its own
-context (``windowed_devices``); the collectives of every rank are matched once, in ``reduce``.
+context (``devices``); the collectives of every rank are matched once, in ``reduce``.
 Scope: no step range (``applies``); a step range takes the whole-trace path.
 """
 from __future__ import annotations
@@ -32,14 +32,14 @@ from srtscope.analyzers.analyses.capture import cold_part, stand_in_part
 from srtscope.analyzers.analyses.comm import busy_in_window, comm_part
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.analyses.device_split import split_part
+from srtscope.analyzers.analyses.host_activity import HostActivity
 from srtscope.analyzers.analyses.kernels import kernels_part
 from srtscope.analyzers.analyses.losses import StepLosses, step_losses
 from srtscope.analyzers.analyses.overview import bins_part
 from srtscope.analyzers.analyses.step_index import StepIndex
-from srtscope.analyzers.columns import rows_where
-from srtscope.analyzers.host_activity import HostActivity
-from srtscope.analyzers.params import DiagnoseParams
-from srtscope.analyzers.timeline import Timeline
+from srtscope.analyzers.model.columns import rows_where
+from srtscope.analyzers.model.params import DiagnoseParams
+from srtscope.analyzers.model.timeline import Timeline
 
 Key = tuple[int, int]
 _MIN, _MAX = int(np.iinfo(np.int64).min) // 2, int(np.iinfo(np.int64).max) // 2
@@ -287,7 +287,7 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
 
 
 def _no_comm():
-    from srtscope.analyzers.results import CommResult  # noqa: PLC0415
+    from srtscope.analyzers.model.results import CommResult  # noqa: PLC0415
     return CommResult(0, 0, 0, 0, 0, 0, None, None, None, None, None, "none", pd.DataFrame())
 
 

@@ -20,7 +20,10 @@ import pandas as pd
 
 from srtscope.analyzers.analyses.steps import find_steps
 from srtscope.analyzers.diagnose import crop
-from srtscope.analyzers.params import DiagnoseParams
+from srtscope.analyzers.model.params import DiagnoseParams
+from srtscope.analyzers.model.timeline import Timeline, merge_timelines
+from srtscope.analyzers.model.units import fmt_mem
+from srtscope.analyzers.model.vocab import StepSource
 from srtscope.analyzers.readers import rank_from_name
 from srtscope.analyzers.readers.memory_estimate import BASE_BYTES, MemoryEstimate, nsys_peak, nsys_rows_within
 from srtscope.analyzers.readers.window_plan import (
@@ -33,9 +36,6 @@ from srtscope.analyzers.readers.window_plan import (
     sample_tables,
     span_of,
 )
-from srtscope.analyzers.timeline import Timeline, merge_timelines
-from srtscope.analyzers.units import fmt_mem
-from srtscope.analyzers.vocab import StepSource
 
 #: share of the budget a planned window may fill (the rest: the sample's error)
 PLAN_SHARE = 0.9

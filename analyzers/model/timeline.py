@@ -309,7 +309,7 @@ class Timeline:
 
         NOTE: every host-side analysis (stages, steps, attribution) reads these; the projections
         repeat host annotations on a GPU stream and would count each step twice, and operators and
-        frames are read by the host-activity model (``host_activity.py``) as layers of their own.
+        frames are read by the host-activity model (``analyses/host_activity.py``) as layers of their own.
         """
         rg = self.ranges
         derived = np.isin(rg["domain"].to_numpy(), DERIVED_DOMAINS)
