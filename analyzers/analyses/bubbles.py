@@ -12,9 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from srtscope.analyzers.analyses.attribution import BUBBLE_CAUSES
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.model import intervals as iv
-from srtscope.analyzers.model.results import HistogramBin
+from srtscope.analyzers.model.results import BUBBLE_CLASSES, BubbleResult, HistogramBin
 
 #: Histogram bin edges, µs (the last bin is open-ended).
 HIST_EDGES_US: tuple[int, ...] = (0, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 50_000)
@@ -123,3 +124,64 @@ def histogram(dur_ns: np.ndarray) -> tuple[HistogramBin, ...]:
     totals = np.bincount(idx, weights=d, minlength=len(edges)) if len(d) else np.zeros(len(edges))
     return tuple(HistogramBin(int(edges[i]), int(edges[i + 1]) if i + 1 < len(edges) else None,
                               int(counts[i]), int(totals[i])) for i in range(len(edges)))
+def bubble_pieces(bubbles: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Bubbles cut at their rank's step boundaries; ``step_row`` = row of ``steps`` holding the piece."""
+    parts = []
+    for rank, bidx in (bubbles.groupby("rank").indices.items() if len(bubbles) else []):
+        b = bubbles.iloc[bidx]
+        st = steps[steps["rank"] == rank]
+        cuts = np.r_[st["start_ns"].to_numpy(), st["end_ns"].to_numpy()]
+        ps, pe, src = iv.split_at(b["start_ns"].to_numpy(), b["end_ns"].to_numpy(), cuts)
+        row = np.full(len(ps), -1, np.int64)
+        if len(st):
+            order = np.argsort(st["start_ns"].to_numpy(), kind="stable")
+            s_sorted = st["start_ns"].to_numpy()[order]
+            pos = np.searchsorted(s_sorted, ps, side="right") - 1
+            ok = pos >= 0
+            cand = order[np.maximum(pos, 0)]
+            ok &= ps < st["end_ns"].to_numpy()[cand]
+            row = np.where(ok, st.index.to_numpy()[cand], -1)
+        parts.append(pd.DataFrame({"bubble": bidx[src], "rank": rank, "device": b["device"].to_numpy()[src],
+                                   "pid": b["pid"].to_numpy()[src], "tid": b["tid"].to_numpy()[src],
+                                   "start_ns": ps, "end_ns": pe, "step_row": row,
+                                   "queued_ns": b["queued_ns"].to_numpy()[src]}))
+    if not parts:
+        return pd.DataFrame({c: pd.Series([], dtype=np.int64) for c in
+                             ("bubble", "rank", "device", "pid", "tid", "start_ns", "end_ns", "step_row",
+                              "queued_ns")})
+    return pd.concat(parts, ignore_index=True)
+
+
+def bubble_result(bubbles: pd.DataFrame, pieces: pd.DataFrame, stages: pd.DataFrame, by_device: pd.DataFrame,
+                  by_stream: pd.DataFrame, user_ranges: dict[str, int], threshold_ns: int,
+                  has_ranges: bool) -> BubbleResult:
+    """The bubble figures: ``bubbles`` (rank, device, pid, tid, start_ns, end_ns, dur_ns; row = the
+    pieces' ``bubble``) with their attributed ``pieces`` and per-piece ``stages`` (``attribute``'s)
+    summed per bubble; ``has_ranges``: the trace has host ranges (NVTX coverage is then known)."""
+    ccols = [f"{c}_ns" for c in BUBBLE_CLASSES] + ["covered_ns"]
+    kcols = [f"cause.{c}_ns" for c in BUBBLE_CAUSES]
+    per_bubble = pieces.groupby("bubble")[ccols].sum() if len(pieces) else pd.DataFrame(columns=ccols)
+    table = bubbles.join(per_bubble)
+    for c in ccols:
+        table[c] = table[c].fillna(0).astype(np.int64)
+    if stages.shape[1]:
+        sb = stages.groupby(pieces["bubble"]).sum()
+        top = sb.idxmax(axis=1).where(sb.max(axis=1) > 0, "")
+        table["top_stage"] = top.reindex(table.index).fillna("")
+    else:
+        table["top_stage"] = ""
+    total = int(table["dur_ns"].sum())
+    by_stage = stages.sum(axis=0).sort_values(ascending=False) if stages.shape[1] else pd.Series(dtype=np.int64)
+    by_cause = {c: int(pieces[k].sum()) for c, k in zip(BUBBLE_CAUSES, kcols)} if len(pieces) else {}
+    return BubbleResult(
+        count=len(table), total_ns=total, window_ns=int(by_device["window_ns"].sum()),
+        busy_ns=int(by_device["busy_ns"].sum()),
+        by_class={c: int(table[f"{c}_ns"].sum()) for c in BUBBLE_CLASSES},
+        by_stage={str(k): int(v) for k, v in by_stage.items() if v > 0},
+        by_user_range=user_ranges,
+        histogram=histogram(table["dur_ns"].to_numpy()), threshold_ns=threshold_ns,
+        nvtx_coverage=(float(table["covered_ns"].sum()) / total) if total and has_ranges else None,
+        table=table, by_device=by_device, by_stream=by_stream,
+        by_cause={c: v for c, v in by_cause.items() if v > 0},
+        sub_threshold_ns=int(by_device["small_gap_ns"].sum()) if len(by_device) else 0,
+        sub_threshold_count=int(by_device["small_gap_count"].sum()) if len(by_device) else 0)

@@ -13,6 +13,7 @@ Warnings (``WarningCode``), so scripts can rely on the codes:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,7 @@ import pandas as pd
 from srtscope.analyzers.analyses.host_activity import HostActivity
 from srtscope.analyzers.model import intervals as iv
 from srtscope.analyzers.model.columns import isin
-from srtscope.analyzers.model.results import BubbleResult, Coverage, DeviceResult, StepsResult
+from srtscope.analyzers.model.results import BubbleResult, CaptureInfo, Coverage, DeviceResult, StepsResult
 from srtscope.analyzers.model.timeline import CaptureWarning, DeviceKind, TimelineMeta, WarningCode
 from srtscope.analyzers.model.units import fmt_ns
 from srtscope.analyzers.model.vocab import Cause, StepSource
@@ -140,3 +141,15 @@ def stand_in_part(dev: pd.DataFrame, lo: int, hi: int) -> bool:
         return False
     st = dev["start_ns"].to_numpy()
     return bool(((st >= lo) & (st < hi) & isin(dev["kind"], [DeviceKind.CPU_FORWARD])).any())
+def capture_info(m: TimelineMeta, keys: list[tuple[int, int]], span: tuple[int, int], coverage: Any) -> CaptureInfo:
+    """What was captured: ``m`` (with the diagnosis's warnings), the (rank, device) ``keys`` with
+    activity, sorted, and the span of all rows (the window where the metadata names none)."""
+    names = {d.id: d.name for d in m.devices}
+    devices = tuple({"id": d, "name": names.get(d, ""), "rank": r} for r, d in keys)
+    lo, hi = span
+    return CaptureInfo(format=m.format.value if hasattr(m.format, "value") else str(m.format),
+                       tool_version=m.tool_version, sources=tuple(m.sources), devices=devices,
+                       ranks=tuple(m.ranks), window_ns=int((m.window_end_ns - m.window_start_ns) or (hi - lo)),
+                       traced=tuple(sorted(t.value for t in m.traced)),
+                       warnings=tuple({"code": w.code.value, "message": w.message} for w in m.warnings),
+                       world_size=int(m.world_size), coverage=coverage)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers.model.results import EagerResult
-from srtscope.analyzers.model.vocab import StepExec
+from srtscope.analyzers.model.vocab import Cause, StepExec
 from srtscope.probes.stages import EXTEND_LIKE_MODES, EagerReason
 
 _GRAPH, _EAGER = StepExec.GRAPH.value, StepExec.EAGER.value
@@ -85,3 +85,20 @@ def eager_fallback(steps: pd.DataFrame) -> EagerResult:
         graph_mean_launches=float(launches[graph].mean()) if graph.any() else None,
         extra_ns=extra, example_steps=tuple(int(x) for x in steps["step"].to_numpy()[fallback][:5]),
         batch_sizes=tuple(int(b) for b in np.unique(steps["bs"].to_numpy()[fallback]) if b >= 0))
+def with_causes(pieces: pd.DataFrame, classes: pd.DataFrame, steps: pd.DataFrame,
+                fb_rows: np.ndarray | None = None) -> pd.DataFrame:
+    """Attributed bubble pieces: ``pieces`` (their ``queued_ns`` dropped) beside ``attribute``'s
+    ``classes``, with the launch-bound time of eager-fallback steps moved to the fallback (in place).
+    ``fb_rows``: ``steps``' eager-fallback rows when known already (``fallback_rows``)."""
+    if fb_rows is None:
+        fb_rows = fallback_rows(steps)
+    in_fb = np.isin(pieces["step_row"].to_numpy(), fb_rows) if len(fb_rows) else np.zeros(len(pieces), bool)
+    lb, ef = f"cause.{Cause.LAUNCH_BOUND.value}_ns", f"cause.{Cause.EAGER_FALLBACK.value}_ns"
+    classes.loc[in_fb, ef] += classes.loc[in_fb, lb]
+    classes.loc[in_fb, lb] = 0
+    return pd.concat([pieces.drop(columns=["queued_ns"]), classes], axis=1)
+
+
+def fallback_rows(steps: pd.DataFrame) -> np.ndarray:
+    """The index labels of ``steps`` that are an eager fallback (``eager.fallback_mask``)."""
+    return steps.index.to_numpy()[fallback_mask(steps)]

@@ -47,7 +47,7 @@ class StepIndex:
     def holding(self, rank: int, lo: int, hi: int) -> np.ndarray:
         """Steps of ``rank`` that cut or hold time in ``[lo, hi)``, ascending: from the first whose
         running end passes ``lo`` to the last starting before ``hi``. NOTE: the steps before are
-        whole before ``lo``, so a time in it that falls to none of these (``diagnose._pieces``
+        whole before ``lo``, so a time in it that falls to none of these (``bubbles.bubble_pieces``
         asks the last step starting at or before it) falls to none of all."""
         got = self._of.get(int(rank))
         if got is None:

@@ -5,7 +5,7 @@ analyses (numpy, pandas).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -58,3 +58,8 @@ class DiagnoseParams:
         from srtscope.analyzers.analyses.steps import StepRule
 
         return StepRule(int(round(self.step_gap_us * 1000)))
+def params_json(params: DiagnoseParams) -> dict:
+    """The parameters as the JSON contract gives them."""
+    p = asdict(params)
+    p["step_range"] = list(params.step_range) if params.step_range else None
+    return p

@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers.analyses.attribution import comm_ranks_of
-from srtscope.analyzers.analyses.bubbles import by_device, by_stream
+from srtscope.analyzers.analyses.bubbles import bubble_result, by_device, by_stream
 from srtscope.analyzers.analyses.budget import BUDGET_COLUMNS, budget_result
-from srtscope.analyzers.analyses.capture import capture_adequacy, facts_of
-from srtscope.analyzers.analyses.comm import comm_result, straggler_queries
+from srtscope.analyzers.analyses.capture import capture_adequacy, capture_info, facts_of
+from srtscope.analyzers.analyses.comm import _instances, comm_result, straggler_queries
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.analyses.device_split import device_of
 from srtscope.analyzers.analyses.eager import eager_fallback, eager_reasons, fallback_mask
@@ -37,10 +37,9 @@ from srtscope.analyzers.analyses.range_totals import top_ranges
 from srtscope.analyzers.analyses.steps import find_steps
 from srtscope.analyzers.analyses.verdict import decide
 from srtscope.analyzers.analyses.whatif import what_if
-from srtscope.analyzers.diagnose import bubble_result, capture_info, params_json
 from srtscope.analyzers.model import intervals as iv
 from srtscope.analyzers.model.columns import distinct_keys
-from srtscope.analyzers.model.params import DiagnoseParams
+from srtscope.analyzers.model.params import DiagnoseParams, params_json
 from srtscope.analyzers.model.results import CommResult, Diagnosis, StepsResult
 from srtscope.analyzers.model.timeline import Timeline, WarningCode
 from srtscope.analyzers.model.vocab import Cause
@@ -133,7 +132,6 @@ def whole_helpers(tl: Timeline, model: HostActivity, threads: set | None = None)
 
 
 def _comm_source(tl: Timeline, sets: DeviceSets) -> tuple[str, pd.DataFrame]:
-    from srtscope.analyzers.analyses.comm import _instances  # noqa: PLC0415
     return _instances(tl, sets.comm)
 
 

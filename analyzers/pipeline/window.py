@@ -26,12 +26,13 @@ import numpy as np
 import pandas as pd
 
 from srtscope.analyzers.analyses.attribution import attribute, launch_calls
-from srtscope.analyzers.analyses.bubbles import gaps_part, streams_part
+from srtscope.analyzers.analyses.bubbles import bubble_pieces, gaps_part, streams_part
 from srtscope.analyzers.analyses.budget import step_budget
 from srtscope.analyzers.analyses.capture import cold_part, stand_in_part
 from srtscope.analyzers.analyses.comm import busy_in_window, comm_part
 from srtscope.analyzers.analyses.device_sets import DeviceSets
 from srtscope.analyzers.analyses.device_split import split_part
+from srtscope.analyzers.analyses.eager import fallback_rows, with_causes
 from srtscope.analyzers.analyses.host_activity import HostActivity
 from srtscope.analyzers.analyses.kernels import kernels_part
 from srtscope.analyzers.analyses.losses import StepLosses, step_losses
@@ -39,6 +40,7 @@ from srtscope.analyzers.analyses.overview import bins_part
 from srtscope.analyzers.analyses.step_index import StepIndex
 from srtscope.analyzers.model.columns import rows_where
 from srtscope.analyzers.model.params import DiagnoseParams
+from srtscope.analyzers.model.results import CommResult
 from srtscope.analyzers.model.timeline import Timeline
 
 Key = tuple[int, int]
@@ -142,9 +144,8 @@ class Context:
 
     @cached_property
     def fallback_rows(self) -> np.ndarray:
-        """The eager-fallback rows of ``steps`` (``diagnose.fallback_rows``): once, not per window
+        """The eager-fallback rows of ``steps`` (``eager.fallback_rows``): once, not per window
         (the step table is the whole trace's: 430 k steps at 10 GB)."""
-        from srtscope.analyzers.diagnose import fallback_rows  # noqa: PLC0415 (it builds on this module)
         return fallback_rows(self.steps)
 
 
@@ -252,11 +253,10 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
                                                      tlw.counters, tlw.meta)
     pid, tid, ends = launch_calls(joined, nxt, ctx.default)
     bub["pid"], bub["tid"], bub["queued_ns"] = pid, tid, ends
-    from srtscope.analyzers.diagnose import _pieces, with_causes  # noqa: PLC0415 (one home for each)
     # NOTE: the steps that cut or hold the bubbles' time, not the trace's every step (labels kept)
     held = [index.holding(int(cast(int, r)), int(g["start_ns"].min()), int(g["end_ns"].max()))
             for r, g in bub.groupby("rank")] if len(bub) else []
-    pieces = _pieces(bub, steps.iloc[np.sort(np.concatenate(held))] if held else steps.iloc[:0])
+    pieces = bubble_pieces(bub, steps.iloc[np.sort(np.concatenate(held))] if held else steps.iloc[:0])
     pieces = pieces[w.owns(pieces["start_ns"].to_numpy())].reset_index(drop=True)
     pieces["bubble_start_ns"] = bub["start_ns"].to_numpy()[pieces["bubble"].to_numpy()] if len(pieces) \
         else np.zeros(0, np.int64)
@@ -287,7 +287,6 @@ def window_part(tlw: Timeline, w: Window, ctx: Context, params: DiagnoseParams) 
 
 
 def _no_comm():
-    from srtscope.analyzers.model.results import CommResult  # noqa: PLC0415
     return CommResult(0, 0, 0, 0, 0, 0, None, None, None, None, None, "none", pd.DataFrame())
 
 
@@ -307,4 +306,3 @@ def crop_rows(tl: Timeline, lo: int, hi: int) -> Timeline:
     """The device, API and range rows of ``tl`` overlapping ``[lo, hi)``, whole; all counters."""
     return Timeline(overlapping(tl.device, lo, hi), overlapping(tl.api, lo, hi), overlapping(tl.ranges, lo, hi),
                     tl.counters, tl.meta)
-

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from srtscope.analyzers.analyses.bubbles import bubble_pieces as _pieces
 from srtscope.analyzers.analyses.step_index import StepIndex
-from srtscope.analyzers.diagnose import _pieces
 
 
 def _steps(rng: np.random.Generator, n: int, overlap: bool) -> pd.DataFrame:
