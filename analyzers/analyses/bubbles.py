@@ -40,9 +40,8 @@ def gaps_part(sets: DeviceSets, lo: int, hi: int, threshold_ns: int
     rows, busy, gaps = [], {}, {}
     for key in sets.keys:
         u = sets.union(key)
-        busy[key] = int(iv.overlap(u, [lo], [hi])[0]) if len(u[0]) else 0
-        gs_all, _ = iv.gaps(u, 0)
-        gaps[key] = int(((gs_all >= lo) & (gs_all < hi)).sum())
+        busy[key] = iv.measure_in(u, lo, hi)
+        gaps[key] = iv.count_gaps_from(u, lo, hi)
         gs, ge = iv.gaps(u, threshold_ns)
         near = (ge > lo) & (gs < hi)
         gs, ge = gs[near], ge[near]

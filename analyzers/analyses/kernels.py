@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers.model.columns import isin, str_codes, sum_by
+from srtscope.analyzers.model.columns import isin, time_by_name
 from srtscope.analyzers.model.timeline import DeviceKind
 
 TOP_KERNEL_COLUMNS = ("name", "count", "total_ns", "mean_ns", "share")
@@ -22,16 +22,14 @@ def kernels_part(dev: pd.DataFrame, lo: int, hi: int, comm: np.ndarray) -> tuple
     if len(dev) == 0:
         return {}, {}
     st = dev["start_ns"].to_numpy()
-    own = (st >= lo) & (st < hi)
-    codes, names = str_codes(dev["name"])
-    dur = dev["end_ns"].to_numpy() - st
-    m = own & isin(dev["kind"], [DeviceKind.KERNEL, DeviceKind.CPU_FORWARD, DeviceKind.GRAPH]) & ~comm
-    cnt = np.bincount(codes[m], minlength=len(names))
-    tot = sum_by(codes[m], dur[m], len(names))
-    top = {str(names[i]): [int(cnt[i]), int(tot[i])] for i in np.flatnonzero(cnt)}
-    km = own & isin(dev["kind"], [DeviceKind.KERNEL])
-    kc = np.bincount(codes[km], minlength=len(names))
-    return top, {str(names[i]): int(kc[i]) for i in np.flatnonzero(kc)}
+    top = isin(dev["kind"], [DeviceKind.KERNEL, DeviceKind.CPU_FORWARD, DeviceKind.GRAPH]) & ~comm
+    km = isin(dev["kind"], [DeviceKind.KERNEL])
+    if not (st.min() >= lo and st.max() < hi):      # rows of other windows: the owned ones only
+        own = (st >= lo) & (st < hi)
+        top = top & own
+        km = km & own
+    kernels = {k: v[0] for k, v in time_by_name(dev["name"], km).items()}
+    return time_by_name(dev["name"], top, st, dev["end_ns"].to_numpy()), kernels
 
 
 def top_kernels(parts: list[Candidates], n: int) -> pd.DataFrame:

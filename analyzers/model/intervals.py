@@ -126,6 +126,30 @@ def covered_upto(iv: IntervalSet, t) -> np.ndarray:
     return cum[np.maximum(i - 1, 0)] * (i > 0) + partial
 
 
+#: intervals a chunk of ``measure_in``: its temporaries stay a few MiB whatever the set's size
+_CHUNK = 1 << 20
+
+
+def measure_in(iv: IntervalSet, lo: int, hi: int) -> int:
+    """Measure of ``iv ∩ [lo, hi)``, ns (``iv`` in normal form), a chunk at a time: no array of the
+    set's size is made (``overlap`` of one query makes three)."""
+    s, e = iv
+    i0 = int(np.searchsorted(e, lo, side="right"))                 # the first interval ending past lo
+    i1 = int(np.searchsorted(s, hi, side="left"))                  # ... and those starting before hi
+    total = 0
+    for a in range(i0, i1, _CHUNK):
+        b = min(a + _CHUNK, i1)
+        total += int(np.minimum(e[a:b], hi).sum() - np.maximum(s[a:b], lo).sum())
+    return total
+
+
+def count_gaps_from(iv: IntervalSet, lo: int, hi: int) -> int:
+    """How many holes between consecutive intervals of a normal-form set start in ``[lo, hi)``
+    (``gaps(iv, 0)``'s, counted by search: each starts where an interval but the last ends)."""
+    e = iv[1][:-1]
+    return int(np.searchsorted(e, hi, side="left") - np.searchsorted(e, lo, side="left"))
+
+
 def overlap(iv: IntervalSet, q_starts, q_ends) -> np.ndarray:
     """Per query interval, the length of its overlap with the normal-form set ``iv``, ns."""
     qs, qe = _as_i64(q_starts), _as_i64(q_ends)
