@@ -28,8 +28,8 @@ def kernels_part(dev: pd.DataFrame, lo: int, hi: int, comm: np.ndarray) -> tuple
         own = (st >= lo) & (st < hi)
         top = top & own
         km = km & own
-    kernels = {k: v[0] for k, v in time_by_name(dev["name"], km).items()}
-    return time_by_name(dev["name"], top, st, dev["end_ns"].to_numpy()), kernels
+    cand, kernels = time_by_name(dev["name"], [top, km], st, dev["end_ns"].to_numpy())
+    return cand, {k: v[0] for k, v in kernels.items()}
 
 
 def top_kernels(parts: list[Candidates], n: int) -> pd.DataFrame:

@@ -39,34 +39,40 @@ def str_codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 CHUNK_ROWS = 1 << 20
 
 
-def time_by_name(col: pd.Series, mask: np.ndarray, start: np.ndarray | None = None,
-                 end: np.ndarray | None = None) -> dict[str, list[int]]:
-    """Per distinct string of the rows of ``col`` where ``mask`` (as ``str_codes`` names them): [rows,
-    exact summed ``end - start``, ns (0 without them)]. Names with no row are left out.
-    NOTE: a chunk of rows at a time, a categorical counted on its own small codes: no int64 copy of a
-    whole column (a 3 GB export's 25 M kernels: 200 MB each)."""
-    out: dict[str, list[int]] = {}
+def time_by_name(col: pd.Series, masks: list[np.ndarray], start: np.ndarray | None = None,
+                 end: np.ndarray | None = None) -> list[dict[str, list[int]]]:
+    """Per mask, per distinct string of the rows of ``col`` where it holds (as ``str_codes`` names
+    them): [rows, exact summed ``end - start``, ns: the first mask's only, 0 for the others and
+    without them]. Names with no row are left out.
+    NOTE: a chunk of rows at a time, each row's name coded once for all the masks, a categorical on
+    its own small codes: no int64 copy of a whole column (a 3 GB export's 25 M kernels: 200 MB each)."""
+    outs: list[dict[str, list[int]]] = [{} for _ in masks]
+    sel = np.logical_or.reduce(masks) if len(masks) > 1 else masks[0]
     cat = isinstance(col.dtype, pd.CategoricalDtype)
     raw_all = np.asarray(col.cat.codes) if cat else None
-    labels_all = [str(c) for c in col.cat.categories] + ["nan"] if cat else None
+    labels_all = [str(c) for c in col.cat.categories] + ["nan"] if cat else []
     for i in range(0, len(col), CHUNK_ROWS):
-        m = mask[i:i + CHUNK_ROWS]
-        if not m.any():
+        j = i + CHUNK_ROWS
+        s = sel[i:j]
+        if not s.any():
             continue
-        if raw_all is not None and labels_all is not None:
-            raw = raw_all[i:i + CHUNK_ROWS][m]                          # int8/16/32, -1 for NaN
+        if raw_all is not None:
+            raw = raw_all[i:j][s]                                       # int8/16/32, -1 for NaN
             keys, labels = np.where(raw < 0, len(labels_all) - 1, raw), labels_all
         else:
-            keys, names = str_codes(col.iloc[i:i + CHUNK_ROWS][m])
+            keys, names = str_codes(col.iloc[i:j][s])
             labels = [str(x) for x in names]
-        cnt = np.bincount(keys, minlength=len(labels))
-        tot = (sum_by(keys, end[i:i + CHUNK_ROWS][m] - start[i:i + CHUNK_ROWS][m], len(labels))
-               if start is not None and end is not None else np.zeros(len(labels), np.int64))
-        for j in np.flatnonzero(cnt):
-            acc = out.setdefault(labels[j], [0, 0])                   # two categories, one string: added
-            acc[0] += int(cnt[j])
-            acc[1] += int(tot[j])
-    return out
+        dur = end[i:j][s] - start[i:j][s] if start is not None and end is not None else None   # all masks' rows
+        for n, (out, mask) in enumerate(zip(outs, masks)):
+            m = mask[i:j][s]
+            k = keys[m]
+            cnt = np.bincount(k, minlength=len(labels))
+            tot = sum_by(k, dur[m], len(labels)) if dur is not None and n == 0 else np.zeros(len(labels), np.int64)
+            for x in np.flatnonzero(cnt):
+                acc = out.setdefault(labels[x], [0, 0])               # two categories, one string: added
+                acc[0] += int(cnt[x])
+                acc[1] += int(tot[x])
+    return outs
 
 
 def str_map(col: pd.Series, fn, dtype) -> np.ndarray:
