@@ -100,7 +100,7 @@ def trace_context(tl: Timeline, source: str, steps: pd.DataFrame, sets: DeviceSe
     api = tl.api
     keys = sets.keys
     facts_tl = Timeline(tl.device.iloc[:0], tl.api.iloc[:0], tl.ranges, tl.counters, tl.meta)
-    comm = _comm_source(tl, sets)
+    comm = _instances(tl, sets.comm)
     threads = set(distinct_keys(*(api[c].to_numpy() for c in ("rank", "pid", "tid")))) \
         if len(api) and not whole else set()
     for k in sorted(threads):
@@ -120,19 +120,9 @@ def _range_threads(tl: Timeline) -> set:
     return set(distinct_keys(*(rg[c].to_numpy() for c in ("rank", "pid", "tid")))) if len(rg) else set()
 
 
-def whole_helpers(tl: Timeline, model: HostActivity, threads: set | None = None) -> dict:
-    """``stage_threads`` of every thread with API rows or ranges (or of ``threads``)."""
-    if threads is None:
-        threads = set()
-        for df in (tl.api, tl.ranges):
-            if len(df):
-                threads |= {tuple(int(x) for x in k) for k in
-                            np.unique(df[["rank", "pid", "tid"]].to_numpy(np.int64), axis=0)}
+def whole_helpers(tl: Timeline, model: HostActivity, threads: set) -> dict:
+    """``stage_threads`` of ``threads`` (rank, pid, tid): per thread, its process's stage thread."""
     return stage_threads(tl.host_ranges, model.stage_codes, sorted(threads))
-
-
-def _comm_source(tl: Timeline, sets: DeviceSets) -> tuple[str, pd.DataFrame]:
-    return _instances(tl, sets.comm)
 
 
 def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timeline, span: tuple[int, int],

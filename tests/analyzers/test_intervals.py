@@ -123,3 +123,16 @@ def test_clip_and_covered_upto():
     u = iv.union([0, 20], [10, 30])
     assert [x.tolist() for x in iv.clip(u, 5, 25)] == [[5, 20], [10, 25]]
     assert iv.covered_upto(u, [0, 5, 15, 25, 99]).tolist() == [0, 5, 10, 15, 20]
+
+
+@pytest.mark.parametrize("offset", [0, 1_700_000_000 * 10**9])    # session-relative and epoch ns
+def test_measure_in_and_gap_count_match_clip_and_gaps(offset):
+    """``measure_in`` / ``count_gaps_from`` (no array of the set's size) give what ``clip`` and
+    ``gaps`` do, also at epoch timestamps (3 M intervals: more than one chunk)."""
+    n = 3_000_000
+    s = offset + np.arange(n, dtype=np.int64) * 10
+    u = iv.union(s, s + 7)
+    for lo, hi in ((offset - 5, offset + 10 * n + 5), (offset + 13, offset + 25_000_003), (offset + 40, offset + 40)):
+        assert iv.measure_in(u, lo, hi) == iv.total(iv.clip(u, lo, hi))
+        gs, _ = iv.gaps(u, 0)
+        assert iv.count_gaps_from(u, lo, hi) == int(((gs >= lo) & (gs < hi)).sum())
