@@ -199,10 +199,19 @@ def _batches(con: Any, table: str, asked: list[str], where: str, lo: int | None,
     # and every row is counted, so a table whose rows do not fill its rowid span still shows
     rng = f" WHERE rowid BETWEEN {resume} AND {hi}" if ranged or resume != lo else ""
     sql = f"SELECT {', '.join(cond + asked)} FROM {table}{rng} ORDER BY rowid"
+    # NOTE: rowids are unique, so [resume, hi] holds at most that many rows: a damaged b-tree whose
+    # child points back at an ancestor makes SQLite's cursor read subtrees again, without end in
+    # memory; it stops here, at the rows the table can hold
+    most = None if resume is None or hi is None else max(0, hi - resume + 1)
+    rows = 0
     for batch in arrow_query(con, sql, table):
         if not batch.num_rows:
             continue
         seen = batch.num_rows
+        rows += seen
+        if most is not None and rows > most:
+            raise sqlite3.DatabaseError(f"{table} gave more rows than its rowids {resume}..{hi} can hold "
+                                        "(its b-tree visits pages twice)")
         if where:   # rows outside ``where`` may hold anything (e.g. an NVTX mark's NULL end)
             keep_col = _ints(batch, 0, table)
             if not keep_col.all():

@@ -12,7 +12,7 @@ NOTE: ``immutable=1`` ignores a ``-wal`` log or hot ``-journal`` beside the file
 refused (``sqlite_integrity.check_side_files``) rather than read stale or torn. Structure is
 verified with ``PRAGMA quick_check`` (``sqlite_integrity.check_integrity``): always on files up to
 ``QUICK_CHECK_ALWAYS_BYTES``, on larger ones per small table always and in full when what was read
-looks inconsistent.
+looks inconsistent: rows against rowids, pages no b-tree reaches (``btree_reach``).
 """
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ from srtscope.analyzers.model.timeline import (
     narrow_ids,
     validate_table,
 )
+from srtscope.analyzers.readers.btree_reach import unreached
 from srtscope.analyzers.readers.columnar import concat_sorted, rowid_bounds, sort_columns
 from srtscope.analyzers.readers.errors import TraceError
 from srtscope.analyzers.readers.nsys_device import DeviceTables
@@ -290,6 +291,8 @@ def _read(path: Path, r: _Reader, rank: int, checked: bool = False,
     if r.missing_strings:
         r.suspect.append(f"{r.missing_strings} row(s) name strings missing from StringIds")
     if not checked:
+        if lost := unreached(path, r.con):   # pages read as nothing: a silently partial table
+            r.suspect.append(lost)
         check_integrity(path, r.con, tables=tuple(t for t in _SMALL_TABLES if t == "sqlite_master" or r.has(t)))
         if r.suspect:
             check_integrity(path, r.con, why="; ".join(r.suspect))
