@@ -4,7 +4,8 @@
 Checked: ``version`` is 1; the contract's top-level keys are there with their types; the verdict
 names a known bottleneck, and a cause of it, with a confidence in 0..1; every value under a key ending in ``_ns`` is
 integer nanoseconds or null (lists and maps of them included); no number anywhere is NaN or
-infinite; every figure ``compare`` reads is a non-negative integer (or null). A violation is a
+infinite; no string (key or value) longer than ``MAX_TEXT_CHARS``; every figure ``compare`` reads
+is a non-negative integer (or null). A violation is a
 ``ContractError`` (ValueError) whose message is one line naming the JSON path.
 """
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import json
 import math
 from typing import Any
+
+from srtscope.analyzers.model.units import MAX_TEXT_CHARS
 
 CONTRACT_VERSION = 1
 MAX_SAVED_BYTES = 64 * 2**20    # larger .json files are read as traces, not saved diagnoses
@@ -74,7 +77,9 @@ def _walk(node: Any, under_ns: bool) -> None:
     value is only put together once one is found (a cached answer is checked on every look)."""
     if isinstance(node, dict):
         for k, v in node.items():
-            if isinstance(v, (dict, list, float)) or (under_ns or str(k).endswith("_ns")):
+            if len(k) > MAX_TEXT_CHARS:
+                raise _Bad(f"a key of {len(k)} characters, more than the {MAX_TEXT_CHARS} allowed")
+            if isinstance(v, (dict, list, float, str)) or (under_ns or str(k).endswith("_ns")):
                 try:
                     _walk(v, under_ns or str(k).endswith("_ns"))
                 except _Bad as bad:
@@ -91,6 +96,8 @@ def _walk(node: Any, under_ns: bool) -> None:
         raise _Bad(f"{getattr(node, 'literal', repr(node))} is not a number the contract allows")
     elif under_ns and node is not None and (isinstance(node, bool) or not isinstance(node, int)):
         raise _Bad(f"must be integer nanoseconds, got {node!r}"[:200])
+    elif isinstance(node, str) and len(node) > MAX_TEXT_CHARS:
+        raise _Bad(f"a string of {len(node)} characters, more than the {MAX_TEXT_CHARS} allowed")
 
 
 def check(doc: Any) -> dict[str, Any]:

@@ -3,7 +3,8 @@ cache (``cache/result_cache.py``): where it is, which folders are srtscope's, ho
 size cap and least-recently-used eviction, atomic publication and removal. The standard library
 (and ``xxhash`` where installed) only, so that an answer from the cache costs no numpy or pandas.
 
-Where: ``$SRTSCOPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/srtscope``, else ``~/.cache/srtscope``.
+Where: ``$SRTSCOPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/srtscope``, else ``~/.cache/srtscope``; in a
+folder shared with other users (theirs, or writable by them), this user's ``user-<uid>`` inside it.
 
 Ownership: a folder is an entry only if it holds srtscope's marker file ``srtscope-entry.json``
 (written inside it by srtscope: owner, store format, kind, and the entry's MAC); its name means
@@ -208,15 +209,45 @@ def _verifies(key: bytes, mark: dict, kind: str, name: str, meta: bytes) -> bool
     return same(mark.get("mac"), mac(key, kind.encode(), name.encode(), meta))
 
 
+def own_root(root: Path) -> Path:
+    """``root``, or this user's folder ``user-<uid>`` inside it when ``root`` is shared: another
+    user's, or writable by others (a sticky ``/tmp``-like folder). Each user then keeps and sees
+    only their own entries: another user's are never read, warned about or recomputed."""
+    try:
+        st = os.stat(root)
+    except OSError:
+        return root                     # made by the first write, mode 0700: this user's alone
+    if st.st_uid == os.getuid() and not st.st_mode & 0o022:
+        return root
+    return root / f"user-{os.getuid()}"
+
+
+def _check_own(folder: Path) -> None:
+    """CacheKeyError unless ``folder`` (when it exists) is a real folder of this user that no one
+    else may write: one put there under this user's name by someone else is never used."""
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise CacheKeyError(f"{folder} is not a folder of this user's that only they may write")
+
+
 class CacheStore:
-    """The entries under ``root``; ``cap`` in bytes."""
+    """The entries under ``root`` (``own_root``: this user's folder in a shared one); ``cap`` in
+    bytes."""
 
     def __init__(self, root: Path | None = None, cap: int | None = None) -> None:
-        self.root = root if root is not None else cache_dir()
+        given = root if root is not None else cache_dir()
+        self.root = own_root(given)
+        self.shared = self.root != given      # this user's folder inside a shared one
         self.cap = max_bytes() if cap is None else cap
 
     def key(self) -> bytes:
-        """This user's MAC key (``cache_auth.user_key``); CacheKeyError when unusable."""
+        """This user's MAC key (``cache_auth.user_key``); CacheKeyError when unusable, or when this
+        user's folder in a shared one is not theirs (``_check_own``)."""
+        if self.shared:
+            _check_own(self.root)
         return user_key(self.root)
 
     def scan(self) -> Scan:
@@ -325,6 +356,8 @@ class CacheStore:
         try:
             key = self.key()
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if self.shared:
+                _check_own(self.root)
             tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=self.root))
             _write_marker(tmp, {"kind": "writing", "host": socket.gethostname(), "pid": os.getpid()})
         except OSError as exc:
