@@ -18,6 +18,7 @@ from srtscope.analyzers.analyses.steps import find_steps
 from srtscope.analyzers.model.params import DiagnoseParams
 from srtscope.analyzers.model.results import Diagnosis
 from srtscope.analyzers.model.timeline import Timeline
+from srtscope.analyzers.model.vocab import StepSource
 from srtscope.analyzers.pipeline.reduce import one_window
 
 __all__ = ["DiagnoseParams", "diagnose", "compare", "crop", "DiagnosisDiff", "FigureDelta"]
@@ -54,15 +55,13 @@ def _select_steps(tl: Timeline, params: DiagnoseParams) -> tuple[Timeline, str, 
         raise DiagnoseInputError(f"step range {a}..{b} selects no step (the trace has {have})")
     tl = crop(tl, int(sel["start_ns"].min()), int(sel["end_ns"].max()))
     sets = DeviceSets(tl)
+    if not StepSource(source).own_numbers:
+        # NOTE: the whole trace's steps, bounds and numbers: found again in the cropped trace, steps
+        # of a derived rhythm (syncs, launch bursts) start elsewhere (the first of --steps 10:30 was
+        # lost) and steps without numbers of their own restart from 0
+        return tl, source, sel.reset_index(drop=True), sets
+    # numbered steps are found again in the crop, as a read of their window alone finds them
     source, steps = find_steps(tl, params.step_rule, sets)
-    # NOTE: steps without numbers of their own (vLLM's, SGLang's, the fallbacks) are numbered by
-    # their order, which restarts in the cropped trace: they are the selected steps by start time
-    number = dict(zip(zip(sel["rank"].tolist(), sel["start_ns"].tolist()), sel["step"].tolist()))
-    keys = list(zip(steps["rank"].tolist(), steps["start_ns"].tolist()))
-    if any(k in number for k in keys):
-        steps = steps[[k in number for k in keys]].copy()
-        steps["step"] = [number[k] for k in zip(steps["rank"].tolist(), steps["start_ns"].tolist())]
-        return tl, source, steps.reset_index(drop=True), sets
     return tl, source, steps[(steps["step"] >= a) & (steps["step"] <= b)].reset_index(drop=True), sets
 
 

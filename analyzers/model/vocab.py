@@ -86,6 +86,12 @@ class StepSource(str, Enum):
     BURSTS = "bursts"                    # launch bursts separated by idle gaps
     NONE = "none"
 
+    @property
+    def own_numbers(self) -> bool:
+        """Whether the trace numbers these steps itself (``loop.step`` N, ``ProfilerStep#N``): they
+        are found again, bounds and numbers, in any window that holds them whole."""
+        return self in (StepSource.LOOP_STEP, StepSource.PROFILER_STEP)
+
 
 class WhatIfBound(str, Enum):
     """What limited a what-if's saving (``WhatIf.bound``)."""

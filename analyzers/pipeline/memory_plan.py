@@ -40,7 +40,7 @@ from srtscope.analyzers.readers.window_plan import (
 #: share of the budget a planned window may fill (the rest: the sample's error)
 PLAN_SHARE = 0.9
 #: step sources whose numbers are the trace's own: a window of them keeps their numbers
-OWN_NUMBERS = (StepSource.LOOP_STEP.value, StepSource.PROFILER_STEP.value)
+OWN_NUMBERS = tuple(s.value for s in StepSource if s.own_numbers)
 
 
 class BudgetError(ValueError):

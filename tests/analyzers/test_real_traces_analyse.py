@@ -110,3 +110,24 @@ def test_copy_figures_carry_bytes_and_bandwidth():
 def test_vllm_step_comes_from_its_own_marker():
     d = diag("tracelens_vllm_mi300_piecewise_hipgraph_replay_ROCm.json.gz")
     assert d.steps.source == "vllm" and d.steps.count == 1
+
+
+@pytest.mark.parametrize("name, a, b", [
+    ("cupy_power_iteration_t4_nvtx_nsys2025.3.sqlite", 10, 29),     # steps from syncs
+    ("fastvideo_train_2xH100_nccl_after_nsys2026.2_300ms-window.sqlite", 3, 7),
+])
+def test_a_step_range_selects_exactly_its_steps(name, a, b):
+    """``--steps 10:30`` is steps 10..29 of the whole trace, with their bounds there (the audit: a
+    range of steps found from syncs came back as 11..29, its first step found again elsewhere)."""
+    path = next((p for p in FILES if p.name == name), None)
+    if path is None:
+        pytest.skip(f"{name} not in {REAL_TRACES}")
+    from srtscope.analyzers.model.params import DiagnoseParams
+
+    tl = load_timeline([path])
+    whole = {(s["rank"], s["step"]): s["start_ns"] for s in diagnose(tl).to_json()["steps"]["per_step"]}
+    got = diagnose(tl, DiagnoseParams(step_range=(a, b))).to_json()["steps"]["per_step"]
+    ranks = {r for r, _ in whole}
+    assert sorted((s["rank"], s["step"]) for s in got) == sorted((r, n) for r in ranks for n in range(a, b + 1)
+                                                                 if (r, n) in whole)
+    assert all(s["start_ns"] == whole[(s["rank"], s["step"])] for s in got)
