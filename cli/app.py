@@ -152,8 +152,10 @@ def main() -> None:
 
     An internal error prints one line naming the exception; ``SRTSCOPE_DEBUG=1`` shows the traceback.
     """
+    from srtscope.analyzers.pipeline.heap import keep_freed_pages
     from srtscope.probes.torch_capture import TORCH_PROFILE_ENV
 
+    keep_freed_pages()
     if os.environ.get(TORCH_PROFILE_ENV):
         signal.signal(signal.SIGTERM, _terminate)
     try:
