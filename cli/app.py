@@ -5,6 +5,7 @@ Exit codes: 0 success; 2 bad input (one line on stderr); 3 regression (compare);
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 import warnings
@@ -56,9 +57,30 @@ def one_line_cache_warnings() -> Iterator[None]:
         warnings.showwarning = shown
 
 
+def _stdout_closed() -> bool:
+    """Whether whoever reads our stdout has gone (a pipe whose reader closed it: ``| head``)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), 0)
+        return any(ev & select.POLLERR for _, ev in poll.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 class OneLineGroup(TyperGroup):
     """The app's group: a usage error (unknown option or command, missing argument, bad value) is
-    one line ``srtscope: error: ...`` on stderr with exit 2, not click's multi-line box."""
+    one line ``srtscope: error: ...`` on stderr with exit 2, not click's multi-line box. A reader
+    that stops early (``srtscope diagnose ... | head``) ends the command quietly with exit 0."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            if not _stdout_closed():
+                raise                       # another pipe or socket: an error like any other
+            # NOTE: what is still buffered for stdout goes nowhere, so the exit's flush cannot fail
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True,
@@ -81,6 +103,12 @@ class OneLineGroup(TyperGroup):
         except typer.Abort:
             print("srtscope: interrupted", file=sys.stderr)
             rv = 130
+        except SystemExit as exc:
+            # NOTE: click's own answer to a closed stdout outside a command (--help | head): exit 1
+            # with stdout wrapped to swallow the last flush; ours is exit 0, as in ``invoke``
+            if exc.code != 1 or type(sys.stdout).__name__ != "PacifyFlushWrapper":
+                raise
+            rv = 0
         code = rv if isinstance(rv, int) else 0
         if _terminated_by:
             code = 128 + _terminated_by[0]

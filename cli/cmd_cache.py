@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from srtscope.cli import escape
 from srtscope.cli.errors import fail
+from srtscope.cli.terminal import Console
 
 
 def _what(entry: Path, kind: str) -> tuple[str, str]:

@@ -95,7 +95,7 @@ def _server(url: str, load: int, concurrency: int, max_tokens: int, duration: fl
         say(f"the server wrote {t} (its front end: not diagnosed)")
     if not diagnose or not engine:
         return 0
-    from rich.console import Console
+    from srtscope.cli.terminal import Console
 
     from srtscope.cli.cmd_diagnose import run_diagnosis
     from srtscope.cli.render import render_diagnosis

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 
 from srtscope.cli import contract
 from srtscope.cli.cmd_diagnose import CLUSTER_HELP, report_output_errors
@@ -22,6 +21,7 @@ from srtscope.cli.loading import check_cluster_jobs, check_input_file
 from srtscope.cli.memory_budget import HELP as BUDGET_HELP
 from srtscope.cli.memory_budget import budget_option, parse_budget
 from srtscope.cli.output import OutputError, check_output_path, write_text
+from srtscope.cli.terminal import Console
 from srtscope.cli.values import MAX_REGRESSION_PCT, MAX_THRESHOLD_US, float_option
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 
 from srtscope.cli.contract import SavedDiagnosis
 from srtscope.cli.errors import Exit, fail, one_line
@@ -17,6 +16,7 @@ from srtscope.cli.loading import check_cluster_jobs, keep_freed_memory, progress
 from srtscope.cli.memory_budget import HELP as BUDGET_HELP
 from srtscope.cli.memory_budget import Budget, budget_option, parse_budget
 from srtscope.cli.output import OutputError, check_output_path, write_text
+from srtscope.cli.terminal import Console
 from srtscope.cli.values import MAX_THRESHOLD_US, float_option
 
 MAX_STEP = 2**62

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from srtscope.cli.errors import fail
 from srtscope.cli.output import OutputError, check_output_path, ensure_dir, out_dir_lock, settle_mode, write_json
+from srtscope.cli.terminal import Console
 from srtscope.probes.stages import Stage
 
 

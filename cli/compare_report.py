@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from rich import box
-from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -15,6 +14,7 @@ from srtscope.analyzers.model.units import clean_text, fmt_ns
 from srtscope.cli import escape
 from srtscope.cli.markdown import md_text as _md
 from srtscope.cli.names import short_names
+from srtscope.cli.terminal import Console
 
 NAME_ROWS = 8          # kernels / ranges shown per table
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from rich import box
-from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -16,6 +15,7 @@ from srtscope.cli import escape
 from srtscope.cli.phases_view import HEAD as PHASES_HEAD
 from srtscope.cli.phases_view import TITLE as PHASES_TITLE
 from srtscope.cli.phases_view import phase_rows
+from srtscope.cli.terminal import Console
 
 CLASS_STYLE = {"scheduler": "magenta", "prep": "yellow", "kernel": "cyan", "sync": "blue",
                "launch": "red", "unattributed": "grey50", "comm": "green", "host": "bright_red",
