@@ -158,10 +158,36 @@ def check_input(path: Path) -> os.stat_result:
     except OSError as exc:
         raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
     if stat.S_ISDIR(st.st_mode):
-        raise TraceError(path, "is a directory, expected a trace file")
+        raise TraceError(path, "is a directory, expected a trace file" + _folder_hint(path))
     if not os.access(path, os.R_OK):
         raise TraceError(path, "permission denied")
     return st
+
+
+#: what a trace file's name ends with, the glob suggested for a folder given as a trace
+TRACE_SUFFIXES = (".sqlite", ".json.gz", ".json", ".nsys-rep")
+
+
+def _folder_hint(folder: Path) -> str:
+    """"; did you mean FOLDER/*.json.gz (7 files)?" for the most common trace suffix in ``folder``
+    (its first 10,000 entries, not recursing); "" when none or it cannot be listed."""
+    import shlex
+
+    counts = dict.fromkeys(TRACE_SUFFIXES, 0)
+    try:
+        with os.scandir(folder) as it:
+            for i, e in enumerate(it):
+                if i >= 10_000:
+                    break
+                suffix = next((x for x in TRACE_SUFFIXES if e.name.endswith(x)), None)
+                if suffix is not None and e.is_file():
+                    counts[suffix] += 1
+    except OSError:
+        return ""
+    suffix, n = max(counts.items(), key=lambda kv: kv[1])
+    if not n:
+        return f" (it holds no {', '.join(TRACE_SUFFIXES)} file)"
+    return f"; did you mean {shlex.quote(str(folder).rstrip('/'))}/*{suffix} ({n} file{'s' if n > 1 else ''})?"
 
 
 def usable_cores() -> int:

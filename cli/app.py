@@ -166,10 +166,10 @@ def _register() -> None:
 
     for mod in (cmd_run, cmd_capture, cmd_diagnose, cmd_compare, cmd_cache):
         mod.register(app)
-    for info in app.registered_commands:     # the command list shows each one's first line whole
+    for info in app.registered_commands:     # the command list shows each one's summary whole
         doc = (info.callback.__doc__ or "").strip() if info.callback else ""
         if info.short_help is None and doc:
-            info.short_help = doc.splitlines()[0]
+            info.short_help = " ".join(doc.split("\n\n")[0].split())    # the first paragraph whole
 
 
 _register()

@@ -327,3 +327,21 @@ def test_rank_trace_path(name, ranked):
     from srtscope.probes.torch_capture import rank_trace_path
 
     assert rank_trace_path(Path("/x") / name, 1) == Path("/x") / ranked
+
+
+@pytest.mark.parametrize("files, hint", [
+    (["a.json.gz", "b.json.gz", "c.sqlite", "notes.txt"], "/*.json.gz (2 files)?"),
+    (["rank0.sqlite"], "/*.sqlite (1 file)?"),
+    (["notes.txt"], "(it holds no .sqlite, .json.gz, .json, .nsys-rep file)"),
+])
+def test_a_folder_given_as_a_trace_suggests_its_traces(tmp_path, files, hint):
+    """The audit: a folder argument got no "did you mean folder/*.json.gz"."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for f in files:
+        (folder / f).write_bytes(b"")
+    r = invoke("diagnose", folder)
+    lines = r.stderr.splitlines()
+    assert r.exit_code == 2 and len(lines) == 1
+    assert lines[0].startswith(f"srtscope: error: {folder}: is a directory, expected a trace file")
+    assert lines[0].endswith(hint), lines[0]

@@ -44,3 +44,15 @@ def test_command_list_shows_each_first_line_whole():
     text = " ".join(_help().split())
     assert "run Run the reference engine with probes on, write its traces, and diagnose them." in text
     assert "..." not in text.split("Commands:")[1]
+
+
+def test_command_list_shows_each_summary_as_whole_sentences():
+    """The audit: ``capture`` and ``compare`` were cut mid-sentence (their summaries wrap in the
+    docstring): each command's first paragraph is shown whole, ending with its full stop."""
+    listing = _help().split("Commands:")[1]
+    entries = re.split(r"\n  (?=\w)", "\n" + listing.rstrip())[1:]
+    assert [e.split()[0] for e in entries] == COMMANDS
+    for e in entries:
+        assert " ".join(e.split()).endswith("."), e
+    text = " ".join(listing.split())
+    assert "or profile a running server (--server)." in text and "kernels and ranges per step." in text
