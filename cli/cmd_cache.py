@@ -104,7 +104,9 @@ def register(app: typer.Typer) -> None:
         if rows:
             table = Table(show_edge=False)
             for col in ("last used", "kind", "size", "trace(s)"):
-                table.add_column(col, justify="right" if col == "size" else "left")
+                # NOTE: a long path folds onto more lines rather than losing its file name to "…"
+                table.add_column(col, justify="right" if col == "size" else "left",
+                                 overflow="fold" if col == "trace(s)" else "ellipsis")
             for used, kind, traces, size in rows:
                 table.add_row(time.strftime("%Y-%m-%d %H:%M", time.localtime(used)), kind, _size(size),
                               escape.terminal(traces, 400))

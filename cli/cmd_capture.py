@@ -95,10 +95,9 @@ def _server(url: str, load: int, concurrency: int, max_tokens: int, duration: fl
         say(f"the server wrote {t} (its front end: not diagnosed)")
     if not diagnose or not engine:
         return 0
-    from srtscope.cli.terminal import Console
-
     from srtscope.cli.cmd_diagnose import run_diagnosis
     from srtscope.cli.render import render_diagnosis
+    from srtscope.cli.terminal import Console
 
     console = Console()
     diag = run_diagnosis(engine, 5.0, None, console, False)

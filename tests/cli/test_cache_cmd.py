@@ -51,3 +51,17 @@ def test_a_damaged_entry_is_listed_as_such_and_cleared(tmp_path):
     listing = _cli("cache")
     assert " damaged " in listing and " tables " in listing
     assert "2 entries removed" in _cli("cache", "--clear")
+
+
+def test_a_long_trace_path_keeps_its_file_name_at_80_columns(tmp_path, monkeypatch):
+    """The audit: at 80 columns the path was cut with "…" before the file name; it folds instead."""
+    deep = tmp_path / "a_rather_long_folder_name" / "and_another_one_below_it"
+    deep.mkdir(parents=True)
+    trace = deep / "cupy_power_iteration_t4_nvtx_nsys2025.3.sqlite"
+    shutil.copyfile(SAMPLES / "healthy.sqlite", trace)
+    _cli("diagnose", "--json", str(trace))
+    monkeypatch.setenv("COLUMNS", "80")
+    listing = _cli("cache")
+    rows = [ln.rsplit("│", 1)[1].strip() for ln in listing.splitlines() if ln.count("│") >= 3]
+    assert all(len(ln) <= 80 for ln in listing.splitlines())
+    assert "…" not in listing and str(trace) in "".join(rows)
