@@ -118,8 +118,7 @@ def register(app: typer.Typer) -> None:
                 f"({'new' if f.pct is None else format(f.pct, '+.1f') + '%'}, worse)" for f in regressions]
         errors = []
         for option, path, make in (("--markdown", markdown, lambda: diff_markdown(doc, msgs)),
-                                   ("--html", html, lambda: diff_html(doc, f"srtscope compare: {before} -> {after}",
-                                                                      msgs))):
+                                   ("--html", html, lambda: diff_html(doc, (str(before), str(after)), msgs))):
             if path is not None:
                 try:
                     write_text(path, make())

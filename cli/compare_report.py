@@ -3,6 +3,7 @@ the one-line summary, the verdicts, the figures that moved by human name (larges
 first), and kernels and ranges per step (range instance numbers written ``N``)."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich import box
@@ -123,9 +124,15 @@ def diff_markdown(diff: dict[str, Any], regressions: list[str] | None = None) ->
     return "\n".join(out) + "\n"
 
 
-def diff_html(diff: dict[str, Any], title: str = "srtscope compare", regressions: list[str] | None = None) -> str:
-    """The compare report as one offline HTML page (tables; no script)."""
+def diff_html(diff: dict[str, Any], paths: tuple[str, str] | None = None,
+              regressions: list[str] | None = None) -> str:
+    """The compare report as one offline HTML page (tables; no script). ``paths``: (before, after)
+    as given: the title names their files, the full paths follow on a line that wraps anywhere."""
     e = escape.html
+    title, where = "srtscope compare", ""
+    if paths is not None:
+        title += f": {Path(paths[0]).name} → {Path(paths[1]).name}"
+        where = f'<p class="paths">before {e(paths[0])}<br>after {e(paths[1])}</p>'
 
     def table(head: list[str], rows: list[list[Any]], cls: list[str]) -> str:
         th = "".join(f"<th>{e(h)}</th>" for h in head)
@@ -150,11 +157,12 @@ def diff_html(diff: dict[str, Any], title: str = "srtscope compare", regressions
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>
 <style>body{{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;padding:0 20px}}
-h1{{font-size:22px}} h2{{font-size:17px;border-bottom:1px solid #ddd}} .sum{{font-size:16px;font-weight:600}}
+h1{{font-size:22px;overflow-wrap:anywhere}} h2{{font-size:17px;border-bottom:1px solid #ddd}}
+.sum{{font-size:16px;font-weight:600}} .paths{{font:12px ui-monospace,monospace;color:#555;overflow-wrap:anywhere}}
 table{{border-collapse:collapse}} td,th{{padding:3px 10px;border-bottom:1px solid #eee;text-align:left}}
 th{{white-space:nowrap;color:#555}} td.num{{text-align:right;white-space:nowrap}}
 td.name{{font:12px ui-monospace,monospace;overflow-wrap:anywhere;max-width:640px}}</style></head><body>
-<h1>{e(title)}</h1><p class="sum" id="summary">{e(diff.get("summary", ""))}</p><p>{e(_verdicts(diff))}</p>
+<h1>{e(title)}</h1>{where}<p class="sum" id="summary">{e(diff.get("summary", ""))}</p><p>{e(_verdicts(diff))}</p>
 {f"<ul>{warns}</ul>" if warns else ""}
 <h2>Figures that moved (largest change per step first)</h2>{"".join(parts)}
 </body></html>

@@ -27,6 +27,12 @@ def test_compare_writes_markdown_and_html_and_says_why(tmp_path):
     assert doc["summary"].replace("_", "").split(":")[0] in text.replace("_", "")
     check_html(page.read_text())
     assert 'id="summary">' in page.read_text()
+    # the title names the two files; their full paths follow on a line that wraps anywhere (the
+    # audit: two absolute paths in the heading overflowed the page)
+    html = page.read_text()
+    assert "<title>srtscope compare: healthy.sqlite → scheduler_bound.sqlite</title>" in html
+    assert f'<p class="paths">before {before}<br>after {after}</p>' in html
+    assert "h1{font-size:22px;overflow-wrap:anywhere}" in html
     # the terminal report: the summary first, figures by human name, largest change per step first
     r = CliRunner(env={"COLUMNS": "100"}).invoke(app, ["compare", str(before), str(after)])
     assert r.exit_code == 0, r.stderr
