@@ -9,6 +9,7 @@ alike after that are clipped keeping more of their end, and as a last resort num
 """
 from __future__ import annotations
 
+import os
 import re
 
 from srtscope.analyzers.model.units import clean_text, clip_text
@@ -98,21 +99,31 @@ def short_names(names: list[str], width: int) -> list[str]:
         for i in bumpable:
             level[i] += 1
     before = list(out)
+    tags = [""] * len(full)
     for i in _clashing(before, full):   # alike in the column: tag with the words that tell them apart
-        base = elide(full[i], 0)
         others = [f for s_, f in zip(before, full) if s_ == before[i] and f != full[i]]
-        mine = _words(full[i])
-        diff = [w for w in mine if any(w not in _words(f) for f in others)]
+        theirs = [w for f in others for w in _words(f)]
+        diff = [w for w in _words(full[i]) if any(w not in _words(f) for f in others)]
         diff = [w for w in diff if w not in _NOISE] or diff
         if diff:
-            tag = " [" + clip_text(" ".join(diff), max(width // 2, 6)) + "]"
-            out[i] = clip_text(base, width - len(tag)) + tag
+            tags[i] = " [" + clip_text(" ".join(_telling(w, theirs) for w in diff), max(width // 2, 6)) + "]"
+            out[i] = clip_text(elide(full[i], 0), width - len(tags[i])) + tags[i]
     seen: dict[str, int] = {}
-    for i in _clashing(out, full):      # last resort: number them
+    for i in _clashing(out, full):      # last resort: number them (a tag is kept whole, the name cut)
         seen[out[i]] = seen.get(out[i], 0) + 1
-        tag = f" #{seen[out[i]]}"
-        out[i] = clip_text(out[i], width - len(tag)) + tag
+        num = f" #{seen[out[i]]}"
+        head = out[i][:len(out[i]) - len(tags[i])]
+        out[i] = clip_text(head, width - len(tags[i]) - len(num)) + tags[i] + num
     return out
+
+
+def _telling(word: str, theirs: list[str]) -> str:
+    """``word`` from the separator (``_``, ``:``) before where it parts from the most alike of
+    ``theirs``, led by ``…``: ``…nn_align4`` of ``cutlass_80_…_16x4_nn_align4`` beside ``…_nt_align4``
+    (its start, alike in all of them, tells nothing)."""
+    alike = max((len(os.path.commonprefix([word, w])) for w in theirs), default=0)
+    cut = max(word.rfind("_", 0, alike), word.rfind(":", 0, alike)) + 1
+    return "…" + word[cut:] if cut > 0 else word
 
 
 def _words(name: str) -> list[str]:

@@ -71,6 +71,23 @@ def test_clipped_kernel_names_stay_distinct():
     assert len(set(clipped)) == 3 and all(len(c) <= 48 for c in clipped)
 
 
+@pytest.mark.parametrize("width", [20, 30, 40, 56])
+def test_tags_of_alike_names_show_what_differs_with_brackets_closed(width):
+    """The audit: ``cutlass::Kernel<… [cutlass_80_tensor… #1``: a tag that repeated the names' common
+    start (identical halves) and lost its ``]`` to the number. Four real cutlass names (HTA torchrec
+    trace) that differ only in the middle of their template argument."""
+    tiles = ("256x64_16x4_tn", "256x128_32x3_nt", "256x128_32x3_nn", "256x128_32x3_tn")
+    names = [f"void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_{t}_align1>"
+             f"(cutlass_80_tensorop_s1688gemm_{t}_align1::Params)" for t in tiles]
+    shown = short_names(names, width)
+    assert len(set(shown)) == 4 and all(len(c) <= width for c in shown)
+    tags = [c.split(" [", 1)[1] if " [" in c else "" for c in shown]
+    for c, tag in zip(shown, tags):
+        assert c.count("[") == c.count("]") <= 1 and "cutlass_80" not in tag, c
+    assert tags[1:] == ["…nt_align1]", "…nn_align1]", "…tn_align1]"]
+    assert tags[0] == "" or tags[0].startswith("…256x64_1")
+
+
 def test_strip_counts_every_step_and_explains_its_symbols():
     _, j = diag("launch_bound_eager.sqlite")
     total = j["steps"]["count"]

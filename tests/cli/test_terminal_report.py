@@ -55,7 +55,7 @@ def _check_fits(d: dict, lines_max: int = 60) -> str:
     vocab = set(_WORD.findall(json.dumps(d, ensure_ascii=False))) | set(_WORD.findall(wide))
     for ln in lines:
         for tok in ln.split():
-            if tok.rstrip(")]").endswith("…"):
+            if tok.rstrip(")]").endswith("…") or tok.lstrip("([").startswith("…"):
                 continue                                           # clipped on purpose, marked so
             for w in _WORD.findall(tok):
                 assert w in vocab, f"{w!r} (a split word?) in: {ln!r}"
