@@ -45,7 +45,8 @@ def register(app: typer.Typer) -> None:
         trace_dir: Path | None = typer.Option(None, "--trace-dir",
                                               help="--server: the folder the server writes traces "
                                                    "to (vLLM: its VLLM_TORCH_PROFILER_DIR)."),
-        timeout: float = typer.Option(60.0, "--timeout", help="--server: deadline of each HTTP call, s."),
+        timeout: float = typer.Option(60.0, "--timeout", help="--server: total deadline of each HTTP "
+                                                              "call (connect, headers, body), s."),
         wait: float = typer.Option(600.0, "--wait", help="--server: deadline of /stop_profile (the "
                                                          "server writes its trace before answering) "
                                                          "and of the trace files settling, s."),
@@ -74,6 +75,7 @@ def register(app: typer.Typer) -> None:
 
 def _server(url: str, load: int, concurrency: int, max_tokens: int, duration: float,
             trace_dir: Path | None, timeout: float, wait: float, diagnose: bool) -> int:
+    from srtscope.cli.http_call import shown
     from srtscope.cli.server_capture import ServerError, ServerPlan, capture_server, engine_traces
 
     try:
@@ -89,10 +91,10 @@ def _server(url: str, load: int, concurrency: int, max_tokens: int, duration: fl
     except ServerError as exc:
         fail(str(exc))
     engine, front = engine_traces(traces)
-    for t in engine:
-        say(f"the server wrote {t}")
+    for t in engine:                    # NOTE: the server names its files: escaped, cut
+        say(f"the server wrote {shown(t, 1000)}")
     for t in front:
-        say(f"the server wrote {t} (its front end: not diagnosed)")
+        say(f"the server wrote {shown(t, 1000)} (its front end: not diagnosed)")
     if not diagnose or not engine:
         return 0
     from srtscope.cli.cmd_diagnose import run_diagnosis

@@ -4,7 +4,10 @@ POST ``URL/start_profile``; then either a small built-in load sent to the OpenAI
 ``URL/v1/completions`` (``load`` requests, ``concurrency`` at a time) or a wait of ``duration_s``
 while the server serves its own traffic; POST ``URL/stop_profile`` (also after a failure or Ctrl-C,
 so the server never keeps profiling); then the trace files the server wrote at or after the start
-are looked for in the trace folder until their sizes settle. Every HTTP call has a deadline.
+are looked for in the trace folder until their sizes settle. Every HTTP call has one total deadline
+(connect, headers and body together: ``http_call.exchange``), redirects are not followed, and
+``user:password@`` in the URL is sent as basic auth and never printed; text from the server (a
+model name, an error body, a file name) is escaped and cut before it is printed.
 
 vLLM exposes the two endpoints only when started with its torch profiler on (``--profiler-config``
 with ``profiler: torch`` and ``torch_profiler_dir``; older versions: ``VLLM_TORCH_PROFILER_DIR``);
@@ -16,13 +19,12 @@ import json
 import os
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from srtscope.cli.http_call import Answer, CallError, Target, exchange, parse_target, redacted, shown
 
 #: Environment variables naming a server's trace folder (read here when --trace-dir is not given:
 #: a server started from the same shell shares them).
@@ -42,7 +44,8 @@ class ServerError(Exception):
 
 @dataclass(frozen=True)
 class ServerPlan:
-    """``url``: the server's base URL (http or https); ``timeout_s``: each HTTP call's deadline;
+    """``url``: the server's base URL (http or https, optionally ``user:password@``: basic auth);
+    ``timeout_s``: each HTTP call's total deadline (connect, headers and body, s);
     ``load``: requests of built-in load (0: none, then ``duration_s`` of the server's own traffic);
     ``max_tokens``: per load request; ``wait_s``: the deadline of ``/stop_profile`` (the server
     answers once it has written its trace: minutes for a large one) and then of the trace files
@@ -58,9 +61,7 @@ class ServerPlan:
     wait_s: float = 600.0
 
     def __post_init__(self) -> None:
-        parts = urllib.parse.urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"--server {self.url!r}: expected http://HOST:PORT")
+        parse_target(self.url)
         if not 0 <= self.load <= 100_000:
             raise ValueError(f"--load {self.load}: expected 0..100000 requests")
         if not 1 <= self.concurrency <= 256:
@@ -73,8 +74,13 @@ class ServerPlan:
                 raise ValueError(f"{name} {v}: expected more than 0 and at most {hi:g} s")
 
     @property
+    def target(self) -> Target:
+        return parse_target(self.url)
+
+    @property
     def base(self) -> str:
-        return self.url.rstrip("/")
+        """The URL as messages print it: no ``user:password@`` (sent as basic auth instead)."""
+        return self.target.shown
 
 
 @dataclass
@@ -86,62 +92,75 @@ class LoadResult:
     seconds: float = 0.0
 
 
-def _call(method: str, url: str, body: Any, timeout_s: float) -> tuple[int, str]:
-    """One HTTP call with a deadline; (status, text). Raises ServerError on no answer."""
+def _call(plan: ServerPlan, method: str, path: str, body: Any, timeout_s: float) -> Answer:
+    """One HTTP call within ``timeout_s`` in all; ServerError (one line, no credentials) on no answer."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"} if data else {})
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            return resp.status, resp.read(1 << 20).decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(1 << 16).decode("utf-8", "replace") if exc.fp else ""
-    except (TimeoutError, OSError, urllib.error.URLError) as exc:
-        reason = getattr(exc, "reason", exc)
-        if isinstance(reason, TimeoutError) or "timed out" in str(reason):
-            raise ServerError(f"{method} {url} got no answer within {timeout_s:g} s") from None
-        raise ServerError(f"{method} {url} failed: {reason}") from None
+        return exchange(plan.target, method, path, data, timeout_s)
+    except CallError as exc:
+        raise ServerError(f"{method} {plan.base}{path} {exc}") from None
+
+
+def refusal(method: str, url: str, answer: Answer) -> str:
+    """The line for an answer that is no success (not 2xx), naming a redirect's target: srtscope
+    never follows one (a POST sent on would be lost or sent twice)."""
+    line = f"{method} {url}: HTTP {answer.status}"
+    if 300 <= answer.status < 400:
+        where = redacted(answer.location) if answer.location else "nowhere (no Location)"
+        return (f"{line} {shown(answer.reason, 60)}, a redirect to {where}: srtscope does not "
+                f"follow redirects; give the server's own address as --server")
+    return f"{line} {shown(answer.text) or shown(answer.reason, 60)}".rstrip()
+
+
+def ok(answer: Answer) -> bool:
+    return 200 <= answer.status < 300
 
 
 def start_profile(plan: ServerPlan) -> None:
     body = {"output_dir": str(plan.trace_dir)} if plan.trace_dir is not None else None
-    status, text = _call("POST", f"{plan.base}/start_profile", body, plan.timeout_s)
-    if status == 404:
+    answer = _call(plan, "POST", "/start_profile", body, plan.timeout_s)
+    if answer.status == 404:
         raise ServerError(f"{plan.base} has no /start_profile (HTTP 404): a vLLM server has it only "
                           f"when started with its profiler on: --profiler-config "
                           f"'{{\"profiler\": \"torch\", \"torch_profiler_dir\": \"DIR\"}}' "
                           f"(older vLLM: VLLM_TORCH_PROFILER_DIR=DIR set); give the same DIR "
                           f"as --trace-dir. SGLang servers always have it")
-    if status >= 400:
-        raise ServerError(f"POST {plan.base}/start_profile: HTTP {status} {' '.join(text.split())[:200]}")
+    if not ok(answer):
+        raise ServerError(refusal("POST", f"{plan.base}/start_profile", answer))
 
 
 def stop_profile(plan: ServerPlan) -> None:
-    status, text = _call("POST", f"{plan.base}/stop_profile", None, plan.wait_s)
-    if status >= 400:
-        raise ServerError(f"POST {plan.base}/stop_profile: HTTP {status} {' '.join(text.split())[:200]}")
+    answer = _call(plan, "POST", "/stop_profile", None, plan.wait_s)
+    if not ok(answer):
+        raise ServerError(refusal("POST", f"{plan.base}/stop_profile", answer))
 
 
 def model_name(plan: ServerPlan) -> str:
-    """The first model the server lists at ``/v1/models``."""
-    status, text = _call("GET", f"{plan.base}/v1/models", None, plan.timeout_s)
+    """The first model the server lists at ``/v1/models`` (as the server spells it: escape it
+    before printing)."""
+    answer = _call(plan, "GET", "/v1/models", None, plan.timeout_s)
+    if not ok(answer):
+        raise ServerError(refusal("GET", f"{plan.base}/v1/models", answer) + ": not an "
+                          "OpenAI-compatible server? use --load 0 and send your own requests")
     try:
-        models = json.loads(text)["data"] if status == 200 else []
-        return str(models[0]["id"])
+        return str(json.loads(answer.text)["data"][0]["id"])
     except (ValueError, KeyError, IndexError, TypeError):
-        raise ServerError(f"GET {plan.base}/v1/models (HTTP {status}) names no model: "
+        raise ServerError(f"GET {plan.base}/v1/models (HTTP {answer.status}) names no model: "
                           f"not an OpenAI-compatible server; use --load 0 and send your own "
                           f"requests") from None
 
 
 def send_load(plan: ServerPlan, model: str) -> LoadResult:
-    """``plan.load`` completions, ``plan.concurrency`` at a time; each with the call deadline."""
+    """``plan.load`` completions, ``plan.concurrency`` at a time; each with the call deadline. The
+    first call that gets no answer (a timeout, a broken connection) ends the load: no new request
+    is sent, so a server that stopped answering costs one more deadline, not one per request."""
     result = LoadResult()
     lock = threading.Lock()
     next_i = iter(range(plan.load))
+    gone = threading.Event()
 
     def worker() -> None:
-        while True:
+        while not gone.is_set():
             with lock:
                 i = next(next_i, None)
                 if i is None:
@@ -150,11 +169,12 @@ def send_load(plan: ServerPlan, model: str) -> LoadResult:
             body = {"model": model, "prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": plan.max_tokens,
                     "temperature": 0.0, "ignore_eos": True}
             try:
-                status, text = _call("POST", f"{plan.base}/v1/completions", body, plan.timeout_s)
-                tokens = int(json.loads(text)["usage"]["completion_tokens"]) if status == 200 else -1
-                error = None if status == 200 else f"HTTP {status} {' '.join(text.split())[:160]}"
+                answer = _call(plan, "POST", "/v1/completions", body, plan.timeout_s)
+                error = None if ok(answer) else refusal("POST", f"{plan.base}/v1/completions", answer)
+                tokens = int(json.loads(answer.text)["usage"]["completion_tokens"]) if ok(answer) else -1
             except ServerError as exc:
                 tokens, error = -1, str(exc)
+                gone.set()
             except (ValueError, KeyError, TypeError):
                 tokens, error = 0, None      # answered, without usage figures
             with lock:
@@ -225,8 +245,9 @@ def capture_server(plan: ServerPlan, say: Callable[[str], None]) -> list[Path]:
     model = model_name(plan) if plan.load else None
     since = time.time() - 1.0            # NOTE: file systems with coarse timestamps
     start_profile(plan)
-    say(f"profiling {plan.base}" + (f" while sending {plan.load} requests to /v1/completions "
-                                    f"(model {model})" if model else f" for {plan.duration_s:g} s"))
+    doing = (f" while sending {plan.load} requests to /v1/completions (model {shown(model)})"
+             if model is not None else f" for {plan.duration_s:g} s")
+    say(f"profiling {plan.base}{doing}")
     try:
         if model is not None:
             load = send_load(plan, model)
@@ -238,7 +259,7 @@ def capture_server(plan: ServerPlan, say: Callable[[str], None]) -> list[Path]:
         stop_profile(plan)
     traces = wait_for_traces(folder, since, plan.wait_s)
     if not traces:
-        raise ServerError(f"the server wrote no trace into {folder} within {plan.wait_s:g} s of "
+        raise ServerError(f"the server wrote no trace into {shown(folder, 1000)} within {plan.wait_s:g} s of "
                           f"/stop_profile; give the folder its profiler writes to as --trace-dir "
                           f"(vLLM: its VLLM_TORCH_PROFILER_DIR)")
     return traces
