@@ -3,7 +3,9 @@
 The command's arguments are passed as a list (never through a shell) and its exit code is passed
 through (128+N when a signal N ended it). The command runs in its own process group: SIGINT, SIGTERM
 and SIGHUP sent to srtscope are forwarded to it, srtscope waits for it (an interrupted capture keeps
-what was written) and then exits 128+signal; the child is SIGTERMed if srtscope itself dies.
+what was written), ends what is left of the group (SIGTERM, a grace period, SIGKILL) and exits
+128+signal. If srtscope itself dies, even by SIGKILL, the group is ended the same way by its guard
+(``child_guard``); the child also gets SIGTERM from the kernel (Linux's parent-death signal).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from enum import Enum
 from pathlib import Path
 
 from srtscope.cli.capture_env import boot_dir, engine_switches, interpreter_of, preflight, split_python
+from srtscope.cli.child_guard import Guard, end_group
 from srtscope.cli.errors import Exit, fail
 from srtscope.cli.output import OutputError, check_output_path, ensure_dir, file_mode
 from srtscope.probes.capture_boot import process_trace_path
@@ -116,8 +119,10 @@ class ChildRun:
 
 
 def _die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that asks Linux to SIGTERM the child when srtscope dies (even by SIGKILL),
-    so a capture never leaves its child behind; None where prctl is unavailable."""
+    """A ``preexec_fn`` that asks Linux to SIGTERM the child when srtscope dies (even by SIGKILL);
+    None where prctl is unavailable. A child that ignores SIGTERM, and the rest of its group, are
+    ended by the group's guard. NOTE: the signal follows the death of the forking *thread*: ``_run``
+    forks and then waits in that same thread until the child has exited."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -147,7 +152,8 @@ def _signal_group(pgid: int, signum: int) -> None:
 def _run(argv: list[str], env: dict[str, str] | None = None) -> ChildRun:
     """Run a child in its own session and process group; SIGINT, SIGTERM and SIGHUP sent to srtscope
     are forwarded to that group (the third one SIGKILLs it) and srtscope waits for the child, so it
-    can flush its trace. After a forwarded signal the rest of the group is sent SIGTERM: no orphans."""
+    can flush its trace. After a forwarded signal, or an error, what is left of the group is ended
+    (``end_group``); a guard does the same if srtscope dies first: no orphans."""
     in_main = threading.current_thread() is threading.main_thread()
     try:
         proc = subprocess.Popen(argv, env=env, start_new_session=True,
@@ -159,6 +165,7 @@ def _run(argv: list[str], env: dict[str, str] | None = None) -> ChildRun:
     except OSError as exc:              # e.g. ENOEXEC: a file that is not a program
         fail(f"cannot run {argv[0]}: {exc.strerror or exc}")
     got: list[int] = []
+    guard = Guard(proc.pid)
 
     def forward(signum: int, frame: object) -> None:
         got.append(signum)
@@ -175,8 +182,9 @@ def _run(argv: list[str], env: dict[str, str] | None = None) -> ChildRun:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    if got:
-        _signal_group(proc.pid, signal.SIGTERM)      # what the child left in its group
+        if got or proc.returncode is None:       # interrupted, or an error: what is left of the group
+            end_group(proc.pid)
+        guard.release()
     code = 128 - status if status < 0 else status
     return ChildRun(code, got[0] if got else 0)
 
