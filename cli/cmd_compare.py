@@ -13,7 +13,8 @@ from typing import Any
 
 import typer
 
-from srtscope.cli import contract
+from srtscope.analyzers.analyses.diff import DEFAULT_MIN_CHANGE_NS
+from srtscope.cli import contract, escape
 from srtscope.cli.cmd_diagnose import CLUSTER_HELP, report_output_errors
 from srtscope.cli.contract import MAX_SAVED_BYTES, SavedDiagnosis
 from srtscope.cli.errors import Exit, fail
@@ -69,10 +70,16 @@ def register(app: typer.Typer) -> None:
                                                "diagnosis JSON."),
         after: str = typer.Argument(..., help="New trace(s) or saved diagnosis JSON."),
         fail_on_regression: float | None = typer.Option(
-            None, "--fail-on-regression", callback=float_option(0.0, MAX_REGRESSION_PCT, "%"),
-            help="Exit 3 when a figure got worse by more than PCT percent (0..1e6)."),
-        figure: list[str] = typer.Option([], "--figure",
-                                         help="Gate only these figures (repeatable); default all."),
+            None, "--fail-on-regression", metavar="PCT", callback=float_option(0.0, MAX_REGRESSION_PCT, "%"),
+            help="Exit 3 when a gated figure got worse by more than PCT percent (0..1e6) and by at "
+                 "least --min-change-us per step; an improvement never fails."),
+        figure: list[str] = typer.Option([], "--figure", metavar="NAME",
+                                         help="The figure to gate, by its printed name ('mean step') or "
+                                              "JSON key (repeatable); default: the mean step."),
+        min_change_us: float = typer.Option(DEFAULT_MIN_CHANGE_NS / 1000, "--min-change-us", metavar="US",
+                                            callback=float_option(0.0, MAX_THRESHOLD_US, "us"),
+                                            help="A time figure's change counts only past this many us per "
+                                                 "step as well (0..1e9)."),
         as_json: bool = typer.Option(False, "--json", help="Print the diff as JSON only."),
         threshold_us: float = typer.Option(5.0, "--threshold-us",
                                            callback=float_option(0.0, MAX_THRESHOLD_US, "us"),
@@ -102,20 +109,21 @@ def register(app: typer.Typer) -> None:
         b = _diagnosis(before, threshold_us, console, not no_cache, jobs, cluster, memory_budget)
         a = _diagnosis(after, threshold_us, console, not no_cache, jobs, cluster, memory_budget)
         diff = compare(b, a)
-        known = {f.name for f in diff.figures}
-        unknown = [f for f in figure if f not in known]
+        unknown = [f for f in figure if diff.find(f) is None]
         if unknown:
-            fail(f"--figure {unknown[0]!r}: unknown figure; known: {', '.join(sorted(known))}")
-        regressions = []
-        if fail_on_regression is not None:
-            regressions = [f for f in diff.regressions(fail_on_regression)
-                           if not figure or f.name in figure]
+            fail(f"--figure {unknown[0]!r}: unknown figure; known: "
+                 f"{', '.join(sorted(repr(f.label) for f in diff.figures))} (or their JSON keys)")
+        calls = [] if fail_on_regression is None else \
+            diff.gate(figure, fail_on_regression, round(min_change_us * 1000))
         doc = diff.to_json()
-        doc["regressions"] = [f.name for f in regressions]
-        from srtscope.cli.compare_report import diff_html, diff_markdown, fmt_figure, render_diff
+        doc["regressions"] = [c.figure.name for c in calls if c.regressed]
+        doc["gate"] = [{"figure": c.figure.name, "label": c.figure.label, "outcome": c.outcome,
+                        "change": round(c.change, 3)} for c in calls]
+        from srtscope.cli.compare_report import diff_html, diff_markdown, gate_line, render_diff
 
-        msgs = [f"{f.label} ({f.name}): {fmt_figure(f.name, f.before)} -> {fmt_figure(f.name, f.after)} "
-                f"({'new' if f.pct is None else format(f.pct, '+.1f') + '%'}, worse)" for f in regressions]
+        floors = (fail_on_regression or 0.0, min_change_us)
+        msgs = [gate_line(c, *floors) for c in calls if c.regressed]
+        passes = [gate_line(c, *floors) for c in calls if not c.regressed]
         errors = []
         for option, path, make in (("--markdown", markdown, lambda: diff_markdown(doc, msgs)),
                                    ("--html", html, lambda: diff_html(doc, (str(before), str(after)), msgs))):
@@ -126,8 +134,12 @@ def register(app: typer.Typer) -> None:
                     errors.append((Exit.BAD_INPUT, f"{option}: {exc}"))
         if as_json:
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            for line in msgs:                       # on stderr: why the exit code is 3
+                console.print(escape.terminal(f"regression: {line}"), style="bold red")
         else:
             render_diff(doc, console, msgs)
+        for line in passes:
+            console.print(escape.terminal(f"gate passed: {line}"), style="green")
         report_output_errors(errors)
-        if regressions:
+        if msgs:
             raise typer.Exit(int(Exit.REGRESSION))

@@ -29,6 +29,23 @@ def fmt_figure(name: object, value: object) -> str:
     return f"{value:g}" if isinstance(value, (int, float)) else clean_text(value, 40)
 
 
+def gate_line(call: Any, pct: float, min_change_us: float) -> str:
+    """One gated figure's outcome in words (``diff.GateCall``): its values, its change, and why it
+    fails or passes the gate of ``pct`` percent and ``min_change_us`` per step."""
+    f = call.figure
+    change = "new" if f.pct is None else f"{f.pct:+.1f}%"
+    timed = f.name.endswith("_ns")
+    if timed and f.unit != "count":
+        change += f", {_signed(call.change)}/step"
+    floor = f" and {min_change_us:g} us/step" if timed else ""
+    why = {"regressed": f"worse past {pct:g}%{floor}",
+           "better": "better", "unchanged": "unchanged",
+           "neutral": "neither better nor worse either way: not gated",
+           "under_pct": f"worse, within {pct:g}%",
+           "under_floor": f"worse, under {min_change_us:g} us/step"}[call.outcome]
+    return f"{f.label} ({f.name}): {fmt_figure(f.name, f.before)} -> {fmt_figure(f.name, f.after)} ({change}): {why}"
+
+
 def _signed(ns: float) -> str:
     return ("+" if ns > 0 else "-" if ns < 0 else "") + fmt_ns(abs(ns))
 

@@ -25,6 +25,15 @@ def real_traces() -> Path:
 
 
 @pytest.fixture
+def fastvideo_pair(real_traces):
+    """The real FastVideo 2xH100 before/after exports (nsys), read in place."""
+    d = real_traces / "nsys"
+    before = d / "fastvideo_train_2xH100_nccl_before_nsys2026.2_300ms-window.sqlite"
+    after = d / "fastvideo_train_2xH100_nccl_after_nsys2026.2_300ms-window.sqlite"
+    return before, after
+
+
+@pytest.fixture
 def recorder():
     """A fresh process-wide recorder with probes enabled (NVTX off); restored afterwards."""
     from srtscope.probes import ranges

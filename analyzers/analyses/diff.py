@@ -109,6 +109,28 @@ class FigureDelta:
                 "better": self.better, "worse": self.worse}
 
 
+#: the figure ``compare`` gates when none is named: the mean step's wall time
+DEFAULT_GATE = "budget.mean_step.wall_ns"
+#: a time figure's change counts for the gate only past this much per step (ns) as well
+DEFAULT_MIN_CHANGE_NS = 20_000
+
+#: how a gated figure came out: ``regressed`` (worse past both floors) fails the gate
+GateOutcome = Literal["regressed", "better", "unchanged", "neutral", "under_pct", "under_floor"]
+
+
+@dataclass(frozen=True)
+class GateCall:
+    """One gated figure: ``change`` is what the absolute floor is held against: ns per step for
+    time figures (totals over each side's steps), the change itself for counts."""
+    figure: FigureDelta
+    outcome: GateOutcome
+    change: float
+
+    @property
+    def regressed(self) -> bool:
+        return self.outcome == "regressed"
+
+
 @dataclass(frozen=True)
 class NameDelta:
     """A kernel's or a range's summed time per step, before and after (ns/step; 0 where absent)."""
@@ -211,6 +233,43 @@ class DiagnosisDiff:
             if f.name == name:
                 return f
         raise KeyError(f"no figure {name!r}; known: {', '.join(f.name for f in self.figures)}")
+
+    def find(self, name: str) -> FigureDelta | None:
+        """The figure named by its JSON key or by its printed label (case and spacing aside)."""
+        want = " ".join(name.split()).lower()
+        for f in self.figures:
+            if f.name == name or f.label.lower() == want:
+                return f
+        return None
+
+    def gate(self, names: list[str], pct: float, min_change_ns: int = DEFAULT_MIN_CHANGE_NS) -> list[GateCall]:
+        """Each of ``names`` (JSON keys or labels; none: ``DEFAULT_GATE``) judged: a regression only
+        when it moved the wrong way by more than ``pct`` percent *and* by at least ``min_change_ns``
+        per step (a time figure) or by any amount (a count). ValueError for an unknown name."""
+        if pct < 0 or min_change_ns < 0:
+            raise ValueError(f"gate floors must be >= 0, got {pct} % and {min_change_ns} ns")
+        calls = []
+        for name in names or [DEFAULT_GATE]:
+            f = self.find(name)
+            if f is None:
+                raise ValueError(name)
+            per_step = f.per_step_delta(self.steps_before, self.steps_after)
+            timed = per_step is not None or f.name.endswith("_ns")
+            change = float(per_step if per_step is not None else f.delta)
+            if f.better == "neutral":
+                outcome: GateOutcome = "neutral"
+            elif f.delta == 0:
+                outcome = "unchanged"
+            elif not f.worse:
+                outcome = "better"
+            elif f.pct is not None and abs(f.pct) <= pct:
+                outcome = "under_pct"
+            elif timed and abs(change) < min_change_ns:
+                outcome = "under_floor"
+            else:
+                outcome = "regressed"
+            calls.append(GateCall(f, outcome, change))
+        return calls
 
     def regressions(self, pct: float) -> list[FigureDelta]:
         """Figures that got worse by more than ``pct`` percent (a CI gate fails when non-empty)."""

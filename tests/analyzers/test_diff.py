@@ -123,3 +123,41 @@ def test_range_names_are_normalised_by_instance():
     for raw, norm in (("ProfilerStep#12", "ProfilerStep#N"), ("layer_3.attn", "layer_N.attn"),
                       ("step 17", "step N"), ("fp16_gemm", "fp16_gemm"), ("sm80 kernel", "sm80 kernel")):
         assert normalise_instance(raw) == norm
+
+
+# -- the gate (issue 46): the mean step by default, figures by label or key, two floors -------------
+@pytest.mark.parametrize("before_us, after_us, figure, pct, floor_ns, outcome", [
+    # scenario: a fix (the scheduler's 400 us -> 100 us): the gated mean step got better
+    (400, 100, [], 5, 20_000, "better"),
+    # scenario: the same pair the other way: worse past 5% and 20 us/step
+    (100, 400, [], 5, 20_000, "regressed"),
+    # scenario: worse by 300 us/step, but the floor asks for 1 ms/step
+    (100, 400, [], 5, 1_000_000, "under_floor"),
+    # scenario: worse by 17%, within a 50% tolerance
+    (500, 600, ["mean step"], 50, 0, "under_pct"),
+    # scenario: the printed label and the JSON key name the same figure
+    (100, 400, ["idle while the host was in scheduler"], 5, 20_000, "regressed"),
+    (100, 400, ["bubbles.by_class.scheduler_ns"], 5, 20_000, "regressed"),
+    # scenario: a figure with no better direction is never a regression
+    (100, 400, ["steps"], 0, 0, "neutral"),
+    (100, 100, [], 0, 0, "unchanged"),
+])
+def test_gate_outcomes(before_us, after_us, figure, pct, floor_ns, outcome):
+    (call,) = compare(run(before_us), run(after_us)).gate(figure, pct, floor_ns)
+    assert call.outcome == outcome
+    assert call.regressed == (outcome == "regressed")
+
+
+def test_gate_measures_time_figures_per_step():
+    (call,) = compare(run(100), run(400)).gate(["mean step"], 5)
+    assert call.figure.name == "budget.mean_step.wall_ns" and call.change == pytest.approx(300 * US)
+    (idle,) = compare(run(100), run(400)).gate(["bubbles.total_ns"], 5)
+    assert idle.change == pytest.approx(9 * 300 * US / 10)        # a total over ten steps, per step
+
+
+def test_gate_refuses_unknown_names_and_negative_floors():
+    d = compare(run(100), run(100))
+    with pytest.raises(ValueError, match="nope"):
+        d.gate(["nope"], 5)
+    with pytest.raises(ValueError, match=">= 0"):
+        d.gate([], 5, -1)

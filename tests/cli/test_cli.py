@@ -176,14 +176,6 @@ def test_nsys_plan_flags(tmp_path):
     assert plan.sqlite == tmp_path / "cap.sqlite" and str(plan.report) == plan.export[-1]
 
 
-@pytest.fixture
-def fastvideo_pair(real_traces):
-    d = real_traces / "nsys"
-    before = d / "fastvideo_train_2xH100_nccl_before_nsys2026.2_300ms-window.sqlite"
-    after = d / "fastvideo_train_2xH100_nccl_after_nsys2026.2_300ms-window.sqlite"
-    return before, after
-
-
 def test_compare_real_nccl_pair(fastvideo_pair, tmp_path):
     before, after = fastvideo_pair
     r = invoke("compare", before, after, "--json")

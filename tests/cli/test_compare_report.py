@@ -49,3 +49,43 @@ def test_compare_regression_names_the_figure_in_words(tmp_path):
                                  "--fail-on-regression", "5"])
     assert r.exit_code == 3
     assert "regression: mean step (budget.mean_step.wall_ns): 117 us -> 1.18 ms" in r.stdout
+
+
+def _gate(before, after, *extra: str):
+    r = CliRunner().invoke(app, ["compare", str(before), str(after), "--fail-on-regression", "5", "--json", *extra])
+    return r.exit_code, json.loads(r.stdout), r.stderr
+
+
+def test_the_gate_both_ways_on_a_planted_regression():
+    """A pair with a planted scheduler delay (samples): the mean step, gated by default, fails one
+    way (exit 3, the reason on stderr) and passes the other (exit 0, 'gate passed' on stderr)."""
+    healthy, planted = SAMPLES / "healthy.sqlite", SAMPLES / "scheduler_bound.sqlite"
+    code, doc, err = _gate(healthy, planted)
+    assert code == 3 and doc["regressions"] == ["budget.mean_step.wall_ns"]
+    assert doc["gate"][0]["outcome"] == "regressed"
+    assert " ".join(err.split()).startswith("regression: mean step (budget.mean_step.wall_ns): 117 us -> 1.18 ms")
+    code, doc, err = _gate(planted, healthy)
+    assert code == 0 and doc["regressions"] == [] and doc["gate"][0]["outcome"] == "better"
+    assert "gate passed: mean step" in err
+
+
+def test_an_improved_mean_step_passes_though_other_figures_got_worse():
+    """The audit: a run whose mean step fell 74% failed because one small figure grew. Only the
+    gated figure decides; the figures the user names are gated instead, by label or key."""
+    before, after = SAMPLES / "scheduler_bound.sqlite", SAMPLES / "host_sync_bound.sqlite"
+    code, doc, _ = _gate(before, after)
+    figs = {f["figure"]: f for f in doc["figures"]}
+    assert figs["budget.mean_step.wall_ns"]["delta"] < 0 and code == 0
+    assert figs["bubbles.by_class.sync_ns"]["worse"]                   # a planted sync grew
+    code, doc, err = _gate(before, after, "--figure", "idle while the host was in sync")
+    assert doc["gate"][0]["figure"] == "bubbles.by_class.sync_ns"
+    assert code == 3 and "regression: idle while the host was in sync" in " ".join(err.split())
+
+
+def test_the_gate_both_ways_on_the_real_fastvideo_pair(fastvideo_pair):
+    before, after = fastvideo_pair
+    one, doc_one, _ = _gate(before, after)
+    two, doc_two, _ = _gate(after, before)
+    assert {one, two} == {0, 3}                           # one way a regression, the other a fix
+    outcomes = {doc_one["gate"][0]["outcome"], doc_two["gate"][0]["outcome"]}
+    assert outcomes == {"regressed", "better"}
