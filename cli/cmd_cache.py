@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from srtscope.analyzers.model.units import plural
 from srtscope.cli import escape
 from srtscope.cli.errors import fail
 from srtscope.cli.terminal import Console
@@ -48,7 +49,7 @@ def _left_alone(console: Console, scan: object) -> None:
     """One line each for what srtscope did not make, and for temp folders being written now."""
     foreign, busy = scan.foreign, scan.busy  # type: ignore[attr-defined]
     if foreign:
-        console.print(escape.terminal(f"left alone: {len(foreign)} item(s) srtscope did not make "
+        console.print(escape.terminal(f"left alone: {plural(len(foreign), 'item')} srtscope did not make "
                                       f"({_names(foreign)})"))
     if busy:
         console.print(escape.terminal(f"left alone: {len(busy)} entr{'y' if len(busy) == 1 else 'ies'} "
@@ -81,7 +82,7 @@ def register(app: typer.Typer) -> None:
             removed = [x for x in scan.entries if cache.drop(x.path)]
             reclaimed = cache.reclaim(scan)
             freed = sum(x.size for x in removed + reclaimed)
-            extra = f" and {len(reclaimed)} leftover(s) of killed runs" if reclaimed else ""
+            extra = f" and {plural(len(reclaimed), 'leftover')} of killed runs" if reclaimed else ""
             console.print(escape.terminal(f"cache {where}: {_entries(len(removed))}{extra} removed "
                                           f"({_size(freed)})"))
             _left_alone(console, scan)

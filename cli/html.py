@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from srtscope.analyzers.model.units import fmt_bytes, fmt_ns
+from srtscope.analyzers.model.units import fmt_bytes, fmt_ns, plural
 from srtscope.cli import escape
 from srtscope.cli.html_charts import COLOURS, ZOOM_JS, W, histogram_svg, skew_svg, steps_svg, timeline_svg
 from srtscope.cli.phases_view import HEAD as PHASES_HEAD
@@ -137,9 +137,9 @@ def diagnosis_html(d: dict[str, Any], title: str = "srtscope diagnosis") -> str:
             for k in d.get("top_kernels") or []]
     s = d.get("steps") or {}
     per_rank = s.get("per_rank") or {}
-    steps_line = (f"{max(per_rank.values()) if per_rank else s.get('count', 0)} steps per rank over "
-                  f"{max(len(per_rank), 1)} rank(s), from {s.get('source', '?')}: {s.get('graph', 0)} graph replay, "
-                  f"{s.get('eager', 0)} eager")
+    per = int(max(per_rank.values()) if per_rank else s.get("count", 0))
+    steps_line = (f"{plural(per, 'step')} per rank over {plural(max(len(per_rank), 1), 'rank')}, from "
+                  f"{s.get('source', '?')}: {s.get('graph', 0)} graph replay, {s.get('eager', 0)} eager")
     wrows = [(w.get("cause"), "too little to predict" if w.get("predicted") is False else fmt_ns(w.get("saved_ns")),
               fmt_ns(w.get("lost_ns")), fmt_ns(w.get("step_ns_before")),
               "" if w.get("predicted") is False else fmt_ns(w.get("step_ns_after")),
@@ -175,7 +175,7 @@ collectives), by cause. Bubble time: idle gaps over {thr}, by class (what the ho
 <h2 id="timeline">Timeline</h2>{timeline_svgs(d)}
 <h2 id="device">Device busy time: {fmt_ns(busy)}</h2>{_table(["part", "time", "share of busy", "bytes", "GB/s"], drows)
     if busy else '<p class="note">No device activity.</p>'}
-<h2 id="bubbles">Bubbles: {_e(b.get("count", 0))} gaps, {fmt_ns(total)} idle</h2>
+<h2 id="bubbles">Bubbles: {_e(plural(int(b.get("count", 0)), "gap"))}, {fmt_ns(total)} idle</h2>
 {_table(["class", "time", "share of bubble time"], crows) if crows else '<p class="note">No bubbles.</p>'}
 {_table(["cause", "time", "share of bubble time"], krows) if krows else ""}
 <p class="note">Plus {_e(b.get("sub_threshold_count", 0))} gaps at or under the threshold ({thr}):

@@ -13,7 +13,7 @@ import html
 import math
 from typing import Any
 
-from srtscope.analyzers.model.units import fmt_ns
+from srtscope.analyzers.model.units import fmt_ns, plural
 
 # one colour per part; bubble classes share their names with the JSON's by_class keys
 COLOURS = {"kernel_busy": "#3b6fb6", "memcpy_busy": "#e08a2c", "comm_busy": "#3a9d5d",
@@ -253,7 +253,7 @@ def histogram_svg(d: dict[str, Any]) -> str:
         tot, x = int(b.get("total_ns") or 0), L + i * bw
         bh = h * tot / top
         label = bin_label(int(b["lo_ns"]), None if b.get("hi_ns") is None else int(b["hi_ns"]))
-        out.append(f'<g><title>{_e(label)}: {_e(b.get("count"))} bubbles, {fmt_ns(tot)}</title>'
+        out.append(f'<g><title>{_e(label)}: {_e(plural(int(b.get("count") or 0), "bubble"))}, {fmt_ns(tot)}</title>'
                    f'<rect x="{x + 3:.1f}" y="{y0 + h - bh:.1f}" width="{bw - 6:.1f}" height="{bh:.1f}" '
                    f'fill="#9e9e9e"/>'
                    + (f'<text x="{x + bw / 2:.1f}" y="{y0 + h - bh - 3:.1f}" class="ax" text-anchor="middle">'

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from srtscope.analyzers.model.units import fmt_ns, fmt_pct
+from srtscope.analyzers.model.units import fmt_ns, fmt_pct, plural
 from srtscope.cli import escape
 from srtscope.cli.phases_view import HEAD as PHASES_HEAD
 from srtscope.cli.phases_view import TITLE as PHASES_TITLE
@@ -82,7 +82,7 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
         if str(cav).split(":", 1)[0] not in codes:
             out.append(f"- caveat: {_md(cav)}")
     total = int(b.get("total_ns", 0))
-    out += ["", "## Bubbles", "", f"{b.get('count', 0)} gaps, {fmt_ns(total)} idle.", "",
+    out += ["", "## Bubbles", "", f"{plural(int(b.get('count', 0)), 'gap')}, {fmt_ns(total)} idle.", "",
             "| class | time | share |", "|---|---:|---:|"]    # share: of bubble time
     for cls, ns in sorted((b.get("by_class") or {}).items(), key=lambda kv: -int(kv[1])):
         if int(ns):
@@ -104,7 +104,7 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
                 "| range | time | share of bubble time |", "|---|---:|---:|"]
         out += [f"| {_code(name, 60)} | {fmt_ns(ns)} | {fmt_pct(int(ns), total)} |" for name, ns in user]
     out += ["", "## Steps", "",
-            f"{s.get('count', 0)} steps from {s.get('source', '?')} "
+            f"{plural(int(s.get('count', 0)), 'step')} from {s.get('source', '?')} "
             f"({', '.join(f'rank {r}: {n}' for r, n in (s.get('per_rank') or {}).items())}): "
             f"{s.get('graph', 0)} graph replay, {s.get('eager', 0)} eager."]
     if not s.get("graph") and set(s.get("eager_reasons") or {}) <= {"disabled"}:
@@ -116,7 +116,8 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
     parts = {k: int(x) for k, x in (bud.get("parts_ns") or {}).items() if int(x)}
     if parts:
         wall = int(bud.get("wall_ns") or sum(parts.values()))
-        out += ["", f"Step budget: the wall time of the {bud.get('steps', 0)} steps (inside steps only).", "",
+        n = plural(int(bud.get("steps", 0)), "step")
+        out += ["", f"Step budget: the wall time of the {n} (inside steps only).", "",
                 "| part | time | share |", "|---|---:|---:|"]
         out += [f"| {k} | {fmt_ns(x)} | {fmt_pct(x, wall)} |" for k, x in sorted(parts.items(), key=lambda kv: -kv[1])]
     if c.get("total_ns"):

@@ -10,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from srtscope.analyzers.model.units import clean_text, clip_text, fmt_bytes, fmt_ns, fmt_pct
+from srtscope.analyzers.model.units import clean_text, clip_text, fmt_bytes, fmt_ns, fmt_pct, plural
 from srtscope.cli import escape
 from srtscope.cli.phases_view import HEAD as PHASES_HEAD
 from srtscope.cli.phases_view import TITLE as PHASES_TITLE
@@ -200,7 +200,7 @@ def budget_table(d: dict[str, Any]) -> Table | None:
     if not parts:
         return None
     n = b.get("steps") or 0
-    t = _table(f"step budget: wall time of the {n} steps (inside steps only)", "part", "time", "share",
+    t = _table(f"step budget: wall time of the {plural(int(n), 'step')} (inside steps only)", "part", "time", "share",
                justify_right=(1, 2))
     for name, ns in sorted(parts.items(), key=lambda kv: -int(kv[1])):
         if int(ns) == 0:
@@ -214,10 +214,11 @@ def budget_table(d: dict[str, Any]) -> Table | None:
 def bubbles_table(d: dict[str, Any], full: bool = True) -> Table:
     b = d.get("bubbles", {})
     total = int(b.get("total_ns", 0))
-    t = _table(f"bubbles: {b.get('count', 0)} gaps, {fmt_ns(total)} idle, "
+    gaps = plural(int(b.get("count", 0)), "gap")
+    t = _table(f"bubbles: {gaps}, {fmt_ns(total)} idle, "
                f"{b.get('idle_share', 0) * 100:.1f}% of the whole active window"
                if "idle_share" in b else
-               f"bubbles: {b.get('count', 0)} gaps, {fmt_ns(total)} idle",
+               f"bubbles: {gaps}, {fmt_ns(total)} idle",
                "class (host activity)", "time", "% of bubble time", justify_right=(1, 2))
     if not total:
         t.add_row(Text(f"no gap over {fmt_ns(b.get('threshold_ns', 0))}", style="dim"), "", "")

@@ -346,5 +346,7 @@ def comparability(b: dict[str, Any], a: dict[str, Any]) -> tuple[str, ...]:
     kb = {str(k.get("name")) for k in b.get("top_kernels") or []}
     ka = {str(k.get("name")) for k in a.get("top_kernels") or []}
     if kb and ka and len(kb & ka) < 0.5 * min(len(kb), len(ka)):
-        out.append(f"different workloads: only {len(kb & ka)} of the top kernels are the same")
+        same = len(kb & ka)
+        out.append(f"different workloads: {'none' if not same else f'only {same}'} of the top kernels "
+                   f"{'is' if same == 1 else 'are'} the same")
     return tuple(out)

@@ -39,7 +39,7 @@ from srtscope.analyzers.analyses.io_frames import IoWork
 from srtscope.analyzers.analyses.losses import WARMUP_FACTOR, StepLosses
 from srtscope.analyzers.model.results import BubbleResult, CommResult, Coverage, DeviceResult, EagerResult, StepsResult
 from srtscope.analyzers.model.timeline import TimelineMeta, WarningCode
-from srtscope.analyzers.model.units import clip_text, fmt_ns
+from srtscope.analyzers.model.units import clip_text, fmt_ns, plural
 from srtscope.analyzers.model.verdicts import Bottleneck as BottleneckName
 from srtscope.analyzers.model.verdicts import Finding, Verdict, WhatIf
 from srtscope.analyzers.model.vocab import Bottleneck, Cause
@@ -78,8 +78,9 @@ def caveats(meta: TimelineMeta, bubbles: BubbleResult, steps_source: str,
     if steps_source == "none":
         out.append("no_steps: no engine steps found (no step markers, no API calls)")
     if losses is not None and losses.warmup.any():
-        out.append(f"warmup_steps: {int(losses.warmup.sum())} early step(s) slower than {WARMUP_FACTOR:g}x the median "
-                   "step left out of the mean step and the what-if")
+        n = int(losses.warmup.sum())
+        out.append(f"warmup_steps: {plural(n, 'early step')} slower than {WARMUP_FACTOR:g}x the median step "
+                   f"left out of the mean step and the what-if")
     return out, problems
 
 
@@ -267,7 +268,7 @@ def _summary(cause: Cause, share: float, bubbles: BubbleResult, comm: CommResult
     if cause is Cause.BATCH_PREP:
         return f"prep-bound: batch preparation during {share:.0f}% of lost time" + tail
     if cause is Cause.EAGER_FALLBACK:
-        return (f"eager-fallback-bound: {eager.eager_decode_steps} decode steps ran eagerly while "
+        return (f"eager-fallback-bound: {plural(eager.eager_decode_steps, 'decode step')} ran eagerly while "
                 f"{eager.graph_steps} replayed graphs; launching them one kernel at a time costs "
                 f"{share:.0f}% of lost time" + tail)
     if cause is Cause.LAUNCH_BOUND:
@@ -312,7 +313,7 @@ def _evidence(bubbles: BubbleResult, comm: CommResult, eager: EagerResult, top_k
     window = bubbles.window_ns
     ev = [Finding("device_busy", f"device busy {_pct(bubbles.busy_ns, window):.1f}% of the active window",
                   _pct(bubbles.busy_ns, window), "pct"),
-          Finding("bubbles", f"{bubbles.count} bubbles > {bubbles.threshold_ns // 1000} µs, "
+          Finding("bubbles", f"{plural(bubbles.count, 'bubble')} > {bubbles.threshold_ns // 1000} µs, "
                   f"{_pct(bubbles.total_ns, window):.1f}% of the window", bubbles.total_ns, "ns")]
     if device is not None and device.busy_ns:
         ev.append(Finding("device_split", f"device busy time: kernels {fmt_ns(device.kernel_ns)}, copies "
@@ -345,8 +346,9 @@ def _evidence(bubbles: BubbleResult, comm: CommResult, eager: EagerResult, top_k
         ev.append(Finding("comm.skew", f"collective arrival skew {comm.skew_ns / 1e6:.2f} ms; straggler "
                           f"{who}{doing}", comm.skew_ns, "ns"))
     if eager.eager_decode_steps:
-        ev.append(Finding("eager_fallback", f"{eager.eager_decode_steps} decode steps ran eagerly while "
-                          f"{eager.graph_steps} used graphs ({eager.reasons}); extra "
+        why = ", ".join(f"{n} {r}" for r, n in eager.reasons.items())
+        ev.append(Finding("eager_fallback", f"{plural(eager.eager_decode_steps, 'decode step')} ran eagerly while "
+                          f"{eager.graph_steps} used graphs (why: {why or 'not recorded'}); extra "
                           f"{eager.extra_ns / 1e6:.2f} ms", eager.extra_ns, "ns"))
     user = next(iter(bubbles.by_user_range.items()), None)
     una = bubbles.by_class.get("unattributed", 0)
@@ -361,6 +363,6 @@ def _evidence(bubbles: BubbleResult, comm: CommResult, eager: EagerResult, top_k
                           "kernel time", int(k["total_ns"]), "ns"))
     if steps is not None and steps.count:
         per = steps.per_rank
-        ev.append(Finding("steps", f"{max(per.values())} steps per rank over {len(per)} rank(s), from "
-                          f"{steps.source}", steps.count, "count"))
+        ev.append(Finding("steps", f"{plural(max(per.values()), 'step')} per rank over "
+                          f"{plural(len(per), 'rank')}, from {steps.source}", steps.count, "count"))
     return ev

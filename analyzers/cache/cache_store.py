@@ -298,8 +298,8 @@ class CacheStore:
                 total -= x.size
         if scan.foreign:
             names = ", ".join(p.name for p in scan.foreign[:3]) + (" …" if len(scan.foreign) > 3 else "")
-            note(f"srtscope cache {self.root}: evicted down to the cap; left alone {len(scan.foreign)} "
-                 f"item(s) srtscope did not make ({names})")
+            note(f"srtscope cache {self.root}: evicted down to the cap; left alone "
+                 f"{len(scan.foreign)} item{'s' if len(scan.foreign) != 1 else ''} srtscope did not make ({names})")
 
     def open_entry(self, name: str, kind: str) -> bytes | None:
         """The verified ``meta.json`` bytes of entry ``name``; None when there is none, it is not

@@ -112,3 +112,9 @@ def fmt_mem(n: float | int) -> str:
     if n >= 1 << 30:
         return f"{n / (1 << 30):.1f} GiB"
     return f"{max(0, n) / (1 << 20):.0f} MiB"
+
+
+def plural(n: int, word: str, many: str = "") -> str:
+    """``n`` and ``word`` agreeing: ``1 step``, ``2 steps``, ``0 steps`` (``many``: an irregular
+    plural, e.g. ``entries``)."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"

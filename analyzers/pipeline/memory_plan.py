@@ -22,7 +22,7 @@ from srtscope.analyzers.analyses.steps import find_steps
 from srtscope.analyzers.diagnose import crop
 from srtscope.analyzers.model.params import DiagnoseParams
 from srtscope.analyzers.model.timeline import Timeline, merge_timelines
-from srtscope.analyzers.model.units import fmt_mem
+from srtscope.analyzers.model.units import fmt_mem, plural
 from srtscope.analyzers.model.vocab import StepSource
 from srtscope.analyzers.readers import rank_from_name
 from srtscope.analyzers.readers.memory_estimate import BASE_BYTES, MemoryEstimate, nsys_peak, nsys_rows_within
@@ -184,8 +184,8 @@ def window_message(plan: ReadPlan, budget: int, capture_start_ns: int) -> str:
     capture, its steps, the estimates and the budget, and how to see more."""
     lo, hi = plan.window
     where = f"{(lo - capture_start_ns) / 1e9:.3f}-{(hi - capture_start_ns) / 1e9:.3f} s of the capture"
-    held = (f", {plan.steps[2]} whole step(s) of {plan.of_steps}, from step {plan.steps[0]} to step {plan.steps[1]}"
-            if plan.steps else " (a time window: no step ranges in the trace)")
+    held = (f", {plural(plan.steps[2], 'whole step')} of {plan.of_steps}, from step {plan.steps[0]} "
+            f"to step {plan.steps[1]}" if plan.steps else " (a time window: no step ranges in the trace)")
     return (f"memory budget: only {where} was diagnosed{held}: the whole trace needs "
             f"~{fmt_mem(plan.estimate.peak_bytes)}, over --memory-budget {fmt_mem(budget)} "
             f"(this window ~{fmt_mem(plan.peak_bytes)}); for more, raise --memory-budget "

@@ -36,6 +36,7 @@ from srtscope.analyzers.model.timeline import (
     narrow_ids,
     validate_table,
 )
+from srtscope.analyzers.model.units import clip_text, fmt_ns
 from srtscope.analyzers.readers.btree_reach import unreached
 from srtscope.analyzers.readers.columnar import concat_sorted, rowid_bounds, sort_columns
 from srtscope.analyzers.readers.errors import TraceError
@@ -234,9 +235,10 @@ def _read(path: Path, r: _Reader, rank: int, checked: bool = False,
         try:
             lo, hi = (int(x) for x in derived.split("-", 1))
             meta.window_start_ns, meta.window_end_ns = lo, hi
+            where = f"a {fmt_ns(hi - lo)} window ({lo / 1e9:.3f} s to {hi / 1e9:.3f} s of the session)"
         except ValueError:
-            pass
-        meta.warn(WarningCode.WINDOW_CUT, f"the export was trimmed to the window {derived} ns: "
+            where = f"the window {clip_text(derived, 80)!r}"
+        meta.warn(WarningCode.WINDOW_CUT, f"the export was trimmed to {where}: "
                   "work started before it (e.g. launches of its first kernels) is missing")
     n_kern = f.kinds.get(DeviceKind.KERNEL.value, 0)
     n_graph_exec = f.kinds.get(DeviceKind.GRAPH.value, 0)

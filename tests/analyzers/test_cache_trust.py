@@ -83,11 +83,11 @@ def test_folders_named_like_entries_survive_eviction_and_clear(trace, tmp_path, 
     shutil.copyfile(SAMPLES / "launch_bound_eager.sqlite", other)
     r = _cli("diagnose", "--json", other)
     assert r.exit_code == 0
-    assert "evicted down to the cap; left alone 4 item(s) srtscope did not make" in r.stderr
+    assert "evicted down to the cap; left alone 4 items srtscope did not make" in r.stderr
     assert len(S.CacheStore().entries()) < 4                          # eviction did run
     r = _cli("cache", "--clear")
     assert r.exit_code == 0, r.output
-    assert "entries removed" in r.stdout and "left alone: 4 item(s) srtscope did not make" in r.stdout
+    assert "entries removed" in r.stdout and "left alone: 4 items srtscope did not make" in r.stdout
     assert all((d / "precious.bin").read_bytes() == b"x" * 4096 for d in foreign)
     assert sorted(p.name for p in _root().iterdir()) == sorted(FOREIGN)
 
@@ -126,7 +126,7 @@ def test_killed_writers_temp_folders_are_listed_and_reclaimed(trace, writer, age
     assert r.exit_code == 0, r.output
     assert tmp.exists() != reclaimed
     if reclaimed:
-        assert "1 leftover(s) of killed runs" in r.stdout
+        assert "1 leftover of killed runs" in r.stdout
 
 
 def test_a_write_reclaims_a_killed_writers_leftover(trace):
@@ -337,5 +337,5 @@ def test_a_writer_killed_mid_write_leaves_a_leftover_that_is_listed_and_reclaime
     listing = _cli("cache").stdout
     assert "leftover" in listing and tmp.name in listing and "293 KiB" in listing
     r = _cli("cache", "--clear")
-    assert r.exit_code == 0 and "1 leftover(s) of killed runs" in r.stdout
+    assert r.exit_code == 0 and "1 leftover of killed runs" in r.stdout
     assert not tmp.exists()

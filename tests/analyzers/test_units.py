@@ -1,7 +1,7 @@
 """Time formatting: three significant digits, the right unit, rounding that carries."""
 import pytest
 
-from srtscope.analyzers.model.units import fmt_ns, fmt_pct
+from srtscope.analyzers.model.units import fmt_ns, fmt_pct, plural
 
 
 @pytest.mark.parametrize("ns, text", [
@@ -38,3 +38,11 @@ def test_range_family_drops_instance_numbers(name, family):
     from srtscope.analyzers.model.names import range_family
 
     assert range_family(name) == family
+
+
+@pytest.mark.parametrize("n, word, many, text", [
+    (0, "step", "", "0 steps"), (1, "step", "", "1 step"), (2, "step", "", "2 steps"),
+    (1, "entry", "entries", "1 entry"), (3, "entry", "entries", "3 entries"),
+])
+def test_plural_agrees_with_its_number(n, word, many, text):
+    assert plural(n, word, many) == text

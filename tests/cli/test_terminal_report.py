@@ -134,3 +134,17 @@ def test_short_names_never_collide_nor_overflow():
     assert len(set(out)) == len(set(names))
     assert out[-1] == out[-2] == "k<a>"        # the same kernel twice reads the same; told from the k<…>s
     assert elide("bool operator<(a, b)", 0) == "bool operator<(a, b)"      # unbalanced: left whole
+
+
+_BAD_NUMBER = re.compile(r"(?<![\d.,])1 (steps|bubbles|gaps|ranks|decode steps)\b|\(s\)|\{'|only 0 of|\d{10,} ns")
+
+
+@pytest.mark.parametrize("rel", REAL, ids=[r.split("/")[-1][:40] for r in REAL])
+def test_reports_speak_plainly(rel, real_traces):
+    """The audit: ``1 bubbles``, ``1 steps``, ``rank(s)``, ``only 0 of``, a Python dict in the text
+    (``({'unknown': 1})``) and raw epoch nanoseconds in a warning. The default and full reports and
+    the verdict's own text are free of them."""
+    d = _doc(real_traces / rel)
+    text = report(d) + report(d, 200, full=True) + json.dumps(d["verdict"], ensure_ascii=False)
+    text += " ".join(w["message"] for w in d["capture"]["warnings"])
+    assert not _BAD_NUMBER.search(text), _BAD_NUMBER.search(text).group(0)
