@@ -27,9 +27,13 @@ def _code(text: object, width: int = 80) -> str:
 def diagnosis_markdown(d: dict[str, Any]) -> str:
     v, b, s, c = d.get("verdict", {}), d.get("bubbles", {}), d.get("steps", {}), d.get("comm", {})
     cap = d.get("capture", {})
+    headline = f" · {_md(v['headline'], 200)}" if v.get("headline") else ""
     out = ["# srtscope diagnosis", "",
-           f"**Bottleneck: {str(v.get('bottleneck', '?')).upper()} / {v.get('cause', '?')}** "
-           f"(confidence {float(v.get('confidence', 0)):.0%}) — {_md(v.get('summary', ''), 600)}", ""]
+           f"**Bottleneck: {str(v.get('bottleneck', '?')).upper()} / {v.get('cause', '?')}{headline}** "
+           f"(confidence {float(v.get('confidence', 0)):.0%})", ""]
+    out += [f"**{_md(v['gain'], 300)}**", ""] if v.get("gain") else []
+    out += [f"_{_md(v['alternatives'], 1000)}_", ""] if v.get("alternatives") else []
+    out += [_md(v.get("summary", ""), 600), ""]
     for ev in v.get("evidence") or []:
         out.append(f"- {_md(ev if isinstance(ev, str) else ev.get('text', ev))}")
     out += ["", f"_Lost time: all the time the device waited (bubbles, gaps under the threshold, exposed copies "

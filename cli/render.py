@@ -123,7 +123,9 @@ def _shares(evidence: list[dict], prefix: str, what: str) -> str:
     return f"% of {what}: " + " · ".join(parts) if parts else ""
 
 
-def verdict_panel(d: dict[str, Any], full: bool = True) -> Panel:
+def verdict_panel(d: dict[str, Any], full: bool = True, width: int = 80) -> Panel:
+    """Line 1 the class, the cause and its one figure; line 2 what fixing it gives; the other causes
+    on one line below (whole in ``full``); then the cause in words, the evidence and the advice."""
     v = d.get("verdict", {})
     bott = v.get("bottleneck", "?")
     conf = float(v.get("confidence", 0.0))
@@ -132,7 +134,14 @@ def verdict_panel(d: dict[str, Any], full: bool = True) -> Panel:
     head.append(str(bott).upper(), style=f"bold {CLASS_STYLE.get(bott, 'white')}")
     if v.get("cause"):
         head.append(f" / {v['cause']}", style="bold")
+    if v.get("headline"):
+        head.append(f" · {clean_text(v['headline'], 200)}", style="bold")
     head.append(f"   confidence {conf:.0%}\n")
+    if v.get("gain"):
+        head.append(clean_text(v["gain"], 300) + "\n", style="bold")
+    alt = clean_text(v.get("alternatives") or "", 1000)
+    if alt:
+        head.append((alt if full else clip_words(alt, width - 4)) + "\n", style="dim")
     head.append(clean_text(v.get("summary", ""), 600))
     evidence = [e if isinstance(e, dict) else {"kind": "", "text": e} for e in v.get("evidence") or []]
     idle = int((d.get("bubbles") or {}).get("total_ns") or 0)
@@ -148,7 +157,10 @@ def verdict_panel(d: dict[str, Any], full: bool = True) -> Panel:
         head.append("\n  • ")
         head.append(clean_text(ev.get("text", ""), 400))
     if not full:
-        for line in (_shares(evidence, "cause.", "lost time"), _shares(evidence, "class.", "bubble time")):
+        shares = [_shares(evidence, "class.", "bubble time")]
+        if not alt:             # the alternatives line gives the other causes' shares
+            shares.insert(0, _shares(evidence, "cause.", "lost time"))
+        for line in shares:
             if line:
                 head.append("\n  • ")
                 head.append(line)
@@ -411,7 +423,7 @@ def render_diagnosis(d: dict[str, Any], console: Console, full: bool = False) ->
     the top what-ifs, device time, bubbles by class, top kernels; ``full``: every table."""
     width = console.width
     console.print(capture_panel(d, width, full))
-    console.print(verdict_panel(d, full))
+    console.print(verdict_panel(d, full, console.width))
     if full:
         parts = [device_table(d), budget_table(d), phases_table(d), what_if_table(d, 6, width, True),
                  bubbles_table(d, True),

@@ -183,10 +183,11 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
                           f"({100 * best.saved_ns / best.step_ns_before:.0f}% less; {best.bound} bound)",
                           best.saved_ns, "ns"))
 
-    def verdict(b: str, cause: Cause, conf: float, summary: str, healthy: bool = False) -> Verdict:
+    def verdict(b: str, cause: Cause, conf: float, summary: str, healthy: bool = False,
+                lines: tuple[str, str, str] = ("", "", "")) -> Verdict:
         return Verdict(cast(BottleneckName, b), round(min(max(conf, 0.0), cap, 1.0), 3), summary, tuple(ev),
                        tuple(notes), healthy, scores, cause.value, causes,
-                       advice_for(cause, causes, eager, comm, device, window))
+                       advice_for(cause, causes, eager, comm, device, window), *lines)
 
     if window == 0:
         return verdict("kernel", Cause.COMPUTE, 0.2 * adequacy, "no device activity: nothing to diagnose")
@@ -205,9 +206,11 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
             summary += (f" (kernels {_pct(device.kernel_ns, device.busy_ns):.0f}%, copies "
                         f"{_pct(device.memcpy_ns, device.busy_ns):.0f}%, collectives "
                         f"{_pct(device.comm_ns, device.busy_ns):.0f}% of busy time)")
-        if len(top_kernels):
-            summary += f"; time goes to kernels (top: {clip_text(str(top_kernels.iloc[0]['name']), 60)})"
-        return verdict("kernel", Cause.COMPUTE, conf, summary, True)
+        top_name = clip_text(str(top_kernels.iloc[0]["name"]), 60) if len(top_kernels) else ""
+        if top_name:
+            summary += f"; time goes to kernels (top: {top_name})"
+        lines = (f"healthy, device busy {_pct(bubbles.busy_ns, window):.0f}%", "only faster kernels help", "")
+        return verdict("kernel", Cause.COMPUTE, conf, summary, True, lines)
     worth, why = _worth_fixing(causes, what_if, losses, lost, window)
     if worth is not None:
         cause = Cause(worth)
@@ -230,9 +233,9 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
     if cause is Cause.HOST_IO and io:
         summary += _io_text(io[0], causes.get(Cause.HOST_IO.value, 0))
     cls_share = _pct(scores[top], lost)
-    if cls_share >= share + CLASS_NOTE_POINTS:
-        summary += f"; the {top} class {cls_share:.0f}% of lost time in all"
-    summary += why
+    lines = (f"{share:.0f}% of lost time", _gain(cause, what_if),
+             _alternatives(cause, causes, lost, what_if, top if cls_share >= share + CLASS_NOTE_POINTS else "",
+                           cls_share, why))
     if len(budget_table) and top in ("scheduler", "prep", "kernel"):
         col = {"scheduler": "scheduler_ns", "prep": "prep_ns", "kernel": "kernel_ns"}[top]
         if col in budget_table:
@@ -242,7 +245,48 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
                 ev.append(Finding("example_steps", "steps losing most to " + top + ": " +
                                   ", ".join(f"{int(s)} (rank {int(r)})" for s, r in zip(ex["step"], ex["rank"])),
                                   int(ex[col].sum()), "ns"))
-    return verdict(top, cause, conf, summary)
+    return verdict(top, cause, conf, summary, lines=lines)
+
+
+#: other causes under this share of lost time are left off the alternatives line (percent)
+ALTERNATIVE_MIN_PCT = 5.0
+
+
+def _gain(cause: Cause, what_if: tuple[WhatIf, ...]) -> str:
+    """What fixing ``cause`` gives, from its what-if row: the mean step before and after."""
+    w = next((x for x in what_if if x.cause == cause.value), None)
+    if w is None or not w.step_ns_before:
+        return ""
+    if not w.predicted:
+        return "fixing it: too little device work in the steps to predict what it gives"
+    bound = f"; {w.bound} bound" if w.bound != "none" else ""
+    return (f"fixing it: the mean step {fmt_ns(w.step_ns_before)} -> {fmt_ns(w.step_ns_after)} "
+            f"({w.speedup:.2f}x, predicted{bound})")
+
+
+def _alternatives(cause: Cause, causes: dict[str, int], lost: int, what_if: tuple[WhatIf, ...],
+                  cls: str, cls_share: float, why: str) -> str:
+    """One line: the other causes over ``ALTERNATIVE_MIN_PCT`` of lost time with what fixing each
+    saves a step, the class's share when it says more than the cause's, and why the named cause is
+    not the one that lost most (``_worth_fixing``)."""
+    parts = []
+    saves = {w.cause: w for w in what_if if w.predicted}
+    others = []
+    for c, ns in sorted(causes.items(), key=lambda kv: -kv[1]):
+        if c == cause.value or _pct(ns, lost) < ALTERNATIVE_MIN_PCT:
+            continue
+        w = saves.get(c)
+        fix = f", saves {fmt_ns(w.saved_ns)} a step" + (f" ({w.bound} bound)" if w.bound != "none" else "") \
+            if w is not None and w.saved_ns else ""
+        others.append(f"{c} {_pct(ns, lost):.0f}%{fix}")
+    if others:
+        parts.append("other causes: " + " · ".join(others[:3]))
+    if cls:
+        parts.append(f"the {cls} class {cls_share:.0f}% of lost time in all")
+    note = why.lstrip("; ")
+    if note:
+        parts.append(note)
+    return "; ".join(parts)
 
 
 def _io_text(w: IoWork, io_ns: int) -> str:

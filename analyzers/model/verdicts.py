@@ -59,6 +59,11 @@ class Verdict:
     cause: str = Cause.COMPUTE.value                          # the cause beneath the bottleneck
     causes_ns: dict[str, int] = field(default_factory=dict)   # lost time per cause
     advice: tuple[Advice, ...] = ()
+    #: the report's first two lines and the line under them: the cause's one figure ("66% of lost
+    #: time"), what fixing it gives (its what-if), the other causes with their figures
+    headline: str = ""
+    gain: str = ""
+    alternatives: str = ""
 
     def __post_init__(self) -> None:
         if self.bottleneck not in BOTTLENECKS:
@@ -73,7 +78,8 @@ class Verdict:
     def to_json(self) -> dict[str, Any]:
         return {"bottleneck": self.bottleneck, "cause": self.cause,
                 "confidence": round(float(self.confidence), 3),
-                "summary": self.summary, "healthy": self.healthy,
+                "summary": self.summary, "headline": self.headline, "gain": self.gain,
+                "alternatives": self.alternatives, "healthy": self.healthy,
                 "scores_ns": {k: _ns(v) for k, v in self.scores_ns.items()},
                 "causes_ns": {k: _ns(v) for k, v in self.causes_ns.items()},
                 "evidence": [f.to_json() for f in self.evidence], "caveats": list(self.caveats),

@@ -80,7 +80,7 @@ def test_diagnose_writes_markdown_and_perfetto(tmp_path):
     md, pf = tmp_path / "r.md", tmp_path / "b.json"
     r = invoke("diagnose", SAMPLES / "prep_bound.sqlite", "--markdown", md, "--perfetto", pf)
     assert r.exit_code == 0, r.stderr
-    assert "**Bottleneck: PREP / batch_prep**" in md.read_text()
+    assert "**Bottleneck: PREP / batch_prep · " in md.read_text()
     assert "| `prepare_for_decode` |" in md.read_text()  # bubble time by stage (SGLang name)
     events = json.loads(pf.read_text())["traceEvents"]
     slices = [e for e in events if e["ph"] == "X" and e["cat"] == "bubble"]

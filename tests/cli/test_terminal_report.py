@@ -69,9 +69,14 @@ def _check_fits(d: dict, lines_max: int = 60) -> str:
         assert len(set(rows)) == len(set(names)), rows        # different kernels never read the same
     v = d["verdict"]
     assert f"Bottleneck: {v['bottleneck'].upper()} / {v['cause']}" in text
+    # the headline: line 1 the class, the cause and its one figure; line 2 what fixing it gives
+    panel = [ln.strip("┃ ") for ln in lines if ln.startswith("┃")]
+    assert panel[0].startswith(f"Bottleneck: {v['bottleneck'].upper()} / {v['cause']} · {v['headline']}")
+    if v["gain"]:
+        assert panel[1] == v["gain"][:len(panel[1])]
     assert lines[0].startswith("capture: ")
     if any(e["kind"].startswith("cause.") for e in v["evidence"]):
-        assert "% of lost time: " in text and "lost time = all device waiting" in text
+        assert "% of lost time" in text and "lost time = all device waiting" in text
     return text
 
 
