@@ -1,10 +1,11 @@
 """HTML report of a diagnosis: one self-contained file (inline CSS, SVG and a few lines of script
-for the timeline's zoom; no network), drawn from the JSON contract only, so it can never disagree
+for the timeline's zoom and hover figures; no network), drawn from the JSON contract only, so it can never disagree
 with ``--json``.
 
 Every plot is built from aggregates (``overview`` bins, per-step parts, histogram bins, matched
 collectives), never one element per kernel: the file stays small whatever the trace's size. The
-charts are in ``html_charts``.
+charts are in ``html_charts``; the timeline (every rank and device as a lane on one clock) in
+``html_timeline``, its script in ``html_zoom``.
 """
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from typing import Any
 
 from srtscope.analyzers.model.units import fmt_bytes, fmt_ns, plural
 from srtscope.cli import escape
-from srtscope.cli.html_charts import COLOURS, ZOOM_JS, W, histogram_svg, skew_svg, steps_svg, timeline_svg
+from srtscope.cli.html_charts import COLOURS, W, histogram_svg, skew_svg, steps_svg
+from srtscope.cli.html_timeline import timeline_html
+from srtscope.cli.html_zoom import ZOOM_JS
 from srtscope.cli.phases_view import HEAD as PHASES_HEAD
 from srtscope.cli.phases_view import TITLE as PHASES_TITLE
 from srtscope.cli.phases_view import phase_rows
@@ -21,24 +24,6 @@ from srtscope.cli.phases_view import phase_rows
 def _e(x: Any) -> str:
     """Escaped text from a trace: never markup (``cli.escape.html``)."""
     return escape.html(x)
-
-
-def timeline_svgs(d: dict[str, Any]) -> str:
-    """One zoomable timeline per (rank, device), a divider between ranks."""
-    ov = d.get("overview") or {}
-    out, prev = [], None
-    for i, dv in enumerate(ov.get("devices") or []):
-        n, bin_ns = len(dv.get("kernel_ns") or []), int(dv.get("bin_ns") or 1)
-        if prev is not None and dv.get("rank") != prev:
-            out.append('<hr class="rank">')
-        prev = dv.get("rank")
-        out.append(f'<h3>rank {_e(dv.get("rank"))} · device {_e(dv.get("device"))} — '
-                   f'{fmt_ns(n * bin_ns)} active</h3>' + timeline_svg(d, dv, i))
-    if not out:
-        return '<p class="note">No device activity.</p>'
-    return "".join(out) + ('<p class="note">Each column: what the device did in that slice of time — its '
-                           'work, then the idle time by what the host was doing. Hover a column or a step '
-                           'for its figures.</p>')
 
 
 def comm_section(d: dict[str, Any]) -> str:
@@ -100,9 +85,11 @@ td.num{text-align:right;white-space:nowrap}
 .key i{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px}
 .note{color:#666;font-size:12px;margin:2px 0 10px} .ax{font-size:10px;fill:#555} .axt{font-size:11px;fill:#333}
 .grid{stroke:#e2e2e2} .sep{stroke:#333;stroke-dasharray:3 3} svg{display:block} figure{margin:0}
-hr.rank{border:0;border-top:2px dashed #bbb;margin:16px 0}
 .zoom{margin:0 0 2px 64px} .zoom button{font-size:11px;margin-right:4px}
-figure.tl{user-select:none}
+figure.tl{user-select:none;position:relative} .vg{stroke:#000;stroke-opacity:.13} .lname{font-size:11px}
+.cur{stroke:#d22;stroke-width:1} .tip{position:absolute;z-index:1;pointer-events:none;white-space:pre-line;
+max-width:420px;background:#fff;border:1px solid #999;border-radius:4px;padding:4px 8px;font-size:12px;
+box-shadow:0 1px 4px rgba(0,0,0,.2)} .tip[hidden]{display:none}
 """
 
 
@@ -172,7 +159,7 @@ collectives), by cause. Bubble time: idle gaps over {thr}, by class (what the ho
     'for is given back, never more than the cause lost (bound: what limited it).</p>') if wrows else ""}
 {(f'<h2 id="phases">{_e(PHASES_TITLE[0].upper() + PHASES_TITLE[1:])}</h2>' + _table(list(PHASES_HEAD), phase_rows(d)))
     if d.get("phases") else ""}
-<h2 id="timeline">Timeline</h2>{timeline_svgs(d)}
+<h2 id="timeline">Timeline</h2>{timeline_html(d)}
 <h2 id="device">Device busy time: {fmt_ns(busy)}</h2>{_table(["part", "time", "share of busy", "bytes", "GB/s"], drows)
     if busy else '<p class="note">No device activity.</p>'}
 <h2 id="bubbles">Bubbles: {_e(plural(int(b.get("count", 0)), "gap"))}, {fmt_ns(total)} idle</h2>
