@@ -18,14 +18,19 @@ cannot open it or finds no regular file there), ``ClusterError`` for the cluster
 a port outside 1..65535, scheduler unreachable, no workers, workers dying, the scheduler no longer
 answering).
 
-Deadlines: every wait on the network is bounded by ``$SRTSCOPE_CLUSTER_TIMEOUT`` seconds (default
-10): reaching the scheduler (a TCP connection, then its greeting: a listener that accepts and says
-nothing is refused), the client's start, the first worker, and while the reads run, each spell of
-``T`` without a finished read is followed by a ping the scheduler must answer within ``T``. A read
-itself may take as long as the file needs while the scheduler answers.
+Deadlines: every wait on the network is bounded by ``$SRTSCOPE_CLUSTER_TIMEOUT`` seconds (``T``,
+default 10): reaching the scheduler (a TCP connection, then for ``tcp://`` its greeting: a listener
+that accepts and says nothing is refused), the client's start (``2 T``), the first worker, and while
+the reads run a check every ``T`` (``cluster_watch.py``): the scheduler must answer within ``T``, a
+worker must be left (for ``T`` with none the reads are given up), the worker running a read must be
+heard from (a stopped or hung one is given up), and no read may run on a worker for more than
+``$SRTSCOPE_CLUSTER_READ_TIMEOUT`` seconds (``R``, default 3600). A finished read's result must
+arrive within ``R``. On any failure the reads left are cancelled and the client closed, each
+bounded by ``T``; nothing of distributed's (log lines, a client's ``__del__``) reaches stderr.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -38,13 +43,17 @@ from pathlib import Path
 from typing import Any
 
 from srtscope.analyzers.model.timeline import Timeline
+from srtscope.analyzers.readers.cluster_watch import ReadWatch
 from srtscope.analyzers.readers.errors import TraceError
 
-__all__ = ["ClusterError", "ClusterReads", "connect", "connect_timeout_s"]
+__all__ = ["ClusterError", "ClusterReads", "connect", "connect_timeout_s", "read_timeout_s"]
 
 INSTALL_HINT = "pip install 'srtscope[cluster]'"
 DEFAULT_TIMEOUT_S = 10.0
 TIMEOUT_ENV = "SRTSCOPE_CLUSTER_TIMEOUT"
+#: a read may run this long on a worker: far beyond the reads measured (a 10 GB export: ~2 min of CPU)
+DEFAULT_READ_TIMEOUT_S = 3600.0
+READ_TIMEOUT_ENV = "SRTSCOPE_CLUSTER_READ_TIMEOUT"
 SHARED_PATHS = "--cluster workers read the files by path: they must see the same paths (e.g. a shared filesystem)"
 
 
@@ -55,18 +64,30 @@ class ClusterError(RuntimeError):
         super().__init__(" ".join(str(what).split()))
 
 
-def connect_timeout_s() -> float:
-    """Seconds to reach the scheduler and to see a worker: ``$SRTSCOPE_CLUSTER_TIMEOUT`` (> 0), else 10."""
-    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+def _seconds(env: str, default: float, most: float) -> float:
+    """``$env`` as seconds, 0 < T <= ``most``; ``default`` when unset or empty; else ``ClusterError``."""
+    raw = os.environ.get(env, "").strip()
     if not raw:
-        return DEFAULT_TIMEOUT_S
+        return default
     try:
         t = float(raw)
     except ValueError:
         t = -1.0
-    if not 0 < t <= 3600:
-        raise ClusterError(f"${TIMEOUT_ENV}={raw!r}: expected seconds, 0 < T <= 3600")
+    if not 0 < t <= most:
+        raise ClusterError(f"${env}={raw!r}: expected seconds, 0 < T <= {most:g}")
     return t
+
+
+def connect_timeout_s() -> float:
+    """Seconds to reach the scheduler, to see a worker, and for every answer while reading (``T``):
+    ``$SRTSCOPE_CLUSTER_TIMEOUT`` (0 < T <= 3600), else 10."""
+    return _seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT_S, 3600)
+
+
+def read_timeout_s() -> float:
+    """Seconds one read may run on a worker (``R``): ``$SRTSCOPE_CLUSTER_READ_TIMEOUT`` (0 < R <= 7
+    days), else 3600."""
+    return _seconds(READ_TIMEOUT_ENV, DEFAULT_READ_TIMEOUT_S, 7 * 86400)
 
 
 def _versions() -> tuple[str, int]:
@@ -121,13 +142,15 @@ def read_task(path: str, rank: int, allow_no_kernels: bool, cache: bool, version
 
 
 @contextmanager
-def _quiet_connect_logs() -> Iterator[None]:
-    """Silence distributed's own log lines while connecting (the failure becomes our one line)."""
-    loggers = [logging.getLogger(n) for n in ("distributed", "distributed.client", "distributed.comm",
-                                               "distributed.core", "tornado")]
+def _quiet_logs() -> Iterator[None]:
+    """Silence the log lines of distributed, tornado and asyncio while a client lives (each failure
+    becomes our one line); their levels are restored after."""
+    names = {"distributed", "tornado", "asyncio"} | {
+        n for n in logging.root.manager.loggerDict if n.startswith(("distributed.", "tornado."))}
+    loggers = [logging.getLogger(n) for n in sorted(names)]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
-        lg.setLevel(logging.CRITICAL)
+        lg.setLevel(logging.CRITICAL + 1)
     try:
         yield
     finally:
@@ -136,18 +159,22 @@ def _quiet_connect_logs() -> Iterator[None]:
 
 
 class ClusterReads:
-    """Reads of trace files on the cluster behind one ``distributed.Client`` (see ``connect``)."""
+    """Reads of trace files on the cluster behind one ``distributed.Client`` (see ``connect``).
+    ``timeout_s``: ``T``, every answer's deadline; ``read_timeout_s``: ``R``, one read's."""
 
-    def __init__(self, client: Any, address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, client: Any, address: str, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 read_timeout_s: float = DEFAULT_READ_TIMEOUT_S) -> None:
         self.client = client
         self.address = address
         self.timeout_s = timeout_s
+        self.read_timeout_s = read_timeout_s
 
     def read(self, files: Sequence[Path], hints: Sequence[int], allow_no_kernels: bool, cache: bool,
              progress: Callable[[float, str], None] | None = None) -> list[Timeline]:
         """``read_one(files[i], hints[i], ...)`` for every file, one task each; in the files' order.
-        ``progress(fraction of files read, what)`` after each file. The first failure read raises
-        (``TraceError`` / ``ClusterError``) and cancels the rest."""
+        ``progress(fraction of files read, what)`` after each file. The first failure read, or the
+        first limit of ``cluster_watch`` passed, raises (``TraceError`` / ``ClusterError``) and
+        cancels the rest."""
         from distributed.client import FutureCancelledError
         from distributed.scheduler import KilledWorker
 
@@ -159,12 +186,16 @@ class ClusterReads:
         futs = [self.client.submit(read_task, str(f), int(h), allow_no_kernels, cache, versions, pure=False)
                 for f, h in zip(files, hints)]
         index = {fut.key: i for i, fut in enumerate(futs)}
+        watch = ReadWatch(self.client, self.address, {k: files[i] for k, i in index.items()},
+                          self.timeout_s, self.read_timeout_s, ClusterError)
         out: list[Timeline | None] = [None] * len(files)
         try:
-            for done, fut in enumerate(self._finished(futs), 1):
+            for done, fut in enumerate(self._finished(futs, watch), 1):
                 i = index[fut.key]
                 try:
-                    out[i] = fut.result()
+                    # NOTE: the result comes from the worker now (a whole Timeline, maybe large):
+                    # R, not T, bounds it
+                    out[i] = fut.result(timeout=self.read_timeout_s)
                 except KilledWorker:
                     raise ClusterError(f"{files[i]}: the Dask workers reading it died, one after another "
                                        "(out of memory?)") from None
@@ -177,6 +208,10 @@ class ClusterReads:
                     # a worker that cannot load the task at all (srtscope not installed there)
                     raise ClusterError(f"{files[i]}: a Dask worker cannot import {exc.name or exc}: install "
                                        "srtscope (same version, same extras) on the workers") from None
+                except (TimeoutError, asyncio.TimeoutError):        # NOTE: before OSError, its base
+                    raise ClusterError(f"{files[i]}: its read finished but its result did not arrive from "
+                                       f"the cluster at {self.address} within {self.read_timeout_s:g} s "
+                                       f"(${READ_TIMEOUT_ENV})") from None
                 except OSError as exc:
                     raise ClusterError(f"{files[i]}: lost the Dask scheduler at {self.address} while "
                                        f"reading ({type(exc).__name__}: {exc})") from None
@@ -199,28 +234,29 @@ class ClusterReads:
         t.start()
         t.join(self.timeout_s)
 
-    def _finished(self, futs: list[Any]) -> Iterator[Any]:
-        """``futs`` as they finish; after each ``timeout_s`` without one, the scheduler must answer
-        a ping within ``timeout_s`` or ``ClusterError``."""
+    def _finished(self, futs: list[Any], watch: ReadWatch) -> Iterator[Any]:
+        """``futs`` as they finish; every ``timeout_s`` while some are left, ``watch.check`` of those
+        (it raises ``ClusterError`` on a limit passed)."""
         import queue
 
         finished: queue.Queue[Any] = queue.Queue()
         for f in futs:
             f.add_done_callback(finished.put)
-        for _ in futs:
-            while True:
-                try:
-                    yield finished.get(timeout=self.timeout_s)
-                    break
-                except queue.Empty:
-                    self._ping()
-
-    def _ping(self) -> None:
-        try:
-            self.client.sync(self.client.scheduler.identity, callback_timeout=self.timeout_s)
-        except Exception:  # noqa: BLE001 - TimeoutError, a closed comm
-            raise ClusterError(f"--cluster {self.address}: the scheduler stopped answering (nothing within "
-                               f"{self.timeout_s:g} s); the reads were given up") from None
+        left = {f.key for f in futs}
+        next_check = time.monotonic() + self.timeout_s
+        while left:
+            try:
+                fut = finished.get(timeout=max(0.0, next_check - time.monotonic()))
+            except queue.Empty:
+                fut = None
+            if fut is not None:
+                left.discard(fut.key)
+                yield fut
+            if left and time.monotonic() >= next_check:
+                # NOTE: on a clock, not after a spell without a finished read: a stopped worker's
+                # read is noticed while other reads keep finishing
+                watch.check(left)
+                next_check = time.monotonic() + self.timeout_s
 
 
 def _brief(exc: BaseException) -> str:
@@ -266,8 +302,9 @@ def _probe(address: str, t: float) -> None:
 def connect(address: str, timeout_s: float | None = None) -> Iterator[ClusterReads]:
     """A client of the Dask scheduler at ``address`` (``tcp://host:8786``, as ``distributed.Client``
     takes it) with at least one worker, within ``timeout_s`` (default ``connect_timeout_s()``) for
-    each; closed on exit. ``ClusterError`` when distributed is not installed or the cluster is not
-    there in time."""
+    each; its reads limited by ``read_timeout_s()`` too (``cluster_watch``); closed on exit, failed or
+    not, and distributed's log lines silenced meanwhile. ``ClusterError`` when distributed is not
+    installed or the cluster is not there in time."""
     if not address or not address.strip():
         raise ClusterError("--cluster: empty scheduler address (e.g. tcp://scheduler:8786)")
     try:
@@ -275,6 +312,7 @@ def connect(address: str, timeout_s: float | None = None) -> Iterator[ClusterRea
     except ImportError:
         raise ClusterError(f"--cluster needs Dask distributed, which is not installed: {INSTALL_HINT}") from None
     t = connect_timeout_s() if timeout_s is None else timeout_s
+    r = read_timeout_s()
     from distributed.comm import get_address_host_port
     try:
         _, port = get_address_host_port(address)  # NOTE: before Client(): a half-made one stalls the exit 4 s
@@ -284,47 +322,73 @@ def connect(address: str, timeout_s: float | None = None) -> Iterator[ClusterRea
     if isinstance(port, int) and not 1 <= port <= 65535:
         raise ClusterError(f"--cluster {address}: port {port} is outside 1..65535")
     _probe(address, t)
-    failed = ""
-    with _quiet_connect_logs():
-        made: dict[str, Any] = {}
-
-        def make() -> None:
-            try:
-                made["client"] = distributed.Client(address, timeout=t, set_as_default=False)
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-                made["error"] = exc
-
-        # NOTE: on a thread of its own, so that a scheduler that stalls the client's start (its
-        # handshake has no deadline in distributed) cannot stall this process past 2 T
-        starter = threading.Thread(target=make, name="srtscope-cluster-connect", daemon=True)
-        starter.start()
-        starter.join(2 * t)
-        error = made.get("error")
-        if starter.is_alive():
-            failed = f"the scheduler did not complete the client's start within {2 * t:g} s"
-        elif isinstance(error, (ValueError, TypeError)):     # no scheme, an unknown scheme, no port
-            failed = f"cannot connect ({_brief(error)})"
-        elif isinstance(error, Exception):                   # OSError, TimeoutError ...
-            failed = f"cannot reach a Dask scheduler within {t:g} s ({_brief(error)})"
-        elif error is not None:
-            raise error
-        client: Any = made.get("client")
-    # NOTE: raised here, not in the handler, and collected now: a half-made client that lives
-    # until exit stalls it (its __del__ waits 2x the timeout for a loop that is gone)
-    if failed:
-        import gc
-        gc.collect()
-        raise ClusterError(f"--cluster {address}: {failed}")
-    try:
+    with _quiet_logs():
+        client = _start_client(distributed.Client, address, t)
         try:
-            client.wait_for_workers(1, timeout=t)
-        except Exception:  # noqa: BLE001 - TimeoutError, or the scheduler going away meanwhile
-            raise ClusterError(f"--cluster {address}: the scheduler has no workers (none joined within "
-                               f"{t:g} s)") from None
-        yield ClusterReads(client, address, t)
-    finally:
-        with _quiet_connect_logs():
             try:
-                client.close(timeout=t)
-            except Exception:  # noqa: BLE001 - closing a client whose scheduler is gone
-                pass
+                client.wait_for_workers(1, timeout=t)
+            except Exception:  # noqa: BLE001 - TimeoutError, or the scheduler going away meanwhile
+                raise ClusterError(f"--cluster {address}: the scheduler has no workers (none joined within "
+                                   f"{t:g} s)") from None
+            yield ClusterReads(client, address, t, r)
+        finally:
+            _close(client, t)
+
+
+def _start_client(client_class: type, address: str, t: float) -> Any:
+    """A started ``client_class(address)`` within ``2 t`` s, else ``ClusterError`` (a client half
+    made by then is closed first)."""
+    made: dict[str, Any] = {}
+
+    class Client(client_class):  # type: ignore[misc, valid-type]
+        def start(self, **kwargs: Any) -> None:
+            made["client"] = self       # NOTE: kept before a start that may fail, to be closed
+            super().start(**kwargs)
+
+    def make() -> None:
+        try:
+            Client(address, timeout=t, set_as_default=False)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            made["error"] = exc
+
+    # NOTE: on a thread of its own, so that a scheduler that stalls the client's start (its
+    # handshake has no deadline in distributed) cannot stall this process past 2 T
+    starter = threading.Thread(target=make, name="srtscope-cluster-connect", daemon=True)
+    starter.start()
+    starter.join(2 * t)
+    error = made.pop("error", None)
+    client = made.pop("client", None)
+    if not starter.is_alive() and error is None:
+        return client
+    if starter.is_alive():
+        failed = f"the scheduler did not complete the client's start within {2 * t:g} s"
+    elif isinstance(error, (ValueError, TypeError)):     # no scheme, an unknown scheme, no port, no TLS
+        failed = f"cannot connect ({_brief(error)})"
+        if address.startswith("tls://") and "ssl_context" in str(error):
+            failed += ("; tls:// takes Dask's TLS settings: distributed.comm.tls.ca-file, .client.cert "
+                       "and .client.key in the Dask config (or $DASK_DISTRIBUTED__COMM__TLS__...)")
+    elif isinstance(error, Exception):                   # OSError, TimeoutError ...
+        failed = f"cannot reach a Dask scheduler within {t:g} s ({_brief(error)})"
+    else:
+        raise error             # KeyboardInterrupt, SystemExit
+    error = None                # NOTE: its traceback holds the client's frames
+    if client is not None:
+        _close(client, t)
+    raise ClusterError(f"--cluster {address}: {failed}")
+
+
+def _close(client: Any, t: float) -> None:
+    """Close ``client`` within about ``t`` s, on a thread (its scheduler may be stopped). One that
+    could not close is marked closed: its ``__del__`` would try again at exit, wait ``2 T`` and print
+    a traceback."""
+    def close() -> None:
+        try:
+            client.close(timeout=t)
+        except BaseException:  # noqa: BLE001 - a scheduler that is gone; a loop already stopped
+            pass
+
+    closer = threading.Thread(target=close, name="srtscope-cluster-close", daemon=True)
+    closer.start()
+    closer.join(t + 1)
+    if getattr(client, "status", "closed") != "closed":
+        client.status = "closed"

@@ -275,43 +275,6 @@ def test_a_port_out_of_range_is_refused_at_once(port):
     assert time.monotonic() - t0 < 4           # no 10 s wait for a connection that cannot be
 
 
-def test_reads_that_finish_late_wait_while_the_scheduler_answers_and_stop_when_it_does_not():
-    """While no read finishes for T, the scheduler is pinged: an answer keeps waiting, silence is one
-    ClusterError within about 2 T."""
-    import threading
-
-    from srtscope.analyzers.readers.cluster import ClusterError, ClusterReads
-
-    class Fut:
-        def __init__(self, after: float | None) -> None:
-            self.after = after
-
-        def add_done_callback(self, fn) -> None:
-            if self.after is not None:
-                threading.Timer(self.after, fn, args=(self,)).start()
-
-    class Client:
-        def __init__(self, answers: bool) -> None:
-            self.answers, self.pings = answers, 0
-            self.scheduler = type("S", (), {"identity": staticmethod(lambda: None)})()
-
-        def sync(self, fn, callback_timeout: float) -> None:
-            self.pings += 1
-            if not self.answers:
-                time.sleep(callback_timeout)
-                raise TimeoutError
-
-    alive = Client(answers=True)
-    late = [Fut(0.35), Fut(0.05)]
-    assert list(ClusterReads(alive, "tcp://x:1", timeout_s=0.1)._finished(late)) == late[::-1]
-    assert alive.pings >= 2
-    hung = Client(answers=False)
-    t0 = time.monotonic()
-    with pytest.raises(ClusterError, match="the scheduler stopped answering"):
-        list(ClusterReads(hung, "tcp://x:1", timeout_s=0.1)._finished([Fut(None)]))
-    assert time.monotonic() - t0 < 1
-
-
 @needs_distributed
 def test_a_scheduler_that_stops_answering_mid_read_is_bounded(tmp_path):
     """Connected, then the scheduler freezes (SIGSTOP): the reads give up within a few T with one
