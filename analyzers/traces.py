@@ -19,6 +19,7 @@ printed: progress, notes and the checks between windows go through ``ReadHooks``
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import sqlite3
@@ -26,7 +27,7 @@ import stat
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -102,6 +103,16 @@ class Diagnosed:
 
 class SpillError(OSError):
     """The spill of a diagnosis in windows could not be written (one line: the export, the folder, why)."""
+
+
+def spill_failed(path: Path, folder: Path, tmp: Path, exc: OSError) -> str:
+    """The one line of a spill that could not be written: the export, the spill folder, the OS's
+    words; for a full disk or quota, where the spill goes and how to move it."""
+    line = f"{path}: cannot write the spill in {folder}: {exc.strerror or exc}"
+    if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        under = "" if folder == tmp else f", {tmp}"
+        line += f" (the spill goes under $TMPDIR{under}: set TMPDIR to a disk with room)"
+    return line
 
 
 class OutOfMemory(MemoryError):
@@ -395,7 +406,12 @@ def _in_windows(path: Path, params: DiagnoseParams, budget_bytes: int, hooks: Re
     if need > budget_bytes:
         over(need)
     rank = rank_from_name(path) or 0
-    with spill_folder() as folder:
+    stack = ExitStack()
+    try:
+        folder = stack.enter_context(spill_folder())
+    except OSError as exc:              # the folder itself (made, marked): nothing of it is left
+        raise SpillError(spill_failed(path, tmp, tmp, exc)) from None
+    with stack:
         try:
             tick(0.0, "reading")
             with _scanned(path, tick, hooks.check):
@@ -412,7 +428,7 @@ def _in_windows(path: Path, params: DiagnoseParams, budget_bytes: int, hooks: Re
             note(f"{path.name}: not diagnosed whole in windows ({exc})")
             return None
         except OSError as exc:
-            raise SpillError(f"{path}: cannot spill to {folder}: {exc.strerror or exc}") from exc
+            raise SpillError(spill_failed(path, folder, tmp, exc)) from None
         finally:
             tick(1.0, "read")
 

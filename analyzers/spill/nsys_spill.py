@@ -345,16 +345,35 @@ class SpilledTrace:
             yield df
 
     def close(self) -> None:
+        """Delete the files the read wrote: both tables' whatever the first raised; then its
+        ``OSError``."""
         self.closed = True
-        self._device.remove()
-        self._api.remove()
+        try:
+            self._device.remove()
+        finally:
+            self._api.remove()
 
     def __enter__(self) -> SpilledTrace:
         return self
 
     def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self.close()
+        if exc is None:
+            self.close()
+            return
+        _remove_quietly(self._device, self._api)        # NOTE: the error in flight is the one to tell
+        self.closed = True
+
+
+def _remove_quietly(*spools: TimeSpool | None) -> None:
+    """Each spool's file removed as far as it can be, nothing raised: called while another error is
+    on its way up, which a failed cleanup must not replace."""
+    for spool in spools:
+        if spool is not None:
+            try:
+                spool.remove()
+            except OSError:
+                pass
 
 
 def read_nsys_spilled(path: str | Path, rank: int = 0, *, folder: str | Path,
@@ -392,9 +411,7 @@ def read_nsys_spilled(path: str | Path, rank: int = 0, *, folder: str | Path,
         finally:
             reader.close()
     except BaseException:
-        for made in (device, api):
-            if made is not None:
-                made.remove()
+        _remove_quietly(device, api)
         raise
     finally:
         con.close()

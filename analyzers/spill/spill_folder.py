@@ -124,7 +124,9 @@ def spill_folder() -> Iterator[Path]:
         for s in _ENDING:
             before[s] = signal.signal(s, _unwind)
     try:
-        with tempfile.TemporaryDirectory(prefix=PREFIX) as folder:
+        # NOTE: a cleanup that fails leaves the rest to the next run's ``sweep_stale``; it never takes
+        # the place of the error the run ends with
+        with tempfile.TemporaryDirectory(prefix=PREFIX, ignore_cleanup_errors=True) as folder:
             path = Path(folder)
             (path / OWNER).write_text(f"{os.getpid()} {_started(os.getpid()) or ''}\n")
             yield path

@@ -59,30 +59,35 @@ class SpillWriter:
 
     def write(self, bufs: list[Any], offset: int) -> None:
         """Every byte of ``bufs`` written at ``offset``; written direct, the bytes after them up to
-        the next multiple of ``BLOCK`` are zeros (the caller leaves them unused)."""
+        the next multiple of ``BLOCK`` are zeros (the caller leaves them unused). An ``OSError`` of
+        the writes (``ENOSPC``: a full disk) is raised as it is, no view of the staging buffer left."""
         if self.direct_fd is not None and offset % BLOCK == 0:
             size = sum(memoryview(b).nbytes for b in bufs)
             span = -(-size // BLOCK) * BLOCK
             stage = self._staged(span)
-            out = np.frombuffer(stage, np.uint8, span)
-            pos = 0
-            for b in bufs:
-                v = np.frombuffer(memoryview(b).cast("B"), np.uint8)
-                out[pos:pos + len(v)] = v
-                pos += len(v)
-            out[pos:] = 0
+            _fill(stage, bufs, span)
+            # NOTE: each view of the staging buffer is released before this returns or raises: one
+            # kept alive by an exception's traceback would keep ``close`` from unmapping the
+            # buffer (BufferError in the cleanup, in place of the write's own error)
+            head = memoryview(stage)[:span]
             t0 = time.perf_counter()
             try:
-                done = _write_all(self.direct_fd, [memoryview(stage)[:span]], offset, aligned=True)
+                done = _write_all(self.direct_fd, [head], offset, aligned=True)
                 self._judge(done, time.perf_counter() - t0)
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
                 done = 0                    # refused (alignment, file system): the page cache's way
                 self._close_direct()
+            finally:
+                head.release()
             if done >= size:
                 return
-            _write_all(self.fd, [memoryview(stage)[done:size]], offset + done)
+            tail = memoryview(stage)[done:size]
+            try:
+                _write_all(self.fd, [tail], offset + done)
+            finally:
+                tail.release()
             return
         _write_all(self.fd, bufs, offset)
 
@@ -99,24 +104,48 @@ class SpillWriter:
     def _staged(self, span: int) -> mmap.mmap:
         """The staging buffer, page-aligned, of at least ``span`` bytes (grown by doubling)."""
         if self._stage is None or len(self._stage) < span:
-            had = 0
-            if self._stage is not None:
-                had = len(self._stage)
-                self._stage.close()
+            had = 0 if self._stage is None else len(self._stage)
+            self._drop_stage()
             self._stage = mmap.mmap(-1, max(span, 2 * had, 1 << 20))
         return self._stage
 
+    def _drop_stage(self) -> None:
+        stage, self._stage = self._stage, None
+        if stage is not None:
+            try:
+                stage.close()
+            except BufferError:
+                # NOTE: a view of it still alive (none should be: ``write`` releases its own); the
+                # memory is unmapped when that view goes. Never an error of its own: it would take
+                # the place of the error being cleaned up after
+                pass
+
     def _close_direct(self) -> None:
-        if self.direct_fd is not None:
-            os.close(self.direct_fd)
-            self.direct_fd = None
+        fd, self.direct_fd = self.direct_fd, None
+        if fd is not None:
+            os.close(fd)
 
     def close(self) -> None:
-        """The direct descriptor and the staging buffer released (``fd`` is the caller's)."""
-        self._close_direct()
-        if self._stage is not None:
-            self._stage.close()
-            self._stage = None
+        """The direct descriptor and the staging buffer released (``fd`` is the caller's); the
+        buffer whatever closing the descriptor raises."""
+        try:
+            self._close_direct()
+        finally:
+            self._drop_stage()
+
+
+def _fill(stage: mmap.mmap, bufs: list[Any], span: int) -> None:
+    """``bufs`` one after another at the start of ``stage``, zeros after them up to ``span``."""
+    out = np.frombuffer(stage, np.uint8, span)
+    try:
+        pos = 0
+        for b in bufs:
+            v = np.frombuffer(memoryview(b).cast("B"), np.uint8)
+            out[pos:pos + len(v)] = v
+            pos += len(v)
+        out[pos:] = 0
+    finally:
+        del out                             # NOTE: no export of ``stage`` outlives this (see ``write``)
 
 
 def _write_all(fd: int, bufs: list[Any], offset: int, aligned: bool = False) -> int:
@@ -124,20 +153,26 @@ def _write_all(fd: int, bufs: list[Any], offset: int, aligned: bool = False) -> 
     a direct write, stopped at a short write that is not whole blocks (the rest is the caller's)."""
     views = [memoryview(b).cast("B") for b in bufs]
     done = 0
-    while views:
-        if hasattr(os, "pwritev"):
-            n = os.pwritev(fd, views[:1024], offset)
-        else:
-            n = os.pwrite(fd, views[0], offset)
-        if n <= 0:
-            raise OSError(errno.EIO, "a write of the spill made no progress")
-        offset += n
-        done += n
-        if aligned and n % BLOCK:
-            return done
-        while views and n >= len(views[0]):
-            n -= len(views[0])
-            views.pop(0)
-        if views and n:
-            views[0] = views[0][n:]
-    return done
+    try:
+        while views:
+            if hasattr(os, "pwritev"):
+                n = os.pwritev(fd, views[:1024], offset)
+            else:
+                n = os.pwrite(fd, views[0], offset)
+            if n <= 0:
+                raise OSError(errno.EIO, "a write of the spill made no progress")
+            offset += n
+            done += n
+            if aligned and n % BLOCK:
+                return done
+            while views and n >= len(views[0]):
+                n -= len(views[0])
+                views.pop(0).release()
+            if views and n:
+                rest = views[0][n:]
+                views[0].release()
+                views[0] = rest
+        return done
+    finally:
+        for v in views:             # NOTE: released on an error too (see ``SpillWriter.write``)
+            v.release()

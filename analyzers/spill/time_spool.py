@@ -37,8 +37,9 @@ import mmap
 import os
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -390,17 +391,25 @@ class TimeSpool:
         return cols
 
     def remove(self) -> None:
-        """Delete the file this spool wrote (nothing else in its folder)."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        for p in sorted(self.files):
-            p.unlink(missing_ok=True)
+        """Delete the file this spool wrote (nothing else in its folder). Every step is tried (the
+        descriptors closed, the file unlinked) whatever an earlier one raised; then the first
+        ``OSError`` is raised."""
+        writer, fd, files = self._writer, self._fd, sorted(self.files)
+        self._writer, self._fd = None, None
         self.files.clear()
         self.buckets, self.bounds = [], []
+        first: OSError | None = None
+        steps: list[Callable[[], object]] = [writer.close] if writer is not None else []
+        if fd is not None:
+            steps.append(partial(os.close, fd))
+        steps += [partial(p.unlink, missing_ok=True) for p in files]
+        for step in steps:
+            try:
+                step()
+            except OSError as exc:
+                first = first or exc
+        if first is not None:
+            raise first
 
 
 _FALLOCATE: list[Any] = []

@@ -5,6 +5,8 @@ a generated export cut into many small buckets; pieces stay within ``chunk_rows`
 wrote leave with ``close`` or an error, nothing else in the folder does."""
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 import sqlite3
 import sys
@@ -172,6 +174,60 @@ def test_error_mid_scan_removes_the_files_written(generated, tmp_path, monkeypat
     with pytest.raises(RuntimeError, match="disk full"):
         read_nsys_spilled(generated, folder=folder, chunk_rows=5000, scan_rows=20_000)
     assert len(calls) <= 7 and not list(folder.iterdir())   # the other thread stopped too (~25 chunks)
+
+
+class _Faulty:
+    """``os`` as ``spill_writes`` / ``time_spool`` see it: writes past ``limit`` bytes raise ENOSPC;
+    with ``close_errno``, closing a spill file's descriptor raises that error (after closing it)."""
+
+    def __init__(self, limit: int, close_errno: int = 0) -> None:
+        self.limit, self.close_errno, self.written = limit, close_errno, 0
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    def pwritev(self, fd, bufs, offset):
+        n = sum(memoryview(b).nbytes for b in bufs)
+        if self.written + n > self.limit:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.written += n
+        return os.pwritev(fd, bufs, offset)
+
+    def close(self, fd):
+        os.close(fd)
+        if self.close_errno:
+            raise OSError(self.close_errno, os.strerror(self.close_errno))
+
+
+@pytest.mark.parametrize("limit", [0, 200_000, 2_000_000], ids=["first write", "early", "mid"])
+def test_a_full_disk_is_the_os_error_and_removes_only_the_spill(generated, tmp_path, monkeypatch, limit):
+    """ENOSPC comes out as itself (a BufferError of the cleanup took its place), the spill's files
+    are removed and the user's file beside them is not."""
+    from srtscope.analyzers.spill import spill_writes, time_spool
+
+    folder = tmp_path / "spill"
+    folder.mkdir()
+    (folder / "mine.txt").write_text("the user's")
+    fake = _Faulty(limit, close_errno=errno.EIO)        # the cleanup fails too: ENOSPC still told
+    monkeypatch.setattr(spill_writes, "os", fake)
+    monkeypatch.setattr(time_spool, "os", fake)
+    with pytest.raises(OSError) as raised:
+        read_nsys_spilled(generated, folder=folder, chunk_rows=5000, scan_rows=20_000)
+    assert raised.value.errno == errno.ENOSPC, repr(raised.value)
+    assert [p.name for p in folder.iterdir()] == ["mine.txt"]
+
+
+def test_a_spill_file_that_fails_to_close_is_removed_all_the_same(tmp_path, monkeypatch):
+    from srtscope.analyzers.spill import spill_writes, time_spool
+
+    folder = tmp_path / "spill"
+    sp = read_nsys_spilled(SAMPLES / "healthy.sqlite", folder=folder, chunk_rows=50)
+    fake = _Faulty(1 << 62, close_errno=errno.ENOSPC)     # as a network file system reports a lost write
+    monkeypatch.setattr(spill_writes, "os", fake)
+    monkeypatch.setattr(time_spool, "os", fake)
+    with pytest.raises(OSError, match="No space left"):
+        sp.close()
+    assert not list(folder.iterdir())
 
 
 def test_bad_rows_and_bad_files_fail_as_read_nsys_does(tmp_path):

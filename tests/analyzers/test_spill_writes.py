@@ -80,15 +80,26 @@ def test_a_refused_direct_write_falls_back_with_every_byte(tmp_path, monkeypatch
         assert os.pread(fd, 3, 4 * BLOCK) == b"xyz"
 
 
-def test_other_write_errors_are_raised(tmp_path, monkeypatch):
+@pytest.mark.parametrize("short_first", [False, True], ids=["at once", "after a short write"])
+def test_other_write_errors_are_raised_and_leave_no_view_of_the_buffer(tmp_path, monkeypatch, short_first):
+    """A full disk is the write's own OSError; no view of the staging buffer outlives it (one kept by
+    the traceback made ``close`` raise BufferError in place of the ENOSPC)."""
     with _writer(tmp_path) as (fd, w):
         _direct_or_skip(w)
+        calls = []
 
         def full(f, bufs, off):
+            calls.append(1)
+            if short_first and len(calls) == 1:
+                return BLOCK                                # a short write: the rest sliced off
             raise OSError(errno.ENOSPC, "No space left on device")
         monkeypatch.setattr(spill_writes.os, "pwritev", full)
-        with pytest.raises(OSError, match="No space left"):
-            w.write([b"abc"], 0)
+        with pytest.raises(OSError, match="No space left") as raised:
+            w.write([b"abc", bytes(3 * BLOCK)], 0)
+        stage = w._stage
+        assert stage is not None
+        w.close()                               # raised BufferError before
+        assert stage.closed and raised.value.errno == errno.ENOSPC
 
 
 def test_a_spool_reads_back_the_same_rows_direct_or_not(tmp_path, monkeypatch):
