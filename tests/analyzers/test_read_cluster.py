@@ -285,7 +285,8 @@ def test_a_scheduler_that_stops_answering_mid_read_is_bounded(tmp_path):
     from srtscope.analyzers.readers.cluster import ClusterError, connect
 
     port = _closed_port()
-    env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False")
+    # NOTE: their scratch folders in tmp_path: killed, they leave them behind
+    env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False", DASK_TEMPORARY_DIRECTORY=str(tmp_path))
     dask = Path(sys.executable).with_name("dask")
     sched = subprocess.Popen([str(dask), "scheduler", "--host", "127.0.0.1", "--port", str(port),
                               "--dashboard-address", ":0", "--no-show"], env=env,
