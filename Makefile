@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.srtscope-installed
 # PyPI's default torch wheel is a CUDA build). Empty: pip's own configuration decides.
 TORCH_INDEX ?=
 
-.PHONY: demo lint test install clean engines
+.PHONY: demo lint test test-all install clean engines
 
 # torch first, pinned to a version (TORCH_VERSION, default 2.13.0), so that the unpinned
 # dependency is already satisfied. The pin names no build: which wheel comes is up to pip's
@@ -48,8 +48,13 @@ engines: $(STAMP)
 	[ -f "$(VLLM_VENV)/tiny-llama-decode/config.json" ] || benchmarks/engines/setup_vllm.sh "$(VLLM_VENV)"
 	$(PY) -m benchmarks.engines.vllm_rig --venv "$(VLLM_VENV)"
 
+# The fast tier (a few minutes); test-all adds the slow tier (tests/slow_tier.py: engine runs, big
+# exports, Dask clusters, killed processes, the browser) and is what CI runs.
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not slow"
+
+test-all: test
+	$(PY) -m pytest -q -m slow
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

@@ -6,6 +6,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the slow tier (``tests/slow_tier.py``) ``slow``: ``make test`` runs the others."""
+    from tests.slow_tier import SLOW_TESTS
+
+    for item in items:
+        if item.nodeid.split("[", 1)[0] in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
 REAL_TRACES = REPO.parent / "shared" / "traces" / "real"
 
 
