@@ -74,6 +74,8 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bot
 h3{font-size:14px;margin:14px 0 4px;font-weight:600}
 .card{border:2px solid %(c)s;border-radius:8px;padding:14px 18px;margin:16px 0}
 .verdict{font-size:20px;font-weight:700} .cause{color:#555;font-weight:600}
+.gain{font-size:15px;font-weight:600;margin:2px 0} .alt{color:#555;margin:4px 0}
+details{margin:4px 0} summary{cursor:pointer;color:#444}
 .conf{display:inline-block;width:160px;height:10px;background:#eee;border-radius:5px;vertical-align:middle}
 .conf i{display:block;height:10px;border-radius:5px;background:%(c)s}
 .warn{background:#fff6df;border:1px solid #e9c96b;border-radius:6px;padding:8px 14px}
@@ -94,13 +96,19 @@ box-shadow:0 1px 4px rgba(0,0,0,.2)} .tip[hidden]{display:none}
 
 
 def diagnosis_html(d: dict[str, Any], title: str = "srtscope diagnosis") -> str:
-    from srtscope.cli.render import caveat_lines
+    from srtscope.cli.render import busy_note, caveat_lines, default_evidence
 
     v, b, cap = d.get("verdict") or {}, d.get("bubbles") or {}, d.get("capture") or {}
     bott = str(v.get("bottleneck", "?"))
     total = int(b.get("total_ns") or 0)
-    ev = "".join(f"<li>{_e(x.get('text') if isinstance(x, dict) else x)}</li>" for x in v.get("evidence") or [])
-    adv = "".join(f"<li><b>{_e(a.get('cause'))}</b>: {_e(a.get('text'))}</li>" for a in v.get("advice") or [])
+    # NOTE: the card shows what the terminal's default view shows; the rest is under a fold
+    shown, shares, folded = default_evidence(d)
+    ev = "".join(f"<li>{_e(x.get('text'))}</li>" for x in shown) + "".join(f"<li>{_e(x)}</li>" for x in shares)
+    more = "".join(f"<li>{_e(x.get('text'))}</li>" for x in folded)
+    advice = v.get("advice") or []
+    adv = "".join(f"<li><b>{_e(a.get('cause'))}</b>: {_e(a.get('text'))}</li>" for a in advice[:1])
+    adv_more = "".join(f"<li><b>{_e(a.get('cause'))}</b>: {_e(a.get('text'))}</li>" for a in advice[1:])
+    line1 = f" · {_e(v['headline'])}" if v.get("headline") else ""
     warns = "".join(f"<li><b>{_e(c.split(':', 1)[0])}</b>:{_e(c.split(':', 1)[1]) if ':' in c else ''}</li>"
                     for c in caveat_lines(d))
     dv = d.get("device") or {}
@@ -144,14 +152,19 @@ def diagnosis_html(d: dict[str, Any], title: str = "srtscope diagnosis") -> str:
 <h1>{_e(title)}</h1>
 <div class="note">{_subtitle(cap)}</div>
 <div class="card"><div class="verdict">Bottleneck: {_e(bott.upper())}
-<span class="cause">/ {_e(v.get("cause", "?"))}</span></div>
+<span class="cause">/ {_e(v.get("cause", "?"))}{line1}</span></div>
+{f'<div class="gain" id="gain">{_e(v["gain"])}</div>' if v.get("gain") else ""}
 <div>confidence {conf:.0%} <span class="conf"><i style="width:{100 * conf:.0f}%"></i></span>
 {"· healthy" if v.get("healthy") else ""}</div>
+{f'<p class="alt" id="alternatives">{_e(v["alternatives"])}</p>' if v.get("alternatives") else ""}
 <p id="summary">{_e(v.get("summary", ""))}</p>
 <ul>{ev}</ul>
+{f"<details><summary>All evidence ({len(folded)} more)</summary><ul>{more}</ul></details>" if more else ""}
 <p class="note">Lost time: all the time the device waited (bubbles, gaps under the threshold, exposed copies and
-collectives), by cause. Bubble time: idle gaps over {thr}, by class (what the host was doing).</p>
-{f"<h3>What to do next</h3><ul>{adv}</ul>" if adv else ""}</div>
+collectives), by cause. Bubble time: idle gaps over {thr}, by class (what the host was doing).
+The words used here are explained in srtscope's <code>docs/glossary.md</code>.</p>
+{f"<h3>What to do next</h3><ul>{adv}</ul>" if adv else ""}
+{f"<details><summary>More advice ({len(advice) - 1})</summary><ul>{adv_more}</ul></details>" if adv_more else ""}</div>
 {f'<div class="warn"><b>Caveats</b><ul>{warns}</ul></div>' if warns else ""}
 {('<h2 id="what-if">What if: the mean step without each cause</h2>' + _table(["cause", "saved per step",
     "lost per step", "step before", "step after", "speedup", "bound", "assumes"], wrows)
@@ -160,7 +173,8 @@ collectives), by cause. Bubble time: idle gaps over {thr}, by class (what the ho
 {(f'<h2 id="phases">{_e(PHASES_TITLE[0].upper() + PHASES_TITLE[1:])}</h2>' + _table(list(PHASES_HEAD), phase_rows(d)))
     if d.get("phases") else ""}
 <h2 id="timeline">Timeline</h2>{timeline_html(d)}
-<h2 id="device">Device busy time: {fmt_ns(busy)}</h2>{_table(["part", "time", "share of busy", "bytes", "GB/s"], drows)
+<h2 id="device">Device busy time: {fmt_ns(busy)}{_e(busy_note(d))}</h2>{_table(
+    ["part", "time", "share of busy", "bytes", "GB/s"], drows)
     if busy else '<p class="note">No device activity.</p>'}
 <h2 id="bubbles">Bubbles: {_e(plural(int(b.get("count", 0)), "gap"))}, {fmt_ns(total)} idle</h2>
 {_table(["class", "time", "share of bubble time"], crows) if crows else '<p class="note">No bubbles.</p>'}

@@ -66,7 +66,10 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
     dv = d.get("device") or {}
     if dv.get("busy_ns"):
         busy = int(dv["busy_ns"])
-        out += ["", "## Device busy time", "", "| part | time | share of busy | GB/s |", "|---|---:|---:|---:|",
+        from srtscope.cli.render import busy_note
+
+        out += ["", f"## Device busy time: {fmt_ns(busy)}{busy_note(d)}", "",
+                "| part | time | share of busy | GB/s |", "|---|---:|---:|---:|",
                 f"| kernels | {fmt_ns(dv.get('kernel_ns'))} | {fmt_pct(int(dv.get('kernel_ns') or 0), busy)} | |"]
         if dv.get("comm_ns"):
             out.append(f"| collectives | {fmt_ns(dv['comm_ns'])} | {fmt_pct(int(dv['comm_ns']), busy)} | |")

@@ -115,12 +115,34 @@ def capture_panel(d: dict[str, Any], width: int = 80, full: bool = True) -> Text
 _TABLED = ("device_split", "sub_threshold", "comm.exposed", "top_kernel", "steps", "what_if")
 MINOR = 0.05       # evidence of a range/stage under this share of bubble time: --full only
 LEGEND = "lost time = all device waiting · bubble time = idle gaps over {thr}"
+GLOSSARY = "words: docs/glossary.md"
 
 
 def _shares(evidence: list[dict], prefix: str, what: str) -> str:
     items = [e for e in evidence if str(e.get("kind", "")).startswith(prefix)]
     parts = [clean_text(e.get("text", ""), 80).replace(f" of {what}", "").replace(": ", " ") for e in items]
     return f"% of {what}: " + " · ".join(parts) if parts else ""
+
+
+def default_evidence(d: dict[str, Any]) -> tuple[list[dict], list[str], list[dict]]:
+    """The verdict's evidence as the default view shows it: (the findings shown, the share lines
+    that stand for the per-cause and per-class findings, the findings left to ``--full``)."""
+    v = d.get("verdict", {})
+    evidence = [e if isinstance(e, dict) else {"kind": "", "text": e} for e in v.get("evidence") or []]
+    idle = int((d.get("bubbles") or {}).get("total_ns") or 0)
+
+    def minor(e: dict) -> bool:     # a range or stage holding under MINOR of the bubble time
+        k = str(e.get("kind"))
+        return (k == "user_range" or k.startswith("stage.")) and e.get("unit") == "ns" and \
+            float(e.get("value") or 0) < MINOR * idle
+
+    def folded(e: dict) -> bool:
+        return str(e.get("kind")).startswith(("cause.", "class.")) or e.get("kind") in _TABLED or minor(e)
+
+    shares = [_shares(evidence, "class.", "bubble time")]
+    if not v.get("alternatives"):       # the alternatives line gives the other causes' shares
+        shares.insert(0, _shares(evidence, "cause.", "lost time"))
+    return [e for e in evidence if not folded(e)], [s for s in shares if s], [e for e in evidence if folded(e)]
 
 
 def verdict_panel(d: dict[str, Any], full: bool = True, width: int = 80) -> Panel:
@@ -144,26 +166,13 @@ def verdict_panel(d: dict[str, Any], full: bool = True, width: int = 80) -> Pane
         head.append((alt if full else clip_words(alt, width - 4)) + "\n", style="dim")
     head.append(clean_text(v.get("summary", ""), 600))
     evidence = [e if isinstance(e, dict) else {"kind": "", "text": e} for e in v.get("evidence") or []]
-    idle = int((d.get("bubbles") or {}).get("total_ns") or 0)
-
-    def minor(e: dict) -> bool:     # a range or stage holding under MINOR of the bubble time
-        k = str(e.get("kind"))
-        return (k == "user_range" or k.startswith("stage.")) and e.get("unit") == "ns" and \
-            float(e.get("value") or 0) < MINOR * idle
-
-    shown = [e for e in evidence if full or not (str(e.get("kind")).startswith(("cause.", "class."))
-                                                 or e.get("kind") in _TABLED or minor(e))]
-    for ev in shown:
+    shown, shares, _ = default_evidence(d)
+    for ev in evidence if full else shown:
         head.append("\n  • ")
         head.append(clean_text(ev.get("text", ""), 400))
-    if not full:
-        shares = [_shares(evidence, "class.", "bubble time")]
-        if not alt:             # the alternatives line gives the other causes' shares
-            shares.insert(0, _shares(evidence, "cause.", "lost time"))
-        for line in shares:
-            if line:
-                head.append("\n  • ")
-                head.append(line)
+    for line in [] if full else shares:
+        head.append("\n  • ")
+        head.append(line)
     advice = v.get("advice") or []
     for i, a in enumerate(advice if full else advice[:1]):
         head.append("\n" if i else "\nWhat to do next:\n", style="bold")
@@ -174,8 +183,23 @@ def verdict_panel(d: dict[str, Any], full: bool = True, width: int = 80) -> Pane
                     + " (advice in --full)", style="dim")
     if any(str(e.get("kind")).startswith(("cause.", "class.")) for e in evidence):
         head.append("\n")
-        head.append(LEGEND.format(thr=fmt_ns((d.get("bubbles") or {}).get("threshold_ns") or 0)), style="dim")
+        legend = LEGEND.format(thr=fmt_ns((d.get("bubbles") or {}).get("threshold_ns") or 0))
+        head.append(legend + (f" · {GLOSSARY}" if full else ""), style="dim")
     return Panel(head, title="verdict", title_align="left", box=box.HEAVY)
+
+
+def busy_note(d: dict[str, Any]) -> str:
+    """Why a device figure may look impossible: busy time summed over devices (more than the
+    window), and parts that overlap (collectives beside kernels: shares past 100%)."""
+    dv = d.get("device") or {}
+    busy = int(dv.get("busy_ns") or 0)
+    devices = len((d.get("capture") or {}).get("devices") or [])
+    parts = int(dv.get("kernel_ns") or 0) + int(dv.get("comm_ns") or 0) + int(dv.get("memset_ns") or 0) \
+        + sum(int(c.get("ns") or 0) for c in (dv.get("memcpy") or {}).values())
+    why = [f"summed over {devices} devices"] if devices > 1 else []
+    if busy and parts > busy * 1.001:
+        why.append("parts overlap: shares add past 100%")
+    return f" ({'; '.join(why)})" if why else ""
 
 
 def device_table(d: dict[str, Any], full: bool = True) -> Table | None:
@@ -185,8 +209,8 @@ def device_table(d: dict[str, Any], full: bool = True) -> Table | None:
     busy = int(dv.get("busy_ns") or 0)
     if not busy:
         return None
-    t = _table(f"device busy time: {fmt_ns(busy)}", "part", "time", "share of busy", "bytes", "GB/s",
-               justify_right=(1, 2, 3, 4))
+    t = _table(f"device busy time: {fmt_ns(busy)}{busy_note(d)}", "part", "time", "share of busy", "bytes",
+               "GB/s", justify_right=(1, 2, 3, 4))
 
     def row(label: str | Text, ns: Any, *rest: str) -> None:
         if full or int(ns or 0) * 1000 >= busy:        # parts under 0.1% of busy: --full only
@@ -441,5 +465,5 @@ def render_diagnosis(d: dict[str, Any], console: Console, full: bool = False) ->
         for note in getattr(part, "footnotes", None) or []:
             console.print(Text(note, style="dim"))
     if not full:
-        console.print(Text(clip_words("--full: all evidence, caveats, assumptions; step budget, comm, "
-                                      "per-step strip", width), style="dim"))
+        console.print(Text(clip_words(f"--full: all evidence, caveats and tables · {GLOSSARY}", width),
+                           style="dim"))

@@ -26,6 +26,20 @@ def _private_trace_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("srtscope-config")))
 
 
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored():
+    """SIGINT, SIGTERM and SIGHUP as they were before the test: a CLI run in this process (the
+    torch profiler's wrapper) may leave them ignored, which every child started later would
+    inherit through exec (a Ctrl-C test then waits on a child that cannot be interrupted)."""
+    import signal
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    yield
+    for s, h in saved.items():
+        if signal.getsignal(s) is not h and h is not None:
+            signal.signal(s, h)
+
+
 @pytest.fixture
 def real_traces() -> Path:
     if not REAL_TRACES.is_dir():

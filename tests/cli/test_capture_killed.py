@@ -80,6 +80,13 @@ def _wait_until(done, seconds: float) -> float:
     return time.monotonic() - t0
 
 
+def _default_signals() -> None:
+    """In the child before exec: Ctrl-C and SIGTERM act as in a shell's foreground command, whatever
+    the test process's own dispositions are (an ignored signal stays ignored across exec)."""
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_DFL)
+
+
 @pytest.fixture
 def nsys_env(tmp_path):
     bin_dir = tmp_path / "bin"
@@ -102,7 +109,8 @@ def test_nothing_outlives_srtscope(tmp_path, nsys_env, backend, signum, script):
     argv = [*CLI, "capture", *BACKENDS[backend], "--out", str(tmp_path / "cap"), "--",
             "sh", "-c", script.format(pids=pids)]
     proc = subprocess.Popen(argv, env=nsys_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)       # NOTE: apart from pytest's group and terminal
+                            start_new_session=True,       # NOTE: apart from pytest's group and terminal
+                            preexec_fn=_default_signals)  # not a disposition inherited from the suite
     pgid, child, grandchild = 0, 0, 0
     try:
         assert _wait_until(pids.exists, START_S) < START_S, proc.stderr.read() if proc.poll() is not None else ""
