@@ -96,7 +96,7 @@ box-shadow:0 1px 4px rgba(0,0,0,.2)} .tip[hidden]{display:none}
 
 
 def diagnosis_html(d: dict[str, Any], title: str = "srtscope diagnosis") -> str:
-    from srtscope.cli.render import busy_note, caveat_lines, default_evidence
+    from srtscope.cli.render import busy_note, caveat_lines, default_evidence, graph_split
 
     v, b, cap = d.get("verdict") or {}, d.get("bubbles") or {}, d.get("capture") or {}
     bott = str(v.get("bottleneck", "?"))
@@ -133,8 +133,9 @@ def diagnosis_html(d: dict[str, Any], title: str = "srtscope diagnosis") -> str:
     s = d.get("steps") or {}
     per_rank = s.get("per_rank") or {}
     per = int(max(per_rank.values()) if per_rank else s.get("count", 0))
+    split = graph_split(s)
     steps_line = (f"{plural(per, 'step')} per rank over {plural(max(len(per_rank), 1), 'rank')}, from "
-                  f"{s.get('source', '?')}: {s.get('graph', 0)} graph replay, {s.get('eager', 0)} eager")
+                  f"{s.get('source', '?')}" + (f": {split[2:-1]}" if split else ""))
     wrows = [(w.get("cause"), "too little to predict" if w.get("predicted") is False else fmt_ns(w.get("saved_ns")),
               fmt_ns(w.get("lost_ns")), fmt_ns(w.get("step_ns_before")),
               "" if w.get("predicted") is False else fmt_ns(w.get("step_ns_after")),

@@ -8,6 +8,7 @@ from srtscope.cli import escape
 from srtscope.cli.phases_view import HEAD as PHASES_HEAD
 from srtscope.cli.phases_view import TITLE as PHASES_TITLE
 from srtscope.cli.phases_view import phase_rows
+from srtscope.cli.render import busy_note, graph_split
 
 
 def md_text(text: object, width: int = 400) -> str:
@@ -66,8 +67,6 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
     dv = d.get("device") or {}
     if dv.get("busy_ns"):
         busy = int(dv["busy_ns"])
-        from srtscope.cli.render import busy_note
-
         out += ["", f"## Device busy time: {fmt_ns(busy)}{busy_note(d)}", "",
                 "| part | time | share of busy | GB/s |", "|---|---:|---:|---:|",
                 f"| kernels | {fmt_ns(dv.get('kernel_ns'))} | {fmt_pct(int(dv.get('kernel_ns') or 0), busy)} | |"]
@@ -112,11 +111,11 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
         out += [f"| {_code(name, 60)} | {fmt_ns(ns)} | {fmt_pct(int(ns), total)} |" for name, ns in user]
     out += ["", "## Steps", "",
             f"{plural(int(s.get('count', 0)), 'step')} from {s.get('source', '?')} "
-            f"({', '.join(f'rank {r}: {n}' for r, n in (s.get('per_rank') or {}).items())}): "
-            f"{s.get('graph', 0)} graph replay, {s.get('eager', 0)} eager."]
-    if not s.get("graph") and set(s.get("eager_reasons") or {}) <= {"disabled"}:
+            f"({', '.join(f'rank {r}: {n}' for r, n in (s.get('per_rank') or {}).items())})"
+            f"{': ' + graph_split(s)[2:-1] if graph_split(s) else ''}."]
+    if graph_split(s) and not s.get("graph") and set(s.get("eager_reasons") or {}) <= {"disabled"}:
         out.append("- no step replayed a CUDA graph")
-    else:
+    elif graph_split(s):
         for reason, n in (s.get("eager_reasons") or {}).items():
             out.append(f"- eager ({_md(reason, 40)}): {n}")
     bud = d.get("budget") or {}

@@ -288,6 +288,18 @@ def bubbles_table(d: dict[str, Any], full: bool = True) -> Table:
     return t
 
 
+#: step sources that are an inference engine's own steps (graph replay or eager means something there)
+ENGINE_SOURCES = ("loop.step", "sglang", "vllm")
+
+
+def graph_split(s: dict[str, Any]) -> str:
+    """``" (3 graph replay, 2 eager)"`` where that split means something: some step replayed a CUDA
+    graph, or the steps are an engine's; "" for other programs (a solver's loop is neither)."""
+    if not s.get("graph") and s.get("source") not in ENGINE_SOURCES:
+        return ""
+    return f" ({s.get('graph', 0)} graph replay, {s.get('eager', 0)} eager)"
+
+
 def steps_table(d: dict[str, Any]) -> Table | None:
     s = d.get("steps") or {}
     if not s.get("count"):
@@ -295,10 +307,12 @@ def steps_table(d: dict[str, Any]) -> Table | None:
     per_rank = s.get("per_rank") or {}
     n = max(per_rank.values()) if per_rank else s.get("count")
     ranks = f" over {len(per_rank)} ranks ({s.get('count')} in all)" if len(per_rank) > 1 else ""
-    t = _table(f"steps: {n} per rank{ranks}, from {s.get('source', '?')} ({s.get('graph', 0)} graph replay, "
-               f"{s.get('eager', 0)} eager)", "eager reason", "steps", justify_right=(1,))
+    t = _table(f"steps: {n} per rank{ranks}, from {s.get('source', '?')}{graph_split(s)}", "eager reason",
+               "steps", justify_right=(1,))
     reasons = s.get("eager_reasons") or {}
-    if not s.get("graph") and set(reasons) <= {"disabled"}:
+    if not graph_split(s):
+        reasons = {}
+    elif not s.get("graph") and set(reasons) <= {"disabled"}:
         # no step replayed a graph anywhere: "eager (disabled)" for each step would say nothing
         t.add_row(Text("no step replayed a CUDA graph (none captured, or not traced)", style="dim"),
                   str(s.get("eager", 0)))

@@ -38,7 +38,7 @@ from srtscope.analyzers.analyses.comm import lateness
 from srtscope.analyzers.analyses.io_frames import IoWork
 from srtscope.analyzers.analyses.losses import WARMUP_FACTOR, StepLosses
 from srtscope.analyzers.model.results import BubbleResult, CommResult, Coverage, DeviceResult, EagerResult, StepsResult
-from srtscope.analyzers.model.timeline import TimelineMeta, WarningCode
+from srtscope.analyzers.model.timeline import SourceFormat, TimelineMeta, WarningCode
 from srtscope.analyzers.model.units import clip_text, fmt_ns, plural
 from srtscope.analyzers.model.verdicts import Bottleneck as BottleneckName
 from srtscope.analyzers.model.verdicts import Finding, Verdict, WhatIf
@@ -68,7 +68,11 @@ def caveats(meta: TimelineMeta, bubbles: BubbleResult, steps_source: str,
     problems = sum(1 for w in meta.warnings if w.code in _ADEQUACY)
     if bubbles.nvtx_coverage is not None and bubbles.total_ns and bubbles.nvtx_coverage < LOW_COVERAGE \
             and not meta.has_warning(WarningCode.LOW_NVTX_COVERAGE):
-        out.append(f"low_nvtx_coverage: NVTX ranges cover {100 * bubbles.nvtx_coverage:.0f}% of the "
+        # NOTE: the ranges are the trace's own kind: NVTX in an nsys export, user annotations
+        # (record_function) in a Kineto trace, srtscope's stage ranges in a probe trace
+        ranges = {SourceFormat.KINETO: "user annotations (record_function)",
+                  SourceFormat.PROBE: "srtscope's stage ranges"}.get(meta.format, "NVTX ranges")
+        out.append(f"low_nvtx_coverage: {ranges} cover {100 * bubbles.nvtx_coverage:.0f}% of the "
                    "launching thread's time during bubbles")
         problems += 1
     una = bubbles.by_class.get("unattributed", 0)

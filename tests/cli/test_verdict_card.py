@@ -44,3 +44,38 @@ def test_the_card_shows_the_terminal_view_and_folds_the_rest(name):
 ])
 def test_busy_note_says_why_a_figure_looks_impossible(doc, note):
     assert busy_note(doc) == note
+
+
+@pytest.mark.parametrize("steps, split", [
+    # scenario: an engine's steps, some replaying graphs: the split is the point
+    ({"source": "loop.step", "graph": 12, "eager": 12}, " (12 graph replay, 12 eager)"),
+    # scenario: an engine's steps, none replaying a graph: still its words
+    ({"source": "vllm", "graph": 0, "eager": 3}, " (0 graph replay, 3 eager)"),
+    # scenario: a solver's loop (steps from syncs), no graph: neither word applies
+    ({"source": "sync", "graph": 0, "eager": 5}, ""),
+    # scenario: a training script's profiler steps replaying graphs: graphs were there
+    ({"source": "profiler_step", "graph": 4, "eager": 1}, " (4 graph replay, 1 eager)"),
+])
+def test_graph_replay_and_eager_only_where_they_mean_something(steps, split):
+    from srtscope.cli.render import graph_split
+
+    assert graph_split(steps) == split
+
+
+def test_low_coverage_names_the_traces_own_kind_of_range():
+    """The audit: ``low_nvtx_coverage`` said "NVTX ranges" on Kineto traces, which hold user
+    annotations (record_function), not NVTX."""
+    from srtscope.analyzers.analyses.verdict import caveats
+    from srtscope.analyzers.model.results import BubbleResult
+    from srtscope.analyzers.model.timeline import SourceFormat, TimelineMeta
+
+    def line(fmt):
+        b = BubbleResult.__new__(BubbleResult)
+        object.__setattr__(b, "nvtx_coverage", 0.0)
+        for k, v in (("total_ns", 100), ("window_ns", 1000), ("by_class", {})):
+            object.__setattr__(b, k, v)
+        notes, _ = caveats(TimelineMeta(format=fmt), b, "sync")
+        return next(n for n in notes if n.startswith("low_nvtx_coverage"))
+
+    assert "user annotations (record_function) cover 0%" in line(SourceFormat.KINETO)
+    assert "NVTX ranges cover 0%" in line(SourceFormat.NSYS_SQLITE)
