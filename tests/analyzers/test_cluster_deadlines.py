@@ -259,28 +259,6 @@ def test_a_bad_read_timeout_setting_is_refused_before_connecting(monkeypatch, va
     assert time.monotonic() - t0 < 30            # not the 10 s wait for a scheduler first
 
 
-@pytest.fixture
-def silent_listener():
-    """``host:port`` of a TCP listener that accepts every connection and never says a word."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(16)
-    held: list[socket.socket] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                held.append(srv.accept()[0])
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield f"127.0.0.1:{srv.getsockname()[1]}"
-    srv.close()
-    for c in held:
-        c.close()
-
-
 def _tls_settings(folder: Path) -> dict[str, str]:
     """Dask's TLS settings (environment) with a fresh self-signed certificate made by ``openssl``."""
     key, cert = folder / "key.pem", folder / "cert.pem"

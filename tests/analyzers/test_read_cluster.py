@@ -233,36 +233,13 @@ def test_a_fifo_given_to_a_worker_is_refused_and_the_worker_serves_on(cluster, t
     _same(load_timeline(PAIR), load_timeline(PAIR, cluster=cluster))      # both workers still serve
 
 
-@pytest.fixture
-def silent_listener():
-    """A TCP listener that accepts every connection and never says a word (the audit's case)."""
-    import threading
-
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(16)
-    held: list[socket.socket] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                held.append(srv.accept()[0])
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield f"tcp://127.0.0.1:{srv.getsockname()[1]}"
-    srv.close()
-    for c in held:
-        c.close()
-
-
 @needs_distributed
 @pytest.mark.parametrize("command", ["diagnose", "compare"])
 def test_a_listener_that_never_answers_is_bounded_by_the_timeout(silent_listener, command):
     files = [*PAIR] if command == "diagnose" else [PAIR[0], PAIR[1]]
     t0 = time.monotonic()
-    _one_error_line(_cli(command, "--cluster", silent_listener, *files, env={"SRTSCOPE_CLUSTER_TIMEOUT": "0.5"}),
+    _one_error_line(_cli(command, "--cluster", f"tcp://{silent_listener}", *files,
+                         env={"SRTSCOPE_CLUSTER_TIMEOUT": "0.5"}),
                     "accepted the connection but said nothing within 0.5 s")
     assert time.monotonic() - t0 < 6           # imports ~1 s, then 0.5 s; it ran past 500 s before
 
