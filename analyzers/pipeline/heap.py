@@ -12,7 +12,6 @@ process-wide setting. ``SRTSCOPE_KEEP_HEAP=0`` leaves glibc's defaults.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 
 ENV = "SRTSCOPE_KEEP_HEAP"
@@ -28,10 +27,10 @@ def keep_freed_pages() -> bool:
     library, or ``ENV`` is 0)."""
     if os.environ.get(ENV, "") == "0":
         return False
-    name = ctypes.util.find_library("c")
+    # NOTE: the process's own symbols (glibc is loaded): ``ctypes.util.find_library`` would run
+    # ``ldconfig`` or a compiler at every start of the command line
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError, TypeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
