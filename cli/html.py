@@ -96,7 +96,7 @@ box-shadow:0 1px 4px rgba(0,0,0,.2)} .tip[hidden]{display:none}
 
 
 def diagnosis_html(d: dict[str, Any], title: str = "srtscope diagnosis") -> str:
-    from srtscope.cli.render import busy_note, caveat_lines, default_evidence, graph_split
+    from srtscope.cli.report_words import busy_note, caveat_lines, default_evidence, graph_split
 
     v, b, cap = d.get("verdict") or {}, d.get("bubbles") or {}, d.get("capture") or {}
     bott = str(v.get("bottleneck", "?"))

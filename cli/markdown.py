@@ -8,7 +8,7 @@ from srtscope.cli import escape
 from srtscope.cli.phases_view import HEAD as PHASES_HEAD
 from srtscope.cli.phases_view import TITLE as PHASES_TITLE
 from srtscope.cli.phases_view import phase_rows
-from srtscope.cli.render import busy_note, graph_split
+from srtscope.cli.report_words import busy_note, graph_split
 
 
 def md_text(text: object, width: int = 400) -> str:

@@ -16,7 +16,7 @@ from srtscope.analyzers.model.units import fmt_bytes
 from srtscope.analyzers.readers import load_timeline
 from srtscope.cli.html import diagnosis_html
 from srtscope.cli.html_charts import PW, bin_label, nice_ticks
-from srtscope.cli.render import caveat_lines
+from srtscope.cli.report_words import caveat_lines
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 _DOCS: dict[str, dict] = {}

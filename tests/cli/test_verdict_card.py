@@ -12,7 +12,7 @@ from test_all_outputs import SAMPLES
 from srtscope.analyzers.diagnose import diagnose
 from srtscope.analyzers.readers import load_timeline
 from srtscope.cli.html import diagnosis_html
-from srtscope.cli.render import busy_note, default_evidence
+from srtscope.cli.report_words import busy_note, default_evidence
 
 
 @pytest.mark.parametrize("name", ["scheduler_bound.sqlite", "comm_straggler.rank0.sqlite", "healthy.sqlite"])
@@ -57,7 +57,7 @@ def test_busy_note_says_why_a_figure_looks_impossible(doc, note):
     ({"source": "profiler_step", "graph": 4, "eager": 1}, " (4 graph replay, 1 eager)"),
 ])
 def test_graph_replay_and_eager_only_where_they_mean_something(steps, split):
-    from srtscope.cli.render import graph_split
+    from srtscope.cli.report_words import graph_split
 
     assert graph_split(steps) == split
 
