@@ -109,13 +109,14 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
         out += ["", "Unattributed time inside the trace's own ranges:", "",
                 "| range | time | share of bubble time |", "|---|---:|---:|"]
         out += [f"| {_code(name, 60)} | {fmt_ns(ns)} | {fmt_pct(int(ns), total)} |" for name, ns in user]
+    split = graph_split(s)
     out += ["", "## Steps", "",
             f"{plural(int(s.get('count', 0)), 'step')} from {s.get('source', '?')} "
             f"({', '.join(f'rank {r}: {n}' for r, n in (s.get('per_rank') or {}).items())})"
-            f"{': ' + graph_split(s)[2:-1] if graph_split(s) else ''}."]
-    if graph_split(s) and not s.get("graph") and set(s.get("eager_reasons") or {}) <= {"disabled"}:
+            f"{': ' + split[2:-1] if split else ''}."]
+    if split and not s.get("graph") and set(s.get("eager_reasons") or {}) <= {"disabled"}:
         out.append("- no step replayed a CUDA graph")
-    elif graph_split(s):
+    elif split:
         for reason, n in (s.get("eager_reasons") or {}).items():
             out.append(f"- eager ({_md(reason, 40)}): {n}")
     bud = d.get("budget") or {}
