@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from srtscope.analyzers.analyses.advice import copy_kind_of
 from srtscope.analyzers.analyses.attribution import comm_ranks_of
 from srtscope.analyzers.analyses.bubbles import bubble_result, by_device, by_stream
 from srtscope.analyzers.analyses.budget import BUDGET_COLUMNS, budget_result
@@ -189,7 +190,8 @@ def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timel
     primary = ctx.primary
     losses = _losses(parts, ctx, pieces, params, rows_of, cres, order)
     budget = replace(budget, warmup=losses.warmup, lost_ns=losses.mean_lost())
-    wif = what_if(small, steps, pieces, budget.table, cres, primary, thr, ctx.model, losses, shrink_ns)
+    wif = what_if(small, steps, pieces, budget.table, cres, primary, thr, ctx.model, losses, shrink_ns,
+                  copies_resident=copy_kind_of(dres) == "round_trip")
     io = io_work(small, ctx.model, pieces) if bres.by_cause.get(Cause.HOST_IO.value) else []
     verdict = decide(m, bres, cres, eres, tk, budget.table, source, params.healthy_pct, device=dres,
                      coverage=coverage, steps=sres, engine_evidence=ctx.model.has_engine_evidence,
@@ -296,7 +298,7 @@ def _losses(parts: list[Part], ctx: Context, pieces: pd.DataFrame, params: Diagn
     skew, exposed = step_skew(steps, comm), cat(lambda x: x.exposed)
     lost[Cause.EXPOSED_COMM] = lost[Cause.EXPOSED_COMM] - exposed + np.maximum(exposed - skew, 0)
     lost[Cause.STRAGGLER] = lost[Cause.STRAGGLER] + skew
-    return StepLosses(lost, bub, edges, small, fb,
+    return StepLosses(lost, bub, edges, small, cat(lambda x: x.graphed), fb,
                       exposed, cat(lambda x: x.exposed_inline), skew,
                       cat(lambda x: x.bare_copies), cat(lambda x: x.copy_floor), cat(lambda x: x.kernel),
                       cat(lambda x: x.busy), cat(lambda x: x.wall), warmup_mask(steps, lost[Cause.COLD_START]))
