@@ -249,15 +249,19 @@ def launching_thread(pieces: pd.DataFrame, keep: np.ndarray) -> tuple[int, int] 
 
 def edge_losses(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, primary: Mapping[int, int],
                 model: HostActivity, rule: BurstRule | None, comm_ranks: set[int] | None,
-                sets: DeviceSets, launcher: Mapping[int, tuple[int, int]] | None = None) -> dict[Cause, np.ndarray]:
-    """Per cause, per step: the step time outside the primary device's active window, attributed."""
-    return bubbles_by_cause(_edges(tl, steps, pieces, primary, model, rule, comm_ranks, sets, launcher),
-                            primary, len(steps))
+                sets: DeviceSets, launcher: Mapping[int, tuple[int, int]] | None = None
+                ) -> tuple[dict[Cause, np.ndarray], dict[str, int]]:
+    """(per cause, per step: the step time outside the primary device's active window, attributed;
+    of its unattributed time, the part inside each of the trace's own ranges or Python functions,
+    as ``attribution.attribute`` names them)."""
+    q, user = _edges(tl, steps, pieces, primary, model, rule, comm_ranks, sets, launcher)
+    return bubbles_by_cause(q, primary, len(steps)), user
 
 
 def _edges(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, primary: Mapping[int, int],
            model: HostActivity, rule: BurstRule | None, comm_ranks: set[int] | None,
-           sets: DeviceSets, launcher: Mapping[int, tuple[int, int]] | None = None) -> pd.DataFrame:
+           sets: DeviceSets, launcher: Mapping[int, tuple[int, int]] | None = None
+           ) -> tuple[pd.DataFrame, dict[str, int]]:
     """Step time outside the primary device's active window, attributed like bubble pieces (by the
     rank's launching thread: the one most bubble time waits on, else the step's own thread).
     ``launcher``: per rank, that thread when known already (from all the trace's pieces)."""
@@ -282,9 +286,9 @@ def _edges(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, primary: Map
     cols = ["rank", "device", "pid", "tid", "start_ns", "end_ns", "step_row"]
     q = pd.DataFrame(rows, columns=cols).astype(np.int64)
     if len(q) == 0:
-        return q
-    classes, _, _ = attribute(tl, q, rule or model.rule, model, comm_ranks)
-    return pd.concat([q, classes], axis=1)
+        return q, {}
+    classes, _, user = attribute(tl, q, rule or model.rule, model, comm_ranks)
+    return pd.concat([q, classes], axis=1), user
 
 
 def _short_gaps(steps: pd.DataFrame, primary: Mapping[int, int], threshold_ns: int,

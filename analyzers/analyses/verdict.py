@@ -42,6 +42,7 @@ from typing import cast
 import pandas as pd
 
 from srtscope.analyzers.analyses.advice import advice_for
+from srtscope.analyzers.analyses.attribution import PYTHON_LABEL
 from srtscope.analyzers.analyses.comm import lateness
 from srtscope.analyzers.analyses.io_frames import IoWork
 from srtscope.analyzers.analyses.losses import WARMUP_FACTOR, StepLosses
@@ -412,12 +413,19 @@ def _summary(cause: Cause, share: float, bubbles: BubbleResult, comm: CommResult
                 f"device idles, {share:.0f}% of lost time" + tail)
     una = causes.get(Cause.HOST_UNATTRIBUTED.value, 0)
     user = next(iter(bubbles.by_user_range.items()), None)
-    hint = (f"; {_pct(user[1], bubbles.total_ns):.0f}% of bubble time inside the trace's own range "
-            f"{clip_text(user[0], 60)!r}, which names no stage" if user is not None and user[1] >= 0.1 * una
+    hint = (f"; {_pct(user[1], lost):.0f}% of lost time {_inside(user[0])}"
+            if user is not None and user[1] >= 0.1 * una
             else "; add NVTX ranges (or record_function) around the host work to name it")
     return (f"host-bound, unannotated: device idle {bubble_pct:.0f}% of the window while the launching "
             f"thread ran code no range, operator or CUDA call explains ({_pct(una, lost):.0f}% of lost "
             f"time){hint}")
+
+
+def _inside(label: str) -> str:
+    """Where unattributed time lay: a range of the trace's own, or a Python function of the program."""
+    if label.endswith(PYTHON_LABEL):
+        return f"in the Python function {clip_text(label[:-len(PYTHON_LABEL)], 60)!r}, which names no stage"
+    return f"inside the trace's own range {clip_text(label, 60)!r}, which names no stage"
 
 
 def _evidence(bubbles: BubbleResult, comm: CommResult, eager: EagerResult, top_kernels: pd.DataFrame,
@@ -466,8 +474,8 @@ def _evidence(bubbles: BubbleResult, comm: CommResult, eager: EagerResult, top_k
     user = next(iter(bubbles.by_user_range.items()), None)
     una = bubbles.by_class.get("unattributed", 0)
     if user is not None and una and user[1] >= 0.1 * una:
-        ev.append(Finding("user_range", f"host inside its own range {clip_text(user[0], 60)!r} during "
-                          f"{_pct(user[1], bubbles.total_ns):.0f}% of bubble time (names no stage)", user[1], "ns"))
+        ev.append(Finding("user_range", f"host {_inside(user[0])} during {_pct(user[1], lost):.0f}% "
+                          "of lost time", user[1], "ns"))
     if len(top_kernels):
         k = top_kernels.iloc[0]
         share = 100 * float(k["share"])

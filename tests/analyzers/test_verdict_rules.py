@@ -101,12 +101,26 @@ def test_a_clean_loop_is_not_accused(case):
 def test_a_step_holds_its_host_time_before_the_first_kernel():
     """rule: healthy means the step. One 382 ms step: 217 ms of host preprocessing before the first
     kernel, then 160 ms of kernels back to back (device busy ~100% of its own window)."""
+    from srtscope.analyzers.model.timeline import PYTHON_DOMAIN
     dev = [kernel(217_000 + 10_000 * k, 217_000 + 10_000 * (k + 1), corr=k + 1) for k in range(16)]
     apis = [api(216_000 + 10 * k, 216_000 + 10 * k + 5, corr=k + 1) for k in range(16)]
     rgs = [rng(0, 382_000, "ProfilerStep#1", domain="torch")]
-    v = diagnose(timeline(dev, apis, rgs)).verdict
+    # rule: Python frames that cover lost time name it before any "unattributed"
+    frames = [(0, 216_000, "pipeline.py(10): __call__"), (2_000, 38_000, "video.py(40): read_video_pyav"),
+              (40_000, 146_000, "transforms.py(88): normalize"),
+              (41_000, 145_000, "<built-in method sub_ of Tensor object at 0x7f>"),
+              (150_000, 183_000, "transforms.py(60): rescale"), (190_000, 208_000, "transforms.py(30): resize")]
+    rgs += [rng(a, b, n, domain=PYTHON_DOMAIN) for a, b, n in frames]
+    d = diagnose(timeline(dev, apis, rgs))
+    v = d.verdict
     assert not v.healthy
     assert v.causes_ns["host_unattributed"] >= 216_000 * US
+    got = {k: ns // US for k, ns in d.bubbles.by_user_range.items()}
+    assert {k: got.get(k) for k in ("normalize (Python)", "read_video_pyav (Python)", "rescale (Python)",
+                                    "resize (Python)")} == {"normalize (Python)": 106_000,
+                                                            "read_video_pyav (Python)": 36_000,
+                                                            "rescale (Python)": 33_000, "resize (Python)": 18_000}
+    assert "in the Python function 'normalize'" in v.summary, v.summary
 
 
 @pytest.mark.parametrize("late", [[100, 100, 100], [120, 80, 100, 100], [-20, 20, 20, 150]])
