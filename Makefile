@@ -26,8 +26,8 @@ install: $(STAMP)
 
 # The demo: the engine on the CPU (its embedded tiny model, 8 requests x 32 new tokens) with a 20 ms
 # busy-wait planted in the scheduler every step. The diagnosis must name it: scheduler / sched_cpu,
-# with a what-if that gives the step time back without it. (A run without a planted delay is healthy
-# but close to the 10%-idle line, so on a loaded machine its verdict can go either way.)
+# with a what-if that gives the step time back without it. (A run without a planted delay is called
+# clean: "no dominant bottleneck", its batch preparation under a quarter of the step.)
 DEMO_ARGS ?= --requests 8 --max-new-tokens 32 --inject sched=20000
 demo: $(STAMP)
 	$(VENV)/bin/srtscope run --out runs/demo $(DEMO_ARGS)

@@ -25,8 +25,9 @@ device's first or after its last activity: a step holds all of its time) and eac
 communication and exposed copies under ``healthy_pct`` of the active window and those edges:
 ``kernel`` / ``compute``. No dominant bottleneck (``_no_dominant``), also ``kernel`` / ``compute``
 and healthy: the steps hold most of the lost time, and the largest cause loses under
-``DOMINANT_STEP_SHARE`` of the mean step and under ``DOMINANT_RATIO`` x the next cause — a clean
-engine still loses a little to each stage, which names no bottleneck.
+``DOMINANT_STEP_SHARE`` of the mean step and under ``DOMINANT_RATIO`` x the next cause, or it is
+the engine's scheduling or batch preparation under ``STAGE_STEP_SHARE`` of the mean step — a clean
+engine spends that on its stages every step, which names no bottleneck.
 A what-if saving under ``NEGLIGIBLE_STEP_SHARE`` of the mean step never names its cause over one
 that lost more.
 
@@ -143,6 +144,9 @@ NEGLIGIBLE_STEP_SHARE = 0.05
 DOMINANT_STEP_SHARE = 0.15
 #: ... and under this many times the next cause's loss
 DOMINANT_RATIO = 2.0
+#: the engine's own stages (scheduling, batch preparation) under this share of the mean step are its
+#: normal rhythm, whatever the next cause: a clean engine spends that much on them every step
+STAGE_STEP_SHARE = 0.25
 #: the headline names the class's share too when it exceeds the cause's by this many points
 CLASS_NOTE_POINTS = 5.0
 
@@ -249,7 +253,7 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
     spread = _no_dominant(losses, lost)
     if spread is not None:
         text, share, ratio = spread
-        conf = (0.5 + 0.3 * (1 - share / DOMINANT_STEP_SHARE)) * adequacy
+        conf = (0.5 + 0.3 * max(0.0, 1 - share / STAGE_STEP_SHARE)) * adequacy
         summary = (f"no dominant bottleneck: {text}; device busy {_pct(bubbles.busy_ns, window):.0f}% of its "
                    "active window")
         lines = ("no dominant bottleneck", f"no single fix gives more than {100 * share:.0f}% of the step",
@@ -309,13 +313,17 @@ def _no_dominant(losses: StepLosses | None, lost: int) -> tuple[str, float, floa
     if in_steps < 0.5 * lost:
         return None
     top, top_ns = per[0]
-    nxt = per[1][1] if len(per) > 1 else 0
+    nxt_name, nxt = per[1] if len(per) > 1 else ("", 0)
     share = top_ns / step
-    if share >= DOMINANT_STEP_SHARE or top_ns >= DOMINANT_RATIO * nxt:
+    spread = share < DOMINANT_STEP_SHARE and top_ns < DOMINANT_RATIO * nxt
+    stage = top in (Cause.SCHED_CPU.value, Cause.BATCH_PREP.value) and share < STAGE_STEP_SHARE
+    if not spread and not stage:
         return None
-    text = (f"the largest cause, {top}, loses {fmt_ns(top_ns)} of the {fmt_ns(step)} mean step "
-            f"({100 * share:.0f}%), under {DOMINANT_RATIO:g}x the next ({per[1][0]} {fmt_ns(nxt)})")
-    return text, share, top_ns / nxt
+    text = f"the largest cause, {top}, loses {fmt_ns(top_ns)} of the {fmt_ns(step)} mean step ({100 * share:.0f}%)"
+    text += (f", under {DOMINANT_RATIO:g}x the next ({nxt_name} {fmt_ns(nxt)})" if spread else
+             f", what the engine's {'scheduling' if top == Cause.SCHED_CPU.value else 'batch preparation'} "
+             f"costs every step (under {100 * STAGE_STEP_SHARE:.0f}%)")
+    return text, share, top_ns / nxt if nxt else float("inf")
 
 
 #: other causes under this share of lost time are left off the alternatives line (percent)
