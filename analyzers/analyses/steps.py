@@ -154,11 +154,17 @@ def _opened_steps(tl: Timeline, stages: np.ndarray) -> tuple[str, pd.DataFrame] 
         fwd = np.sort(r_s[forward & (r_rank == rank)])
         if len(fwd) == 0 and len(tl.device):
             fwd = np.sort(tl.device.loc[tl.device["rank"] == rank, "start_ns"].to_numpy())
-        if len(fwd):
-            seen = np.searchsorted(fwd, starts, side="left")
-            starts = starts[np.r_[True, seen[1:] != seen[:-1]]]
         same = known & (r_rank == rank) & (r_tid == tid)
         last_end = max(int(r_e[same].max()), int(u_end[-1]))
+        if len(fwd):
+            # idle loop turns (SGLang's scheduler.idle) are no steps: the turns before the first
+            # forward give way to the last of them, the turns after the last forward end the run
+            seen = np.searchsorted(fwd, starts, side="left")
+            first = np.r_[seen[1:] != seen[:-1], True] & (seen == 0)
+            keep = np.r_[True, seen[1:] != seen[:-1]] & (seen > 0) | first
+            starts = starts[keep]
+            if len(starts) > 1 and starts[-1] > fwd[-1]:
+                last_end, starts = int(starts[-1]), starts[:-1]
         ends = np.r_[starts[1:], last_end]
         parts.append(pd.DataFrame({"rank": rank, "pid": pid, "tid": tid, "start_ns": starts, "end_ns": ends}))
     df = pd.concat(parts, ignore_index=True)
@@ -177,19 +183,46 @@ def _opened_steps(tl: Timeline, stages: np.ndarray) -> tuple[str, pd.DataFrame] 
 _VLLM_ITERATION = re.compile(r"^execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)")
 
 
+#: SGLang's forward span (0.5.23, ``ModelRunner.forward``): ``step[DECODE bs=8]``, ``step[EXTEND bs=8
+#: toks=192]``; the label splits as name ``step[DECODE`` and attrs ``bs=8]`` (``readers.labels``)
+_SGLANG_STEP = re.compile(r"^step\[([A-Z_0-9]+)")
+
+
+def _iteration(name: str, attrs: object) -> tuple[str, int, int] | None:
+    """(mode, requests, tokens; -1 unknown) a step's forward range says, or None: vLLM's
+    ``execute_context_N(T)_generation_M(U)`` (N prefill and M decode requests: extend when M = 0,
+    decode when N = 0, else mixed), SGLang's ``step[MODE bs=N toks=T]`` (its ForwardMode; draft and
+    verify steps carry no mode of ours)."""
+    m = _VLLM_ITERATION.match(name)
+    if m is not None:
+        ctx, ctx_tok, gen, gen_tok = (int(x) for x in m.groups())
+        mode = (StepMode.MIXED if ctx and gen else StepMode.EXTEND if ctx else
+                StepMode.DECODE if gen else StepMode.IDLE).value
+        return mode, ctx + gen, ctx_tok + gen_tok
+    g = _SGLANG_STEP.match(name)
+    if g is None:
+        return None
+    a = attrs if isinstance(attrs, dict) else {}
+    nums = {k: int(v.rstrip("]")) if v.rstrip("]").isdigit() else -1 for k, v in a.items() if isinstance(v, str)}
+    mode = g.group(1).lower()
+    bs = nums.get("bs", -1)
+    tokens = nums.get("toks", bs if mode == StepMode.DECODE.value else -1)
+    return (mode if mode in {m.value for m in StepMode} else ""), bs, tokens
+
+
 def _engine_step_attrs(tl: Timeline, w: pd.DataFrame) -> None:
-    """Fill blank ``mode`` / ``bs`` / ``tokens`` of steps from vLLM's ``execute_context_N(T)_
-    generation_M(U)`` ranges inside them: N prefill and M decode requests -> extend (M = 0), decode
-    (N = 0) or mixed — so a prefill, eager by design, is never taken for an eager decode."""
+    """Fill blank ``mode`` / ``bs`` / ``tokens`` of steps from the engine's forward ranges inside
+    them (``_iteration``) — so a prefill, eager by design, is never taken for an eager decode."""
     rg = tl.host_ranges
     if len(rg) == 0 or len(w) == 0:
         return
     codes, names = str_codes(rg["name"])
-    parsed = [_VLLM_ITERATION.match(str(n)) for n in names]
-    if not any(parsed):
+    known = [bool(_VLLM_ITERATION.match(str(n)) or _SGLANG_STEP.match(str(n))) for n in names]
+    if not any(known):
         return
-    hit = np.array([m is not None for m in parsed] + [False], dtype=bool)[codes]
+    hit = np.array(known + [False], dtype=bool)[codes]
     rows = np.flatnonzero(hit)
+    attrs = rg["attrs"].to_numpy()
     mode, bs, tokens = w["mode"].to_numpy().copy(), w["bs"].to_numpy().copy(), w["tokens"].to_numpy().copy()
     for rank, idx in w.groupby("rank").indices.items():
         s, e = w["start_ns"].to_numpy()[idx], w["end_ns"].to_numpy()[idx]
@@ -200,16 +233,14 @@ def _engine_step_attrs(tl: Timeline, w: pd.DataFrame) -> None:
             if p < 0 or rs[k] >= e[p]:
                 continue
             t = idx[p]
-            m = parsed[codes[j]]
-            assert m is not None
-            ctx, ctx_tok, gen, gen_tok = (int(x) for x in m.groups())
+            got = _iteration(str(names[codes[j]]), attrs[j])
+            assert got is not None
             if not mode[t]:
-                mode[t] = (StepMode.MIXED if ctx and gen else StepMode.EXTEND if ctx else
-                           StepMode.DECODE if gen else StepMode.IDLE).value
+                mode[t] = got[0]
             if bs[t] < 0:
-                bs[t] = ctx + gen
+                bs[t] = got[1]
             if tokens[t] < 0:
-                tokens[t] = ctx_tok + gen_tok
+                tokens[t] = got[2]
     w["mode"], w["bs"], w["tokens"] = mode, bs, tokens
 
 
@@ -332,7 +363,7 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule(), sets: DeviceSets | Non
     run_bs = np.full(n, -1, np.int64)
     reason = np.full(n, "", dtype=object)
     rg = tl.host_ranges
-    run = (stages == Stage.RUN_EAGER.value) | (stages == Stage.RUN_GRAPH_REPLAY.value)
+    run = (stages == Stage.RUN_EAGER.value) | (stages == Stage.RUN_GRAPH_REPLAY.value) | _execute_mask(rg)
     for rank, idx in w.groupby("rank").indices.items():
         s, e = w["start_ns"].to_numpy()[idx], w["end_ns"].to_numpy()[idx]
         if len(run) and run.any():
@@ -368,6 +399,15 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule(), sets: DeviceSets | Non
     for c in ("busy_ns", "launches", "graph_launches", "graph_kernels"):
         w[c] = cols[c]
     return source, w[list(STEP_COLUMNS)]
+
+
+def _execute_mask(rg: pd.DataFrame) -> np.ndarray:
+    """Ranges whose role is EXECUTE (a whole model step: SGLang's ``scheduler.run_batch``, whose
+    stage is the prep around its forward): a step holding one ran the model."""
+    if len(rg) == 0:
+        return np.zeros(0, bool)
+    codes, names = str_codes(rg["name"])
+    return np.array([name_role(str(n)) is NameRole.EXECUTE for n in names] + [False], dtype=bool)[codes]
 
 
 def _count_in(times: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:

@@ -15,11 +15,11 @@ from srtscope.probes.stages import ALIASES, Stage, StageClass, format_message, p
     ("run.sample", Stage.RUN_SAMPLE, StageClass.KERNEL),
     ("sched.result", Stage.SCHED_RESULT, StageClass.SCHEDULER),
     ("sync.wait", Stage.SYNC_WAIT, StageClass.SYNC),
-    # SGLang's scheduler ranges (SGLANG_ENABLE_NVTX_SCHEDULER=1)
+    # SGLang's scheduler ranges (0.5.23: record_function always, NVTX with SGLANG_ENABLE_NVTX_SCHEDULER=1)
     ("scheduler.recv_requests", Stage.SCHED_RECV, StageClass.SCHEDULER),
     ("scheduler.process_input_requests", Stage.SCHED_RECV, StageClass.SCHEDULER),
     ("scheduler.get_next_batch_to_run", Stage.SCHED_SCHEDULE, StageClass.SCHEDULER),
-    ("scheduler.run_batch", Stage.RUN_EAGER, StageClass.KERNEL),
+    ("scheduler.run_batch", Stage.PREP_BATCH, StageClass.PREP),    # outside its step[...] forward
     ("scheduler.process_batch_result", Stage.SCHED_RESULT, StageClass.SCHEDULER),
     # full NVTX messages with attributes resolve by their leading name
     ("sched.schedule bs=32 step=4", Stage.SCHED_SCHEDULE, StageClass.SCHEDULER),
