@@ -45,6 +45,7 @@ INJECT_RANGE = "srtscope.rig.inject"
 CONTROL_ENV = "SRTSCOPE_RIG_CONTROL"
 LOG_ENV = "SRTSCOPE_RIG_INJECT_LOG"
 _CONTROL_BYTES = 64
+SERVE_CHILD = "--serve-child"
 _RUN = re.compile(r"^([a-z]+)(\d*)$")
 
 
@@ -142,11 +143,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tokens", type=int, default=16, help="tokens generated per request (= decode steps + 1)")
     p.add_argument("--prompt-len", type=int, default=24)
     p.add_argument("--port", type=int, default=30571)
-    p.add_argument("--serve-child", action="store_true", help=argparse.SUPPRESS)
-    a, rest = p.parse_known_args(argv)
-    a.rest = rest
-    if a.serve_child:
-        return a
+    a = p.parse_args(argv)
     runs = []
     for r in (x.strip() for x in a.runs.split(",") if x.strip()):
         m = _RUN.match(r)
@@ -197,8 +194,7 @@ class _Offline:
 class _Server:
     def __init__(self, model: str, port: int, log: Path) -> None:
         self.url = f"http://127.0.0.1:{port}"
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--serve-child", "--model", model, "--out", "-",
-               *_server_args(model, port)]
+        cmd = [sys.executable, str(Path(__file__).resolve()), SERVE_CHILD, *_server_args(model, port)]
         self.log = open(log, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 600
@@ -244,18 +240,22 @@ class _Server:
         self.log.close()
 
 
-def _serve_child(a: argparse.Namespace) -> int:
+def _serve_child(args: list[str]) -> int:
+    """``python sglang_driver.py --serve-child ARGS``: ``python -m sglang.launch_server ARGS`` with this
+    file as ``__main__`` (so its spawned scheduler process gets the faults)."""
     import runpy
 
-    sys.argv = ["sglang.launch_server", *a.rest]
-    runpy.run_module("sglang.launch_server", run_name="__main__", alter_sys=True)
+    sys.argv = ["sglang.launch_server", *args]
+    # alter_sys=False: this file stays __main__, which spawned children re-import
+    runpy.run_module("sglang.launch_server", run_name="__main__", alter_sys=False)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [SERVE_CHILD]:
+        return _serve_child(argv[1:])
     a = _args(argv)
-    if a.serve_child:
-        return _serve_child(a)
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     prof_dir = out / "_sglang_profiler"
