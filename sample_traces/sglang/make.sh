@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the SGLang traces in this folder: real SGLang 0.5.23 on the CPU (torch 2.13.0, the venv of
-# benchmarks/engines/setup_sglang.sh), a tiny random Llama (hidden 128, 2 layers: small traces), traced
+# benchmarks/engines/setup_sglang.sh), a tiny random Llama (hidden 256, 4 layers; 4 requests x 8 tokens: small traces), traced
 # by SGLang's own profiler (activities CPU, no Python stacks), offline (sgl.Engine) and as a server
 # (python -m sglang.launch_server, /start_profile), with busy-waits injected into SGLang's own functions
 # (benchmarks/engines/sglang_driver.py says where): 15 ms in every get_next_batch_to_run (sched) or
@@ -14,10 +14,9 @@ DRIVER="$HERE/../../benchmarks/engines/sglang_driver.py"
 VENV="${1:-${SGLANG_VENV:-$HERE/../../benchmarks/engines/.venv-sglang}}"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
-OMP_NUM_THREADS=1 "$VENV/bin/python" "$HERE/../../benchmarks/engines/build_tiny_llama.py" "$TMP/tiny-llama-2l" \
-    --layers 2 --hidden 128 --intermediate 344 > /dev/null
+OMP_NUM_THREADS=1 "$VENV/bin/python" "$HERE/../../benchmarks/engines/build_tiny_llama.py" "$TMP/tiny-llama" > /dev/null 2>&1
 for mode in offline server; do
-    OMP_NUM_THREADS=1 "$VENV/bin/python" "$DRIVER" --model "$TMP/tiny-llama-2l" --out "$TMP/$mode" --mode "$mode" \
+    OMP_NUM_THREADS=1 "$VENV/bin/python" "$DRIVER" --model "$TMP/tiny-llama" --out "$TMP/$mode" --mode "$mode" \
         --runs clean,sched,prep,sched4 --requests 4 --tokens 8 > "$TMP/$mode.log" 2>&1 \
         || { tail -20 "$TMP/$mode.log" >&2; exit 1; }
     for f in "$TMP/$mode"/run*.trace.json.gz; do

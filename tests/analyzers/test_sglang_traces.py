@@ -52,7 +52,7 @@ def test_the_traces_say_how_they_were_made(mode):
     assert set(runs) == {"clean", "sched", "prep", "sched4"}
     assert runs["clean"]["fired"] == 0 and runs["clean"]["inside_fault_ns"] == 0
     # every-step faults fire once a step (a prefill split in two is two steps); sched4 every 4th call
-    assert all(runs[f]["fired"] >= 8 for f in ("sched", "prep")) and runs["sched4"]["fired"] >= 2
+    assert all(runs[f]["fired"] >= 7 for f in ("sched", "prep")) and runs["sched4"]["fired"] >= 2
     for f in ("sched", "prep", "sched4"):        # what was measured inside the busy-waits, ns
         assert runs[f]["inside_fault_ns"] >= runs[f]["fired"] * runs[f]["delay_ms"] * MS
 
