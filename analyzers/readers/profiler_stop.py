@@ -44,7 +44,7 @@ def cut_open_at_stop(ranges: pd.DataFrame, stop_ns: int) -> tuple[pd.DataFrame, 
         if not (work & same & (e <= s[i])).any():
             continue                     # nothing ran on its thread before it: no trailing range
         drop |= same & (s >= s[i])
-        cut.append((str(ranges["name"].iat[i]), int(e[i] - s[i])))
+        cut.append((str(ranges["name"].iat[int(i)]), int(e[i] - s[i])))
     if not drop.any():
         return ranges, []
     return ranges[~drop].reset_index(drop=True), cut

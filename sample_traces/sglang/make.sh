@@ -7,7 +7,7 @@
 # before every ForwardBatch.init_new (prep), 60 ms in every 4th get_next_batch_to_run (sched4).
 # manifest_<mode>.json holds the driver's exact command line and, per run, the time measured inside
 # the busy-waits (the ground truth, apart from the trace; each fire is also a srtscope.rig.inject range).
-#   usage: sample_traces/sglang/make.sh [SGLANG_VENV]
+#   usage: [MODES="offline server"] sample_traces/sglang/make.sh [SGLANG_VENV]
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 DRIVER="$HERE/../../benchmarks/engines/sglang_driver.py"
@@ -15,7 +15,7 @@ VENV="${1:-${SGLANG_VENV:-$HERE/../../benchmarks/engines/.venv-sglang}}"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 OMP_NUM_THREADS=1 "$VENV/bin/python" "$HERE/../../benchmarks/engines/build_tiny_llama.py" "$TMP/tiny-llama" > /dev/null 2>&1
-for mode in offline server; do
+for mode in ${MODES:-offline server}; do
     OMP_NUM_THREADS=1 "$VENV/bin/python" "$DRIVER" --model "$TMP/tiny-llama" --out "$TMP/$mode" --mode "$mode" \
         --runs clean,sched,prep,sched4 --requests 4 --tokens 8 > "$TMP/$mode.log" 2>&1 \
         || { tail -20 "$TMP/$mode.log" >&2; exit 1; }
