@@ -13,6 +13,7 @@ and that time is prep, not scheduler. The ``mode`` attribute takes the ``StepMod
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -123,6 +124,9 @@ class EngineName:
     stage: Stage
     role: NameRole = NameRole.STAGE
     note: str = ""
+    #: an EXECUTE range's stage for its time outside the forward, in a trace that holds the same
+    #: engine's FORWARD ranges (``resolve_stages``); None: ``stage`` throughout
+    around_forward: Stage | None = None
 
 
 @dataclass(frozen=True)
@@ -156,9 +160,10 @@ ENGINE_NAMES: tuple[EngineName, ...] = (
     EngineName("sglang", "scheduler.process_input_requests", _S.SCHED_RECV,
                note="also where a stop_profile request is handled: the trace ends inside it"),
     EngineName("sglang", "scheduler.get_next_batch_to_run", _S.SCHED_SCHEDULE),
-    EngineName("sglang", "scheduler.run_batch", _S.PREP_BATCH, _R.EXECUTE,
-               "ForwardBatch build + forward + sampling: outside its step[...] forward, batch preparation; "
-               "the device stand-in where no step span exists"),
+    EngineName("sglang", "scheduler.run_batch", _S.RUN_EAGER, _R.EXECUTE,
+               "ForwardBatch build + forward + sampling: the whole model step (the device stand-in) where no "
+               "step span exists; outside its step[...] forward, batch preparation",
+               around_forward=_S.PREP_BATCH),
     EngineName("sglang", "step[*", _S.RUN_EAGER, _R.FORWARD,
                "ModelRunner.forward: step[EXTEND bs=8 toks=192], step[DECODE bs=8], step[MIXED ...]"),
     EngineName("sglang", "scheduler.process_batch_result", _S.SCHED_RESULT),
@@ -347,6 +352,20 @@ def resolve_stage(name: str) -> Stage | None:
     if " " in name:
         return resolve_stage(name.split(" ", 1)[0])
     return None
+
+
+def resolve_stages(names: Sequence[str]) -> list[Stage | None]:
+    """``resolve_stage`` of each of a trace's distinct range names, in that trace: where it holds an
+    engine's FORWARD ranges (SGLang 0.5.23's ``step[...]``), that engine's EXECUTE ranges that declare
+    ``around_forward`` take that stage (their time outside the forward: SGLang's ``run_batch`` is
+    the ``ForwardBatch`` build there, not the model's work)."""
+    stages = [resolve_stage(n) for n in names]
+    rows = [engine_name(n) if n else None for n in names]
+    forward = {e.engine for e in rows if e is not None and e.role is NameRole.FORWARD}
+    if not forward:
+        return stages
+    return [e.around_forward if e is not None and e.around_forward is not None and e.engine in forward else st
+            for st, e in zip(stages, rows)]
 
 
 def stage_class(name: str) -> StageClass | None:

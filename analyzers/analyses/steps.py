@@ -363,7 +363,7 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule(), sets: DeviceSets | Non
     run_bs = np.full(n, -1, np.int64)
     reason = np.full(n, "", dtype=object)
     rg = tl.host_ranges
-    run = (stages == Stage.RUN_EAGER.value) | (stages == Stage.RUN_GRAPH_REPLAY.value) | _execute_mask(rg)
+    run = (stages == Stage.RUN_EAGER.value) | (stages == Stage.RUN_GRAPH_REPLAY.value)
     for rank, idx in w.groupby("rank").indices.items():
         s, e = w["start_ns"].to_numpy()[idx], w["end_ns"].to_numpy()[idx]
         if len(run) and run.any():
@@ -399,15 +399,6 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule(), sets: DeviceSets | Non
     for c in ("busy_ns", "launches", "graph_launches", "graph_kernels"):
         w[c] = cols[c]
     return source, w[list(STEP_COLUMNS)]
-
-
-def _execute_mask(rg: pd.DataFrame) -> np.ndarray:
-    """Ranges whose role is EXECUTE (a whole model step: SGLang's ``scheduler.run_batch``, whose
-    stage is the prep around its forward): a step holding one ran the model."""
-    if len(rg) == 0:
-        return np.zeros(0, bool)
-    codes, names = str_codes(rg["name"])
-    return np.array([name_role(str(n)) is NameRole.EXECUTE for n in names] + [False], dtype=bool)[codes]
 
 
 def _count_in(times: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:

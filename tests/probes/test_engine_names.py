@@ -38,8 +38,8 @@ S, R = Stage, NameRole
     ("scheduler.recv_requests", S.SCHED_RECV, R.STEP),
     ("scheduler.process_input_requests", S.SCHED_RECV, R.STAGE),
     ("scheduler.get_next_batch_to_run", S.SCHED_SCHEDULE, R.STAGE),
-    # run_batch outside its forward span is the ForwardBatch build: prep (a stand-in only without one)
-    ("scheduler.run_batch", S.PREP_BATCH, R.EXECUTE),
+    # the whole model step; outside its step[...] forward span, prep (test_stages: resolve_stages)
+    ("scheduler.run_batch", S.RUN_EAGER, R.EXECUTE),
     ("step[DECODE", S.RUN_EAGER, R.FORWARD),        # "step[DECODE bs=8]" as the label splits
     ("step[EXTEND bs=8 toks=192]", S.RUN_EAGER, R.FORWARD),
     # SGLang before 0.5.23
