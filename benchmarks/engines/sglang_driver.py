@@ -13,9 +13,13 @@ Faults (the run's name; ``NAME<k>``: intermittent, every k-th call, ``--every-de
 into the scheduler process's SGLang functions, inside SGLang's own scheduler ranges:
 - ``sched``: ``Scheduler.process_pending_chunked_abort``, the first call of every
   ``get_next_batch_to_run`` (range ``scheduler.get_next_batch_to_run``), when work is queued or running;
-- ``prep``: ``ForwardBatch.init_new`` (inside ``scheduler.run_batch``, before the forward ``step[...]``);
+- ``prep``: inside ``ForwardBatch.init_new`` (its call of ``_init_num_token_non_padded``; in
+  ``scheduler.run_batch``, before the forward ``step[...]``);
 - ``alloc``: ``ScheduleBatch.prepare_for_decode`` (KV slot allocation, inside ``get_next_batch_to_run``);
 - ``result``: ``Scheduler.publish_load_snapshot``, the first call of ``process_batch_result``.
+Each sits in a callee of the function named, so that under ``capture --instrument sglang`` (which
+wraps ``get_next_batch_to_run``, ``init_new``, ``process_batch_result``, ``prepare_for_decode``) it
+lies inside the stage's range too (``alloc`` wraps ``prepare_for_decode`` itself: outside there).
 SGLang runs its scheduler in a spawned process: this file is that process's ``__main__`` too, so the
 patches go in at import there (``SRTSCOPE_RIG_CONTROL`` set). The parent switches the active fault
 through a one-page control file. Each fire is a ``record_function("srtscope.rig.inject fault=...")``
@@ -118,7 +122,7 @@ def _install_faults() -> None:
         return bool(self.waiting_queue) or not self.running_batch.is_empty()
 
     _wrap(ctl, Scheduler, "process_pending_chunked_abort", "sched", busy)
-    _wrap(ctl, ForwardBatch, "init_new", "prep")
+    _wrap(ctl, ForwardBatch, "_init_num_token_non_padded", "prep")      # called by init_new only
     _wrap(ctl, ScheduleBatch, "prepare_for_decode", "alloc")
     _wrap(ctl, Scheduler, "publish_load_snapshot", "result")
 
