@@ -142,6 +142,9 @@ def _opened_steps(tl: Timeline, stages: np.ndarray) -> tuple[str, pd.DataFrame] 
         opener = (stages == Stage.SCHED_SCHEDULE.value) & nonzero
     if not opener.any():
         return None
+    # SGLang's loop turns open its steps: its recv_requests, or under --instrument sglang (no
+    # loop.step) our sched.schedule around its get_next_batch_to_run, once a turn
+    turns = {engines[c] for c in np.unique(codes[opener]) if c >= 0} <= {"sglang", ""}
     fwd_lut = np.array([r in (NameRole.FORWARD, NameRole.EXECUTE) for r in roles] + [False], dtype=bool)
     forward = fwd_lut[codes]
     known = stages != ""
@@ -156,16 +159,26 @@ def _opened_steps(tl: Timeline, stages: np.ndarray) -> tuple[str, pd.DataFrame] 
             fwd = np.sort(tl.device.loc[tl.device["rank"] == rank, "start_ns"].to_numpy())
         same = known & (r_rank == rank) & (r_tid == tid)
         last_end = max(int(r_e[same].max()), int(u_end[-1]))
+        ends = None
         if len(fwd):
-            # idle loop turns (SGLang's scheduler.idle) are no steps: the turns before the first
-            # forward give way to the last of them, the turns after the last forward end the run
             seen = np.searchsorted(fwd, starts, side="left")
-            first = np.r_[seen[1:] != seen[:-1], True] & (seen == 0)
-            keep = np.r_[True, seen[1:] != seen[:-1]] & (seen > 0) | first
-            starts = starts[keep]
-            if len(starts) > 1 and starts[-1] > fwd[-1]:
-                last_end, starts = int(starts[-1]), starts[:-1]
-        ends = np.r_[starts[1:], last_end]
+            tail = np.r_[seen[1:] != seen[:-1], True]          # the last opener before a forward
+            if turns:
+                # SGLang's loop turns: a step is the turn that runs a forward, to the next turn's
+                # start; idle turns (scheduler.idle: before the first forward, between runs, after
+                # the last) are no steps
+                at = np.flatnonzero(tail & (seen < len(fwd)))
+                ends = np.r_[starts, last_end][at + 1]
+                starts = starts[at]
+            else:
+                # an opener with no forward since the last one is not a new step (the turns before
+                # the first forward give way to the last of them, those after the last end the run)
+                keep = np.r_[True, seen[1:] != seen[:-1]] & (seen > 0) | tail & (seen == 0)
+                starts = starts[keep]
+                if len(starts) > 1 and starts[-1] > fwd[-1]:
+                    last_end, starts = int(starts[-1]), starts[:-1]
+        if ends is None:
+            ends = np.r_[starts[1:], last_end]
         parts.append(pd.DataFrame({"rank": rank, "pid": pid, "tid": tid, "start_ns": starts, "end_ns": ends}))
     df = pd.concat(parts, ignore_index=True)
     # keep, per rank, the thread with the most steps
