@@ -7,6 +7,11 @@
 # before every ForwardBatch.init_new (prep), 60 ms in every 4th get_next_batch_to_run (sched4).
 # manifest_<mode>.json holds the driver's exact command line and, per run, the time measured inside
 # the busy-waits (the ground truth, apart from the trace; each fire is also a srtscope.rig.inject range).
+# The offline traces here come from the driver of commit 1f48b7e, whose prep busy-wait ran just before
+# ForwardBatch.init_new rather than inside it: the same gap of run_batch before the forward, which
+# SGLang's trace cannot tell apart (init_new has no span). Later regenerations of the offline set
+# (3 tries) held clean runs with 2.5-2.9 ms/step of scheduler time from one-off stalls on this shared
+# machine (an 11 ms process_batch_result, 4.6 ms get_next_batch_to_run), over the tests' 2 ms target.
 #   usage: [MODES="offline server"] sample_traces/sglang/make.sh [SGLANG_VENV]
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
