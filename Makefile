@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.srtscope-installed
 # PyPI's default torch wheel is a CUDA build). Empty: pip's own configuration decides.
 TORCH_INDEX ?=
 
-.PHONY: demo lint test test-all install clean engines
+.PHONY: demo lint test test-all install clean engines engines-vllm engines-sglang
 
 # torch first, pinned to a version (TORCH_VERSION, default 2.13.0), so that the unpinned
 # dependency is already satisfied. The pin names no build: which wheel comes is up to pip's
@@ -40,13 +40,21 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) scripts/typecheck.py
 
-# Real engines (not part of `make test`: a 3.5 GB venv, minutes): vLLM's CPU build with delays
-# injected into its own functions, diagnosed from vLLM's own profiler traces.
-# VLLM_VENV: where the rig's vLLM venv lives (made on first use by benchmarks/engines/setup_vllm.sh).
+# Real engines (not part of `make test`: 3 GB venvs, minutes): vLLM's CPU build and SGLang 0.5.23 on
+# the CPU with delays injected into their own functions, diagnosed from the engines' own profiler traces.
+# VLLM_VENV / SGLANG_VENV: where the rigs' venvs live (made on first use by benchmarks/engines/setup_vllm.sh
+# and setup_sglang.sh). `make engines-vllm` / `make engines-sglang`: one engine.
 VLLM_VENV ?= benchmarks/engines/.venv
-engines: $(STAMP)
+SGLANG_VENV ?= benchmarks/engines/.venv-sglang
+engines: engines-vllm engines-sglang
+
+engines-vllm: $(STAMP)
 	[ -f "$(VLLM_VENV)/tiny-llama-decode/config.json" ] || benchmarks/engines/setup_vllm.sh "$(VLLM_VENV)"
 	$(PY) -m benchmarks.engines.vllm_rig --venv "$(VLLM_VENV)"
+
+engines-sglang: $(STAMP)
+	[ -f "$(SGLANG_VENV)/tiny-llama-decode/config.json" ] || benchmarks/engines/setup_sglang.sh "$(SGLANG_VENV)"
+	$(PY) -m benchmarks.engines.sglang_rig --venv "$(SGLANG_VENV)"
 
 # The fast tier (a few minutes); test-all adds the slow tier (tests/slow_tier.py: engine runs, big
 # exports, Dask clusters, killed processes, the browser) and is what CI runs.

@@ -77,9 +77,11 @@ def _vllm_schedule_mode(result: Any) -> str | None:
 
 
 def _sglang_batch_mode(result: Any) -> str | None:
-    """SGLang's ``ScheduleBatch.forward_mode`` (a ``ForwardMode`` enum: EXTEND, DECODE, MIXED,
-    IDLE, ...); None when no batch was scheduled."""
-    mode = getattr(result, "forward_mode", None)
+    """SGLang's ``get_next_batch_to_run`` result: a ``NextBatchPlan`` (0.5.23: its ``batch_to_run``)
+    or the ``ScheduleBatch`` itself (earlier), whose ``forward_mode`` (a ``ForwardMode`` enum: EXTEND,
+    DECODE, MIXED, IDLE, ...) is the step's mode; None when no batch was scheduled."""
+    batch = getattr(result, "batch_to_run", result)
+    mode = getattr(batch, "forward_mode", None)
     name = getattr(mode, "name", None)
     if not isinstance(name, str):
         return None
@@ -137,18 +139,25 @@ VLLM = EngineTable(
 )
 
 _SGL_SCHED = "sglang.srt.managers.scheduler"
+_SGL_RECV = "sglang.srt.managers.scheduler_components.request_receiver"
 _SGL_BATCH = "sglang.srt.managers.schedule_batch"
 _SGL_RUNNER = "sglang.srt.model_executor.model_runner"
 _SGL_FWD = "sglang.srt.model_executor.forward_batch_info"
-_SGL_GRAPH = "sglang.srt.model_executor.cuda_graph_runner"
+_SGL_GRAPH = "sglang.srt.model_executor.runner.decode_cuda_graph_runner"
+_SGL_GRAPH_OLD = "sglang.srt.model_executor.cuda_graph_runner"      # before 0.5.23
 
+#: checked against SGLang 0.5.23's source (each target imported and found in its installed package:
+#: benchmarks/engines/setup_sglang.sh); the optional ones are the places of earlier versions
 SGLANG = EngineTable(
     name="sglang",
     package="sglang",
     distributions=("sglang",),
-    checked=("0.4", "0.5"),
+    checked=("0.5",),
     targets=(
-        Target(Stage.SCHED_RECV, _SGL_SCHED, "Scheduler.recv_requests"),
+        # 0.5.23: the scheduler's receiving moved to SchedulerRequestReceiver (Scheduler.ingest_requests
+        # calls it, then process_input_requests)
+        Target(Stage.SCHED_RECV, _SGL_RECV, "SchedulerRequestReceiver.recv_requests"),
+        Target(Stage.SCHED_RECV, _SGL_SCHED, "Scheduler.recv_requests", optional=True),
         Target(Stage.SCHED_RECV, _SGL_SCHED, "Scheduler.process_input_requests"),
         Target(Stage.SCHED_SCHEDULE, _SGL_SCHED, "Scheduler.get_next_batch_to_run",
                mode_from=_sglang_batch_mode),
@@ -158,7 +167,9 @@ SGLANG = EngineTable(
                {"part": "alloc", "mode": StepMode.DECODE.value}),
         Target(Stage.PREP_BATCH, _SGL_FWD, "ForwardBatch.init_new", {"part": "lower"}),
         Target(Stage.RUN_EAGER, _SGL_RUNNER, "ModelRunner.forward"),
-        Target(Stage.RUN_GRAPH_REPLAY, _SGL_GRAPH, "CudaGraphRunner.replay"),
+        # 0.5.23: the decode graph's replay is DecodeCudaGraphRunner.execute (load_batch, replay)
+        Target(Stage.RUN_GRAPH_REPLAY, _SGL_GRAPH, "DecodeCudaGraphRunner.execute", optional=True),
+        Target(Stage.RUN_GRAPH_REPLAY, _SGL_GRAPH_OLD, "CudaGraphRunner.replay", optional=True),
         Target(Stage.RUN_SAMPLE, _SGL_RUNNER, "ModelRunner.sample"),
         Target(Stage.SCHED_RESULT, _SGL_SCHED, "Scheduler.process_batch_result"),
     ),

@@ -13,6 +13,7 @@ and that time is prep, not scheduler. The ``mode`` attribute takes the ``StepMod
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -123,6 +124,9 @@ class EngineName:
     stage: Stage
     role: NameRole = NameRole.STAGE
     note: str = ""
+    #: an EXECUTE range's stage for its time outside the forward, in a trace that holds the same
+    #: engine's FORWARD ranges (``resolve_stages``); None: ``stage`` throughout
+    around_forward: Stage | None = None
 
 
 @dataclass(frozen=True)
@@ -144,29 +148,45 @@ _R = NameRole
 #: Every range name of a real engine srtscope understands, and the stage it maps onto. The one
 #: declared table (the analyzers derive ``ALIASES``, step openers and device stand-ins from it).
 ENGINE_NAMES: tuple[EngineName, ...] = (
-    # SGLang: scheduler ranges (SGLANG_SCHEDULER_ENABLE_NVTX=1: NVTX and record_function, so in nsys
-    # and torch-profiler traces alike) — python/sglang/srt/utils/nvtx ranges of the scheduler loop
+    # SGLang 0.5.23 (checked against its source): the scheduler's stage spans
+    # (sglang/srt/observability/scheduler_stage_metrics.py: ``scheduler.<stage>``) and the forward's
+    # step span (model_runner.py, ``step[MODE bs=N ...]``) are record_function ranges whenever a torch
+    # profiler runs; NVTX ranges too with SGLANG_ENABLE_NVTX_SCHEDULER=1 and the ``nvtx`` package.
+    # The loop: ingest_requests (recv_requests, now SchedulerRequestReceiver's; process_input_requests),
+    # get_next_batch_to_run (prepare_for_extend / prepare_for_decode inside, no span of their own),
+    # run_batch (ForwardBatch.init_new, then ModelRunner.forward = the step span, then sampling), then
+    # process_batch_result; an idle turn runs scheduler.idle instead.
     EngineName("sglang", "scheduler.recv_requests", _S.SCHED_RECV, _R.STEP, "first range of each loop turn"),
-    EngineName("sglang", "scheduler.process_input_requests", _S.SCHED_RECV),
+    EngineName("sglang", "scheduler.process_input_requests", _S.SCHED_RECV,
+               note="also where a stop_profile request is handled: the trace ends inside it"),
     EngineName("sglang", "scheduler.get_next_batch_to_run", _S.SCHED_SCHEDULE),
-    EngineName("sglang", "scheduler.get_new_batch_prefill", _S.SCHED_SCHEDULE),
-    EngineName("sglang", "scheduler.update_running_batch", _S.SCHED_SCHEDULE),
-    EngineName("sglang", "scheduler.prepare_mlp_sync_batch", _S.SCHED_SCHEDULE, note="DP ranks agree on batch sizes"),
-    EngineName("sglang", "scheduler.run_batch", _S.RUN_EAGER, _R.EXECUTE, "ForwardBatch build + forward"),
-    EngineName("sglang", "scheduler.launch_batch_sample_if_needed", _S.RUN_SAMPLE),
+    EngineName("sglang", "scheduler.run_batch", _S.RUN_EAGER, _R.EXECUTE,
+               "ForwardBatch build + forward + sampling: the whole model step (the device stand-in) where no "
+               "step span exists; outside its step[...] forward, batch preparation",
+               around_forward=_S.PREP_BATCH),
+    EngineName("sglang", "step[*", _S.RUN_EAGER, _R.FORWARD,
+               "ModelRunner.forward: step[EXTEND bs=8 toks=192], step[DECODE bs=8], step[MIXED ...]"),
     EngineName("sglang", "scheduler.process_batch_result", _S.SCHED_RESULT),
-    EngineName("sglang", "scheduler.process_batch_result_decode", _S.SCHED_RESULT),
-    EngineName("sglang", "scheduler.process_batch_result_prefill", _S.SCHED_RESULT),
-    EngineName("sglang", "scheduler.disagg_decode.prepare_idle_batch", _S.SCHED_SCHEDULE),
-    EngineName("sglang", "scheduler.disagg_decode.get_next_batch", _S.SCHED_SCHEDULE),
-    EngineName("sglang", "scheduler.disagg_decode.get_new_prebuilt_batch", _S.SCHED_SCHEDULE),
-    EngineName("sglang", "scheduler.disagg_decode.process_decode_queue", _S.SCHED_RECV),
-    EngineName("sglang", "tp_worker.batch_init_new", _S.PREP_BATCH, note="ForwardBatch.init_new"),
-    EngineName("sglang", "cuda_graph_runner.replay_prepare", _S.PREP_BATCH),
-    EngineName("sglang", "cuda_graph_runner.replay", _S.RUN_GRAPH_REPLAY, _R.FORWARD),
-    EngineName("sglang", "prepare_for_extend", _S.PREP_BATCH),
-    EngineName("sglang", "prepare_for_decode", _S.PREP_BATCH),
-    EngineName("sglang", "forward_batch_generation", _S.RUN_EAGER, _R.EXECUTE),
+    EngineName("sglang", "scheduler.process_queue", _S.SCHED_RECV, note="disaggregation: transfer queues"),
+    # SGLang before 0.5.23 (absent from 0.5.23's source; kept for older traces, from SGLang's earlier
+    # scheduler NVTX helpers, not re-checked against a release here)
+    EngineName("sglang", "scheduler.get_new_batch_prefill", _S.SCHED_SCHEDULE, note="before 0.5.23"),
+    EngineName("sglang", "scheduler.update_running_batch", _S.SCHED_SCHEDULE, note="before 0.5.23"),
+    EngineName("sglang", "scheduler.prepare_mlp_sync_batch", _S.SCHED_SCHEDULE,
+               note="before 0.5.23: DP ranks agree on batch sizes"),
+    EngineName("sglang", "scheduler.launch_batch_sample_if_needed", _S.RUN_SAMPLE, note="before 0.5.23"),
+    EngineName("sglang", "scheduler.process_batch_result_decode", _S.SCHED_RESULT, note="before 0.5.23"),
+    EngineName("sglang", "scheduler.process_batch_result_prefill", _S.SCHED_RESULT, note="before 0.5.23"),
+    EngineName("sglang", "scheduler.disagg_decode.prepare_idle_batch", _S.SCHED_SCHEDULE, note="before 0.5.23"),
+    EngineName("sglang", "scheduler.disagg_decode.get_next_batch", _S.SCHED_SCHEDULE, note="before 0.5.23"),
+    EngineName("sglang", "scheduler.disagg_decode.get_new_prebuilt_batch", _S.SCHED_SCHEDULE, note="before 0.5.23"),
+    EngineName("sglang", "scheduler.disagg_decode.process_decode_queue", _S.SCHED_RECV, note="before 0.5.23"),
+    EngineName("sglang", "tp_worker.batch_init_new", _S.PREP_BATCH, note="before 0.5.23: ForwardBatch.init_new"),
+    EngineName("sglang", "cuda_graph_runner.replay_prepare", _S.PREP_BATCH, note="before 0.5.23"),
+    EngineName("sglang", "cuda_graph_runner.replay", _S.RUN_GRAPH_REPLAY, _R.FORWARD, "before 0.5.23"),
+    EngineName("sglang", "prepare_for_extend", _S.PREP_BATCH, note="before 0.5.23"),
+    EngineName("sglang", "prepare_for_decode", _S.PREP_BATCH, note="before 0.5.23"),
+    EngineName("sglang", "forward_batch_generation", _S.RUN_EAGER, _R.EXECUTE, "before 0.5.23"),
     # vLLM V1: record_function scopes (VLLM_CUSTOM_SCOPES_FOR_PROFILING=1) and the worker's per-step
     # annotation (always on under vLLM's torch profiler)
     EngineName("vllm", "llm_engine step: get_output", _S.SCHED_SCHEDULE, _R.STEP,
@@ -194,6 +214,8 @@ ENGINE_NAMES: tuple[EngineName, ...] = (
 
 #: Engine functions that carry a stage in Python frames (innermost engine frame wins).
 ENGINE_FRAMES: tuple[EngineFrame, ...] = (
+    # 0.5.23: recv_requests is SchedulerRequestReceiver's (managers/scheduler_components/), the
+    # result processing BatchResultProcessor's there too: both under sglang/srt/managers/
     *(EngineFrame("sglang", "sglang/srt/managers/", f, st) for f, st in (
         ("recv_requests", _S.SCHED_RECV), ("process_input_requests", _S.SCHED_RECV),
         ("get_next_batch_to_run", _S.SCHED_SCHEDULE), ("get_new_batch_prefill", _S.SCHED_SCHEDULE),
@@ -351,6 +373,20 @@ def resolve_stage(name: str) -> Stage | None:
     if " " in name:
         return resolve_stage(name.split(" ", 1)[0])
     return None
+
+
+def resolve_stages(names: Sequence[str]) -> list[Stage | None]:
+    """``resolve_stage`` of each of a trace's distinct range names, in that trace: where it holds an
+    engine's FORWARD ranges (SGLang 0.5.23's ``step[...]``), that engine's EXECUTE ranges that declare
+    ``around_forward`` take that stage (their time outside the forward: SGLang's ``run_batch`` is
+    the ``ForwardBatch`` build there, not the model's work)."""
+    stages = [resolve_stage(n) for n in names]
+    rows = [engine_name(n) if n else None for n in names]
+    forward = {e.engine for e in rows if e is not None and e.role is NameRole.FORWARD}
+    if not forward:
+        return stages
+    return [e.around_forward if e is not None and e.around_forward is not None and e.engine in forward else st
+            for st, e in zip(stages, rows)]
 
 
 def stage_class(name: str) -> StageClass | None:

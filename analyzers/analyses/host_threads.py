@@ -13,7 +13,7 @@ from srtscope.analyzers.model import intervals as iv
 from srtscope.analyzers.model.columns import group_rows, isin, str_codes, str_map
 from srtscope.analyzers.model.names import SLOW_CALL_NS
 from srtscope.analyzers.model.timeline import ApiKind, Timeline
-from srtscope.probes.stages import StageClass, resolve_stage
+from srtscope.probes.stages import StageClass, resolve_stages
 
 _STAGE_CLASSES = (StageClass.SCHEDULER, StageClass.PREP, StageClass.KERNEL, StageClass.SYNC)
 
@@ -38,7 +38,7 @@ def stage_names(ranges: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarra
     if len(ranges) == 0:
         return np.zeros(0, object), np.zeros(0, np.int64), np.zeros(0, object)
     codes, names = str_codes(ranges["name"])
-    stages = [resolve_stage(n) for n in names]
+    stages = resolve_stages([str(n) for n in names])
     is_stage = np.array([s is not None and s.cls in _STAGE_CLASSES for s in stages], dtype=bool)
     ok = np.zeros(len(codes), dtype=bool)
     known = codes >= 0                      # -1: missing name

@@ -160,6 +160,9 @@ def _opened_steps(tl: Timeline, stages: np.ndarray) -> tuple[str, pd.DataFrame] 
         opener = (stages == Stage.SCHED_SCHEDULE.value) & nonzero
     if not opener.any():
         return None
+    # SGLang's loop turns open its steps: its recv_requests, or under --instrument sglang (no
+    # loop.step) our sched.schedule around its get_next_batch_to_run, once a turn
+    turns = {engines[c] for c in np.unique(codes[opener]) if c >= 0} <= {"sglang", ""}
     fwd_lut = np.array([r in (NameRole.FORWARD, NameRole.EXECUTE) for r in roles] + [False], dtype=bool)
     forward = fwd_lut[codes]
     known = stages != ""
@@ -172,12 +175,28 @@ def _opened_steps(tl: Timeline, stages: np.ndarray) -> tuple[str, pd.DataFrame] 
         fwd = np.sort(r_s[forward & (r_rank == rank)])
         if len(fwd) == 0 and len(tl.device):
             fwd = np.sort(tl.device.loc[tl.device["rank"] == rank, "start_ns"].to_numpy())
-        if len(fwd):
-            seen = np.searchsorted(fwd, starts, side="left")
-            starts = starts[np.r_[True, seen[1:] != seen[:-1]]]
         same = known & (r_rank == rank) & (r_tid == tid)
         last_end = max(int(r_e[same].max()), int(u_end[-1]))
-        ends = np.r_[starts[1:], last_end]
+        ends = None
+        if len(fwd):
+            seen = np.searchsorted(fwd, starts, side="left")
+            tail = np.r_[seen[1:] != seen[:-1], True]          # the last opener before a forward
+            if turns:
+                # SGLang's loop turns: a step is the turn that runs a forward, to the next turn's
+                # start; idle turns (scheduler.idle: before the first forward, between runs, after
+                # the last) are no steps
+                at = np.flatnonzero(tail & (seen < len(fwd)))
+                ends = np.r_[starts, last_end][at + 1]
+                starts = starts[at]
+            else:
+                # an opener with no forward since the last one is not a new step (the turns before
+                # the first forward give way to the last of them, those after the last end the run)
+                keep = np.r_[True, seen[1:] != seen[:-1]] & (seen > 0) | tail & (seen == 0)
+                starts = starts[keep]
+                if len(starts) > 1 and starts[-1] > fwd[-1]:
+                    last_end, starts = int(starts[-1]), starts[:-1]
+        if ends is None:
+            ends = np.r_[starts[1:], last_end]
         parts.append(pd.DataFrame({"rank": rank, "pid": pid, "tid": tid, "start_ns": starts, "end_ns": ends}))
     df = pd.concat(parts, ignore_index=True)
     # keep, per rank, the thread with the most steps
@@ -195,19 +214,46 @@ def _opened_steps(tl: Timeline, stages: np.ndarray) -> tuple[str, pd.DataFrame] 
 _VLLM_ITERATION = re.compile(r"^execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)")
 
 
+#: SGLang's forward span (0.5.23, ``ModelRunner.forward``): ``step[DECODE bs=8]``, ``step[EXTEND bs=8
+#: toks=192]``; the label splits as name ``step[DECODE`` and attrs ``bs=8]`` (``readers.labels``)
+_SGLANG_STEP = re.compile(r"^step\[([A-Z_0-9]+)")
+
+
+def _iteration(name: str, attrs: object) -> tuple[str, int, int] | None:
+    """(mode, requests, tokens; -1 unknown) a step's forward range says, or None: vLLM's
+    ``execute_context_N(T)_generation_M(U)`` (N prefill and M decode requests: extend when M = 0,
+    decode when N = 0, else mixed), SGLang's ``step[MODE bs=N toks=T]`` (its ForwardMode; draft and
+    verify steps carry no mode of ours)."""
+    m = _VLLM_ITERATION.match(name)
+    if m is not None:
+        ctx, ctx_tok, gen, gen_tok = (int(x) for x in m.groups())
+        mode = (StepMode.MIXED if ctx and gen else StepMode.EXTEND if ctx else
+                StepMode.DECODE if gen else StepMode.IDLE).value
+        return mode, ctx + gen, ctx_tok + gen_tok
+    g = _SGLANG_STEP.match(name)
+    if g is None:
+        return None
+    a = attrs if isinstance(attrs, dict) else {}
+    nums = {k: int(v.rstrip("]")) if v.rstrip("]").isdigit() else -1 for k, v in a.items() if isinstance(v, str)}
+    mode = g.group(1).lower()
+    bs = nums.get("bs", -1)
+    tokens = nums.get("toks", bs if mode == StepMode.DECODE.value else -1)
+    return (mode if mode in {m.value for m in StepMode} else ""), bs, tokens
+
+
 def _engine_step_attrs(tl: Timeline, w: pd.DataFrame) -> None:
-    """Fill blank ``mode`` / ``bs`` / ``tokens`` of steps from vLLM's ``execute_context_N(T)_
-    generation_M(U)`` ranges inside them: N prefill and M decode requests -> extend (M = 0), decode
-    (N = 0) or mixed — so a prefill, eager by design, is never taken for an eager decode."""
+    """Fill blank ``mode`` / ``bs`` / ``tokens`` of steps from the engine's forward ranges inside
+    them (``_iteration``) — so a prefill, eager by design, is never taken for an eager decode."""
     rg = tl.host_ranges
     if len(rg) == 0 or len(w) == 0:
         return
     codes, names = str_codes(rg["name"])
-    parsed = [_VLLM_ITERATION.match(str(n)) for n in names]
-    if not any(parsed):
+    known = [bool(_VLLM_ITERATION.match(str(n)) or _SGLANG_STEP.match(str(n))) for n in names]
+    if not any(known):
         return
-    hit = np.array([m is not None for m in parsed] + [False], dtype=bool)[codes]
+    hit = np.array(known + [False], dtype=bool)[codes]
     rows = np.flatnonzero(hit)
+    attrs = rg["attrs"].to_numpy()
     mode, bs, tokens = w["mode"].to_numpy().copy(), w["bs"].to_numpy().copy(), w["tokens"].to_numpy().copy()
     for rank, idx in w.groupby("rank").indices.items():
         s, e = w["start_ns"].to_numpy()[idx], w["end_ns"].to_numpy()[idx]
@@ -218,16 +264,14 @@ def _engine_step_attrs(tl: Timeline, w: pd.DataFrame) -> None:
             if p < 0 or rs[k] >= e[p]:
                 continue
             t = idx[p]
-            m = parsed[codes[j]]
-            assert m is not None
-            ctx, ctx_tok, gen, gen_tok = (int(x) for x in m.groups())
+            got = _iteration(str(names[codes[j]]), attrs[j])
+            assert got is not None
             if not mode[t]:
-                mode[t] = (StepMode.MIXED if ctx and gen else StepMode.EXTEND if ctx else
-                           StepMode.DECODE if gen else StepMode.IDLE).value
+                mode[t] = got[0]
             if bs[t] < 0:
-                bs[t] = ctx + gen
+                bs[t] = got[1]
             if tokens[t] < 0:
-                tokens[t] = ctx_tok + gen_tok
+                tokens[t] = got[2]
     w["mode"], w["bs"], w["tokens"] = mode, bs, tokens
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from srtscope.analyzers.cache.cache_auth import open_regular
 
 #: Bump when any reader's output (tables, dtypes, meta) changes: older entries are then stale.
-READER_VERSION = 3
+READER_VERSION = 4      # 4: Kineto: the range open at the profiler's stop cut; SGLang's step[...] forwards stand in
 #: read in chunks that stay in the CPU cache while hashed (measured: 256 KiB 0.44 s/GB, 8 MiB 0.8 s/GB)
 HASH_CHUNK = 256 << 10
 

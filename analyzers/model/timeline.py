@@ -85,6 +85,7 @@ class WarningCode(str, Enum):
     COLD_START = "cold_start"                    # context creation, first allocations, module loads
     SINGLE_ITERATION = "single_iteration"        # one step or one pass: nothing to average over
     PYTHON_TRACING = "python_tracing"            # with_stack tracing inflates host time
+    PROFILER_STOP = "profiler_stop"              # a trailing range held the profiler's own stop: cut
     OTHER = "other"
     CORRUPT = "corrupt"                          # a damaged file: some of what it held was lost
 

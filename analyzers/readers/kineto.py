@@ -45,6 +45,7 @@ from srtscope.analyzers.model.units import name_text
 from srtscope.analyzers.readers.errors import TraceError
 from srtscope.analyzers.readers.jsonstream import JsonStreamError, iter_trace, us_to_ns
 from srtscope.analyzers.readers.labels import split_labels
+from srtscope.analyzers.readers.profiler_stop import cut_open_at_stop, stop_message
 from srtscope.analyzers.readers.stand_in import forward_stand_ins, note_stand_ins
 from srtscope.probes.stages import resolve_stage
 
@@ -110,6 +111,7 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
     stage_ops: dict[str, bool] = {}
     flows: dict[tuple[str, Any, Any, int], int] = {}     # (ph, pid, tid, ts_ns) -> flow id
     unlinked: list[tuple[_Cols, int, tuple]] = []        # rows without args.correlation
+    stop: list[Any] = []                                 # the profiler's Record Window End, µs
     with _open_text(path) as fh:
         try:
             for ev in iter_trace(fh, header.__setitem__):
@@ -125,6 +127,8 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
                     if ph in ("s", "f") and ev.get("cat") in _FLOW_CATS and "id" in ev:
                         flows[(ph, ev.get("pid"), ev.get("tid"), us_to_ns(ev["ts"]))] = \
                             _int(ev["id"])
+                    elif ph == "i" and ev.get("name") == "Record Window End" and "ts" in ev:
+                        stop.append(ev["ts"])
                     elif ph == "M" and ev.get("name") == "thread_name":
                         nm = (ev.get("args") or {}).get("name")
                         if nm:
@@ -173,7 +177,7 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
     if len(dev) + len(api) + len(rng) == 0:
         raise TraceError(path, f"Kineto trace holds no GPU, CUDA API or annotation events "
                                f"({n_events} events)")
-    return _build(path, header, dev, api, rng, cats, thread_names, n_events, rank)
+    return _build(path, header, dev, api, rng, cats, thread_names, n_events, rank, stop[-1] if stop else None)
 
 
 def _times(cols: _Cols, base_ns: int, path: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -186,7 +190,10 @@ def _times(cols: _Cols, base_ns: int, path: Path | None = None) -> tuple[np.ndar
 
 
 def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Cols,
-           cats: Counter, thread_names: dict[str, str], n_events: int, rank: int) -> Timeline:
+           cats: Counter, thread_names: dict[str, str], n_events: int, rank: int,
+           stop_us: Any = None) -> Timeline:
+    """The Timeline of the parsed columns; ``stop_us``: the profiler's ``Record Window End`` (the
+    trailing ranges still open then are cut, ``profiler_stop``)."""
     base = header.get("baseTimeNanoseconds")
     base_ns = _int(base, 0) if base is not None else 0
     dist = di if isinstance(di := header.get("distributedInfo"), dict) else {}
@@ -223,6 +230,14 @@ def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Col
         ranges = pd.DataFrame({"start_ns": s, "end_ns": e, "pid": c["pid"], "tid": c["tid"],
                                "name": names, "domain": pd.Categorical(c["domain"]),
                                "attrs": attrs, "rank": file_rank})
+    cut: list[tuple[str, int]] = []
+    if ranges is not None and stop_us is not None:
+        try:
+            stop_ns = us_to_ns(stop_us) + base_ns
+        except (OverflowError, TypeError, ValueError):
+            stop_ns = None
+        if stop_ns is not None:
+            ranges, cut = cut_open_at_stop(ranges, stop_ns)
 
     # a CPU run of an engine of ours, captured by torch.profiler: no device activity and no CUDA
     # calls. NOTE: with CUDA calls but no kernels, kernel tracing failed: no stand-ins then.
@@ -288,6 +303,8 @@ def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Col
     if len(host_pids) > 1:
         meta.warn(WarningCode.MULTI_PROCESS, f"CUDA API calls from {len(host_pids)} processes; "
                   f"device rows attributed to pid {host_pid}")
+    if cut:
+        meta.warn(WarningCode.PROFILER_STOP, stop_message(cut))
     if schema not in KNOWN_SCHEMAS:
         meta.warn(WarningCode.UNKNOWN_SCHEMA, f"Kineto schemaVersion {schema!r} not seen in testing")
     return Timeline.build(meta, device=device, api=api_df, ranges=ranges)

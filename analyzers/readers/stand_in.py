@@ -4,9 +4,10 @@ On a CPU run of an engine there is no device: the engine's forward ranges are th
 device activity, so readers add them as device rows of kind ``cpu_forward`` (warning
 ``cpu_stand_in``). Which ranges are forwards is ``probes.stages.name_role``: ours (``run.eager``,
 ``run.graph_replay``, ``comm.all_reduce``) and real engines' forward scopes (vLLM's
-``gpu_model_runner: forward``, SGLang's ``cuda_graph_runner.replay``) are FORWARD; where a trace has
-none, the engine's whole model-step ranges (vLLM's ``execute_*``, SGLang's ``scheduler.run_batch``:
-EXECUTE) stand in, and the batch preparation inside them cannot be told apart from the forward.
+``gpu_model_runner: forward``, SGLang's ``step[DECODE bs=8]`` (0.5.23) and
+``cuda_graph_runner.replay``) are FORWARD; where a trace has none, the engine's whole model-step
+ranges (vLLM's ``execute_*``, SGLang's ``scheduler.run_batch``: EXECUTE) stand in, and the batch
+preparation inside them cannot be told apart from the forward.
 Probe traces always get stand-ins; Kineto traces do when they hold no device activity.
 """
 from __future__ import annotations
@@ -83,4 +84,4 @@ def no_device_message(ranges: pd.DataFrame | None) -> str:
     return (f"trace has zero kernels and holds {' and '.join(engines)} ranges, but none that marks the "
             "model's work to stand in for the device (vLLM: gpu_model_runner: forward or execute_*, "
             "with VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 and the worker profiled; SGLang: "
-            "scheduler.run_batch or cuda_graph_runner.replay)")
+            "step[...], scheduler.run_batch or cuda_graph_runner.replay)")

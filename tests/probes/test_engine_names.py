@@ -34,11 +34,15 @@ S, R = Stage, NameRole
     ("execute_context_0(0)_generation_4(4)", S.RUN_EAGER, R.EXECUTE),
     ("execute_context_1(96)_generation_3(3)", S.RUN_EAGER, R.EXECUTE),
     ("execute_model", S.RUN_EAGER, R.EXECUTE),
-    # SGLang (SGLANG_SCHEDULER_ENABLE_NVTX=1; NVTX and record_function alike)
+    # SGLang 0.5.23 (record_function under its profiler; NVTX too with SGLANG_ENABLE_NVTX_SCHEDULER=1)
     ("scheduler.recv_requests", S.SCHED_RECV, R.STEP),
     ("scheduler.process_input_requests", S.SCHED_RECV, R.STAGE),
     ("scheduler.get_next_batch_to_run", S.SCHED_SCHEDULE, R.STAGE),
+    # the whole model step; outside its step[...] forward span, prep (test_stages: resolve_stages)
     ("scheduler.run_batch", S.RUN_EAGER, R.EXECUTE),
+    ("step[DECODE", S.RUN_EAGER, R.FORWARD),        # "step[DECODE bs=8]" as the label splits
+    ("step[EXTEND bs=8 toks=192]", S.RUN_EAGER, R.FORWARD),
+    # SGLang before 0.5.23
     ("scheduler.launch_batch_sample_if_needed", S.RUN_SAMPLE, R.STAGE),
     ("scheduler.process_batch_result", S.SCHED_RESULT, R.STAGE),
     ("scheduler.prepare_mlp_sync_batch", S.SCHED_SCHEDULE, R.STAGE),

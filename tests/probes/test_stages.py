@@ -15,7 +15,7 @@ from srtscope.probes.stages import ALIASES, Stage, StageClass, format_message, p
     ("run.sample", Stage.RUN_SAMPLE, StageClass.KERNEL),
     ("sched.result", Stage.SCHED_RESULT, StageClass.SCHEDULER),
     ("sync.wait", Stage.SYNC_WAIT, StageClass.SYNC),
-    # SGLang's scheduler ranges (SGLANG_ENABLE_NVTX_SCHEDULER=1)
+    # SGLang's scheduler ranges (0.5.23: record_function always, NVTX with SGLANG_ENABLE_NVTX_SCHEDULER=1)
     ("scheduler.recv_requests", Stage.SCHED_RECV, StageClass.SCHEDULER),
     ("scheduler.process_input_requests", Stage.SCHED_RECV, StageClass.SCHEDULER),
     ("scheduler.get_next_batch_to_run", Stage.SCHED_SCHEDULE, StageClass.SCHEDULER),
@@ -57,3 +57,15 @@ def test_message_round_trip(name, attrs):
 def test_message_values_with_spaces_stay_one_token():
     name, attrs = parse_message(format_message("run.eager", {"reason": "no cuda here"}))
     assert (name, attrs) == ("run.eager", {"reason": "no_cuda_here"})
+
+
+def test_run_batch_is_prep_around_sglangs_forward_span_only():
+    from srtscope.probes.stages import resolve_stages
+
+    # SGLang 0.5.23: step[...] is the forward, run_batch's time outside it the ForwardBatch build
+    assert resolve_stages(["scheduler.run_batch", "step[DECODE", "scheduler.get_next_batch_to_run"]) == \
+        [Stage.PREP_BATCH, Stage.RUN_EAGER, Stage.SCHED_SCHEDULE]
+    # without a forward span of SGLang's (older versions, or vLLM's forward only), it is the model step
+    assert resolve_stages(["scheduler.run_batch", "scheduler.get_next_batch_to_run"]) == \
+        [Stage.RUN_EAGER, Stage.SCHED_SCHEDULE]
+    assert resolve_stages(["scheduler.run_batch", "gpu_model_runner: forward"])[0] is Stage.RUN_EAGER
