@@ -26,8 +26,9 @@ communication and exposed copies under ``healthy_pct`` of the active window and 
 ``kernel`` / ``compute``. No dominant bottleneck (``_no_dominant``), also ``kernel`` / ``compute``
 and healthy: the steps hold most of the lost time, and the largest cause loses under
 ``DOMINANT_STEP_SHARE`` of the mean step and under ``DOMINANT_RATIO`` x the next cause, or it is
-the engine's scheduling or batch preparation under ``STAGE_STEP_SHARE`` of the mean step — a clean
-engine spends that on its stages every step, which names no bottleneck.
+the engine's scheduling or batch preparation under ``STAGE_STEP_SHARE`` of the mean step, lost
+steadily step after step (``_steady``) — a clean engine spends that on its stages every step, which
+names no bottleneck; an intermittent stall of the same mean is a fault.
 A what-if saving under ``NEGLIGIBLE_STEP_SHARE`` of the mean step never names its cause over one
 that lost more.
 
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 from typing import cast
 
+import numpy as np
 import pandas as pd
 
 from srtscope.analyzers.analyses.advice import advice_for
@@ -316,7 +318,8 @@ def _no_dominant(losses: StepLosses | None, lost: int) -> tuple[str, float, floa
     nxt_name, nxt = per[1] if len(per) > 1 else ("", 0)
     share = top_ns / step
     spread = share < DOMINANT_STEP_SHARE and top_ns < DOMINANT_RATIO * nxt
-    stage = top in (Cause.SCHED_CPU.value, Cause.BATCH_PREP.value) and share < STAGE_STEP_SHARE
+    stage = top in (Cause.SCHED_CPU.value, Cause.BATCH_PREP.value) and share < STAGE_STEP_SHARE \
+        and _steady(losses.device_lost(Cause(top))[keep], float(np.median(losses.wall[keep])))
     if not spread and not stage:
         return None
     text = f"the largest cause, {top}, loses {fmt_ns(top_ns)} of the {fmt_ns(step)} mean step ({100 * share:.0f}%)"
@@ -324,6 +327,18 @@ def _no_dominant(losses: StepLosses | None, lost: int) -> tuple[str, float, floa
              f", what the engine's {'scheduling' if top == Cause.SCHED_CPU.value else 'batch preparation'} "
              f"costs every step (under {100 * STAGE_STEP_SHARE:.0f}%)")
     return text, share, top_ns / nxt if nxt else float("inf")
+
+
+def _steady(per_step: np.ndarray, median_step_ns: float) -> bool:
+    """Whether a cause's loss comes step after step, as an engine's own stage time does: under a
+    quarter of it in stalls — steps losing over ``WARMUP_FACTOR`` x its median and more than a whole
+    median step. An intermittent stall is concentrated in a few steps, each longer than an ordinary
+    step: a fault, not the engine's rhythm; shorter spikes are a busy host's jitter."""
+    total = int(per_step.sum())
+    if not total:
+        return True
+    stall = per_step > max(WARMUP_FACTOR * float(np.median(per_step)), median_step_ns)
+    return int(per_step[stall].sum()) < 0.25 * total
 
 
 #: other causes under this share of lost time are left off the alternatives line (percent)

@@ -235,3 +235,19 @@ def test_the_copy_what_if_models_the_fix_its_advice_names():
     assert w.saved_ns == 600 * US
     assert w.step_ns_after >= 200 * US                    # never shorter than the kernel it keeps
     assert any("would save 200 us a step" in a for a in w.assumptions), w.assumptions
+
+
+@pytest.mark.parametrize("host, named", [
+    # a 20 ms stall every 8th step of ~9.3 ms: 22% of the mean step, all of it in stalls longer than
+    # a whole ordinary step — an intermittent fault, named
+    ([20_000] + [300] * 7, "sched_cpu"),
+    # a busy host's jitter: 5 ms spikes in 2 of 8 steps, shorter than an ordinary step — the engine's
+    # rhythm (no dominant bottleneck)
+    ([300, 5000, 300, 300, 300, 5000, 300, 300], None),
+])
+def test_an_intermittent_stall_is_a_fault_and_jitter_is_not(host, named):
+    v = diagnose(engine_loop(host * 2, 9000)).verdict
+    if named is None:
+        assert v.healthy and v.summary.startswith("no dominant bottleneck"), v.summary
+    else:
+        assert v.cause == named and not v.healthy, v.summary
