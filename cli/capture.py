@@ -210,8 +210,10 @@ def capture(command: list[str], backend: Backend, out: Path, capture_range: bool
     if backend is Backend.NSYS:
         nsys = shutil.which("nsys")
         if nsys is None:
-            fail("nsys (Nsight Systems) is not installed or not on PATH; "
-                 "use --backend torch to capture with torch.profiler instead")
+            fail("nsys (Nsight Systems) is not installed or not on PATH; " + (
+                "use --backend probe (the --instrument stages' own spans, no profiler) or --backend torch "
+                "(a torch.profiler trace with them)" if engines else
+                "use --backend torch to capture with torch.profiler instead"))
         plan = nsys_plan(nsys, out, command, capture_range)
         _check_outputs([plan.report, plan.sqlite])
         with boot_dir(env, backend.value, plan.report, engines) if engines else nullcontext():

@@ -18,10 +18,12 @@ def register(app: typer.Typer) -> None:
                                               "ignore_unknown_options": True})
     def capture_cmd(
         command: list[str] = typer.Argument(None, help="The command to profile, after '--'."),
-        backend: Backend = typer.Option(Backend.NSYS, "--backend", "-b",
-                                        help="nsys: Nsight Systems + SQLite export; "
-                                             "torch: torch.profiler Kineto trace; probe: no "
-                                             "profiler, the --instrument stages' own spans."),
+        backend: Backend | None = typer.Option(None, "--backend", "-b",
+                                               help="nsys: Nsight Systems + SQLite export; "
+                                                    "torch: torch.profiler Kineto trace; probe: no "
+                                                    "profiler, the --instrument stages' own spans. "
+                                                    "Default: nsys where it is installed, else probe "
+                                                    "with --instrument."),
         out: Path | None = typer.Option(None, "--out", "-o",
                                         help="Output name (NAME.nsys-rep + NAME.sqlite, or "
                                              "NAME.json.gz; NAME.pid<N>.json.gz per other process). "
@@ -69,8 +71,24 @@ def register(app: typer.Typer) -> None:
                      "(start the server itself under srtscope capture --instrument to mark its stages)")
             raise typer.Exit(_server(server, load, concurrency, max_tokens, duration, trace_dir,
                                      timeout, wait, diagnose))
-        code = capture(list(command or []), backend, out or DEFAULT_OUT, capture_range, list(instrument))
+        code = capture(list(command or []), default_backend(backend, bool(instrument)), out or DEFAULT_OUT,
+                       capture_range, list(instrument))
         raise typer.Exit(code)
+
+
+def default_backend(given: Backend | None, instrument: bool) -> Backend:
+    """``--backend`` as given; else nsys where it is on PATH, else (with ``--instrument``) probe,
+    said in one line: the instrumented stages need no profiler. Without either, nsys (whose
+    absence is then one error line naming the other backends)."""
+    import shutil
+
+    if given is not None:
+        return given
+    if shutil.which("nsys") is None and instrument:
+        print("srtscope: nsys is not installed: capturing with --backend probe (the --instrument stages' "
+              "own spans; --backend torch for a torch.profiler trace)", file=sys.stderr, flush=True)
+        return Backend.PROBE
+    return Backend.NSYS
 
 
 def _server(url: str, load: int, concurrency: int, max_tokens: int, duration: float,

@@ -256,3 +256,34 @@ def test_capture_nsys_instruments_with_nvtx_and_sets_the_nsys_switches(engine, t
     warned = [ln for ln in r.stderr.splitlines() if "nvtx package is not importable" in ln]
     assert len(warned) == 1 and f"{OTHER_PYTHON} -m pip install nvtx" in warned[0]
     assert (tmp_path / "cap.sqlite").exists() and not list(tmp_path.glob("cap.pid*"))
+
+
+def _no_nsys_path(tmp_path: Path) -> str:
+    """A PATH with the interpreter's folder and the basic tools, and no nsys."""
+    bin_dir = tmp_path / "nsys-free-bin"
+    bin_dir.mkdir()
+    for tool in ("sh", "env"):
+        src = Path("/bin") / tool
+        if src.exists():
+            (bin_dir / tool).symlink_to(src)
+    return os.pathsep.join([str(Path(OTHER_PYTHON).parent), str(bin_dir)])
+
+
+def test_capture_instrument_without_backend_uses_probe_where_nsys_is_absent(engine, tmp_path):
+    out = tmp_path / "out" / "cap"
+    r = _run([*CLI, "capture", "--instrument", "vllm", "--out", out, "--", OTHER_PYTHON, "drive.py"],
+             {"PYTHONPATH": str(engine), "PATH": _no_nsys_path(tmp_path)}, engine)
+    assert r.returncode == 3, r.stderr
+    assert "nsys is not installed: capturing with --backend probe" in r.stderr
+    assert sorted(_spans(t).count("loop.step") for t in out.parent.glob("cap.pid*.json.gz")) == [3, 5]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--instrument", "vllm", "--backend", "nsys"], "use --backend probe (the --instrument stages' own spans"),
+    ([], "use --backend torch to capture with torch.profiler instead"),
+])
+def test_capture_without_nsys_names_the_backend_that_works(engine, tmp_path, args, needle):
+    r = _run([*CLI, "capture", *args, "--out", tmp_path / "cap", "--", OTHER_PYTHON, "drive.py"],
+             {"PYTHONPATH": str(engine), "PATH": _no_nsys_path(tmp_path)}, engine)
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln != "user sitecustomize ran"]
+    assert r.returncode == 2 and len(lines) == 1 and needle in lines[0], r.stderr
