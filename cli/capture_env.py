@@ -146,9 +146,9 @@ def interpreter_of(command: list[str]) -> str | None:
 
 def srtscope_fix(python: str) -> str:
     """What ``python`` needs to import the srtscope the capture puts on its path."""
-    return (f"srtscope runs there from the capture's own import path (nothing is installed into that "
-            f"interpreter) and needs Python >= 3.10; for an older one install srtscope into an "
-            f"interpreter of 3.10 or newer that runs the engine")
+    return ("srtscope runs there from the capture's own import path (nothing is installed into that "
+            "interpreter) and needs Python >= 3.10; for an older one install srtscope into an "
+            "interpreter of 3.10 or newer that runs the engine")
 
 
 def preflight(python: str, env: dict[str, str], modules: list[str]) -> None:
