@@ -48,6 +48,32 @@ _TEXT: dict[Cause, str] = {
 }
 
 
+#: Advice in an engine's own words where the trace is that engine's (``engine_of``): its functions,
+#: not another engine's (vLLM has no ForwardBatch).
+_ENGINE_TEXT: dict[tuple[str, Cause], str] = {
+    ("vllm", Cause.SCHED_CPU): (
+        "Take the scheduler's CPU work off the critical path: vLLM runs Scheduler.schedule, "
+        "Scheduler.update_from_output and the output processing (OutputProcessor.process_outputs: "
+        "detokenization) between forwards; turn on async scheduling (--async-scheduling: step t+1 is "
+        "scheduled while step t runs) and profile those functions for the slow one."),
+    ("vllm", Cause.BATCH_PREP): (
+        "Move batch preparation off the critical path: vLLM allocates KV slots in "
+        "KVCacheManager.allocate_slots (inside Scheduler.schedule) and builds the step's inputs and "
+        "attention metadata in GPUModelRunner._update_states / _prepare_inputs; turn on async "
+        "scheduling (--async-scheduling) so step t+1 is prepared while step t runs, and profile those "
+        "functions for the slow one."),
+}
+
+
+def engine_of(steps_source: str, extra: dict | None = None) -> str | None:
+    """The engine whose trace this is: the steps' source (``vllm`` / ``sglang`` names), else the
+    engine a probe trace was instrumented for (``--instrument``); None for any other trace."""
+    if steps_source in ("vllm", "sglang"):
+        return steps_source
+    inst = ((extra or {}).get("probe.meta") or {}).get("instrumented")
+    return inst if inst in ("vllm", "sglang") else None
+
+
 _COPY_FIX: dict[str, str] = {
     CopyKind.HTOD_PAGEABLE.value: ("pin the host memory they read (pinned copies reach several times pageable "
                                    "bandwidth and can run asynchronously), then issue them non_blocking on a side "
@@ -80,8 +106,9 @@ def copy_kind_of(device: DeviceResult | None) -> str | None:
 
 
 def advice_for(cause: Cause, causes: dict[str, int], eager: EagerResult, comm: CommResult,
-               device: DeviceResult | None, window_ns: int = 0) -> tuple[Advice, ...]:
-    """The verdict's cause first, then the other causes large enough to matter."""
+               device: DeviceResult | None, window_ns: int = 0, engine: str | None = None) -> tuple[Advice, ...]:
+    """The verdict's cause first, then the other causes large enough to matter; in ``engine``'s own
+    words where it has them (``_ENGINE_TEXT``)."""
     lost = sum(causes.values())
     order = [cause] + [Cause(c) for c, ns in sorted(causes.items(), key=lambda kv: -kv[1])
                        if Cause(c) is not cause and lost and ns >= SECONDARY_SHARE * lost
@@ -98,4 +125,5 @@ def advice_for(cause: Cause, causes: dict[str, int], eager: EagerResult, comm: C
     fix = _COPY_FIX.get(kind or "", _COPY_FIX[CopyKind.HTOD.value])
     if kind == "round_trip" and device is not None and any(st.pageable_ns for st in device.memcpy.values()):
         fix = fix[:-1] + "; until then, pin the host buffers (these copies use pageable memory)."
-    return tuple(Advice(c.value, _TEXT[c].format(sizes=sizes, copy=copy, who=who, copy_fix=fix)) for c in order)
+    return tuple(Advice(c.value, _ENGINE_TEXT.get((engine or "", c), _TEXT[c]).format(
+        sizes=sizes, copy=copy, who=who, copy_fix=fix)) for c in order)

@@ -33,7 +33,7 @@ from typing import cast
 
 import pandas as pd
 
-from srtscope.analyzers.analyses.advice import advice_for
+from srtscope.analyzers.analyses.advice import advice_for, engine_of
 from srtscope.analyzers.analyses.comm import lateness
 from srtscope.analyzers.analyses.io_frames import IoWork
 from srtscope.analyzers.analyses.losses import WARMUP_FACTOR, StepLosses
@@ -191,7 +191,8 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
                 lines: tuple[str, str, str] = ("", "", "")) -> Verdict:
         return Verdict(cast(BottleneckName, b), round(min(max(conf, 0.0), cap, 1.0), 3), summary, tuple(ev),
                        tuple(notes), healthy, scores, cause.value, causes,
-                       advice_for(cause, causes, eager, comm, device, window), *lines)
+                       advice_for(cause, causes, eager, comm, device, window,
+                                  engine_of(steps_source, meta.extra)), *lines)
 
     if window == 0:
         return verdict("kernel", Cause.COMPUTE, 0.2 * adequacy, "no device activity: nothing to diagnose")

@@ -58,3 +58,25 @@ def test_injected_delay_named_and_recovered(run, cls, cause):
     wif = next(w for w in d.what_if if w.cause == cause)
     clean_step = clean.budget.wall_ns / clean.budget.steps
     assert abs(wif.step_ns_after - clean_step) <= 0.15 * clean_step
+
+
+@pytest.mark.parametrize("trace", ["vllm_instrument_prep.json.gz", "vllm/vllm_cpu_prep.pt.trace.json.gz",
+                                   "vllm_instrument_sched.json.gz", "vllm/vllm_cpu_sched.pt.trace.json.gz"])
+def test_advice_on_vllm_names_vllms_own_functions(trace):
+    # the probe path (--instrument vllm) and vLLM's own profiler alike: vLLM's functions, not SGLang's
+    d = diagnose(load_timeline([SAMPLES / trace]))
+    first = d.verdict.advice[0]
+    assert first.cause == d.verdict.cause
+    assert "ForwardBatch" not in " ".join(a.text for a in d.verdict.advice)
+    expected = {"batch_prep": "KVCacheManager.allocate_slots", "sched_cpu": "Scheduler.schedule"}[first.cause]
+    assert expected in first.text and "--async-scheduling" in first.text
+
+
+def test_advice_elsewhere_is_unchanged():
+    from srtscope.analyzers.analyses.advice import engine_of
+
+    d = diagnose(load_timeline([SAMPLES / "prep_bound.sqlite"]))
+    assert d.verdict.cause == "batch_prep" and "ForwardBatch" in d.verdict.advice[0].text
+    assert engine_of("loop.step", {"probe.meta": {"instrumented": "vllm"}}) == "vllm"
+    assert engine_of("loop.step", {"probe.meta": {"instrumented": "vllm+sglang"}}) is None
+    assert engine_of("nvtx", {}) is None and engine_of("sglang") == "sglang"
