@@ -170,6 +170,8 @@ class FaultCheck:
     what_if_err: float      # vs the clean step
     clean_fwd_ns: float
     what_if_err_fwd: float  # with the faulty run's slower forward taken out
+    placed: bool            # the fault's time in its own class: recovered within 15%, and the other
+                            # host class (scheduler <-> prep) up by under 15% of it on the clean runs
 
 
 def check(figs: list[RunFigures], i: int) -> FaultCheck:
@@ -185,18 +187,22 @@ def check(figs: list[RunFigures], i: int) -> FaultCheck:
     ref_fwd = float(np.median([c.compute_ns for c in clean])) if clean else nan
     # the what-if holds device work as measured; on the CPU the forward right after a host delay
     # runs slower than in the clean runs: werr_fwd is the error with that difference taken out
+    other = "prep_ns" if CLASS[want] == "scheduler" else "sched_ns"
+    leak = getattr(f, other) - (float(np.median([getattr(c, other) for c in clean])) if clean else 0.0)
+    placed = abs(err) <= 0.15 and leak <= 0.15 * f.injected_ns
     return FaultCheck(f, f.cause == want and f.bottleneck == CLASS[want], f.injected_ns, rec, err, ref, pred,
                       (pred - ref) / ref if ref else nan, ref_fwd,
-                      (pred - (f.compute_ns - ref_fwd) - ref) / ref if ref else nan)
+                      (pred - (f.compute_ns - ref_fwd) - ref) / ref if ref else nan, placed)
 
 
 @dataclass(frozen=True)
 class PathSummary:
-    """One capture path's figures over its rounds: per fault, (named runs, runs, recovered errors);
+    """One capture path's figures over its rounds: per fault, (named runs, placed runs, runs,
+    recovered errors);
     the clean runs' scheduler and prep lost time per step (ns), and their verdicts."""
 
     path: str
-    faults: dict[str, tuple[int, int, list[float]]]
+    faults: dict[str, tuple[int, int, int, list[float]]]
     clean_sched_ns: list[float]
     clean_prep_ns: list[float]
     clean_verdicts: list[str]
@@ -227,8 +233,8 @@ def report(manifest: dict, figs: list[RunFigures], path: str = "vllm") -> tuple[
               f"{c.what_if_err:+6.0%} {_ms(f.compute_ns):>8} {_ms(c.clean_fwd_ns):>9} {c.what_if_err_fwd:+7.0%}")
     # medians over the rounds: the machine's load drifts, one run is one sample
     ok = True
-    per_fault: dict[str, tuple[int, int, list[float]]] = {}
-    print(f"\nmedian over the rounds{'':14} named  recovered err  what-if err  err@fwd")
+    per_fault: dict[str, tuple[int, int, int, list[float]]] = {}
+    print(f"\nmedian over the rounds{'':14} named placed  recovered err  what-if err  err@fwd")
     for fault in FAULTS:
         cs = [c for c in checks if c.fig.fault == fault]
         if not cs:
@@ -237,10 +243,12 @@ def report(manifest: dict, figs: list[RunFigures], path: str = "vllm") -> tuple[
         err = float(np.median([c.err for c in cs]))
         werr = float(np.median([c.what_if_err for c in cs]))
         werr_fwd = float(np.median([c.what_if_err_fwd for c in cs]))
-        per_fault[fault] = (named, len(cs), [c.err for c in cs])
+        placed = sum(c.placed for c in cs)
+        per_fault[fault] = (named, placed, len(cs), [c.err for c in cs])
         good = named == len(cs) and abs(err) <= 0.15
         ok &= good
         print(f"  {fault:6} -> {CLASS[EXPECTED[fault]] + ' / ' + EXPECTED[fault]:24} {named}/{len(cs)}  "
+              f"{placed}/{len(cs)}  "
               f"{err:+13.0%}  {werr:+11.0%}  {werr_fwd:+7.0%}{'' if good else '   <- off target'}")
     clean = [f for f in figs if f.fault == "clean"]
     sched = float(np.median([f.sched_ns for f in clean])) if clean else 0.0
@@ -264,7 +272,9 @@ def _spread(xs: list[float], scale: float = 1.0, fmt: str = "{:+.0%}") -> str:
 def summary(rows: list[PathSummary]) -> None:
     """One table: per fault and capture path, runs named / runs and the recovered error's median
     [min..max]; the clean runs' scheduler and prep loss per step (ms) and verdicts."""
-    print("\n== per fault and capture path: named runs, recovered vs inside the fault (median [min..max])")
+    print("\n== per fault and capture path: runs named (the verdict's class / cause), runs placed (the fault's "
+          "time in its own class, within 15%, not in the other host class), recovered vs inside the fault "
+          "(median [min..max])")
     print(f"{'fault':8} {'expected':24} " + " ".join(f"{r.path:>30}" for r in rows))
     for fault in FAULTS:
         cells = []
@@ -272,8 +282,8 @@ def summary(rows: list[PathSummary]) -> None:
             if fault not in r.faults:
                 cells.append(f"{'-':>30}")
                 continue
-            named, n, errs = r.faults[fault]
-            cells.append(f"{f'{named}/{n} ' + _spread(errs):>30}")
+            named, placed, n, errs = r.faults[fault]
+            cells.append(f"{f'{named}/{n} {placed}/{n} ' + _spread(errs):>30}")
         if any(fault in r.faults for r in rows):
             print(f"{fault:8} {CLASS[EXPECTED[fault]] + ' / ' + EXPECTED[fault]:24} " + " ".join(cells))
     for label, attr in (("clean sched ms/step", "clean_sched_ns"), ("clean prep ms/step", "clean_prep_ns")):
