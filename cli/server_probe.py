@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from srtscope.probes.capture_boot import FLUSH_S, process_trace_path
+from srtscope.probes.capture_boot import FLUSH_S, flush_interval, process_trace_path
 from srtscope.probes.export import atomic_write_json, merge_probe_documents
 
 SETTLE_S = 0.5
@@ -46,22 +46,26 @@ def _mtime(p: Path) -> float:
 
 
 def await_flush(name: Path, start_s: float, end_s: float, deadline: float,
-                sleep: Callable[[float], None] = time.sleep) -> list[Path]:
+                sleep: Callable[[float], None] = time.sleep, interval_s: float | None = None) -> list[Path]:
     """The traces of ``name`` written at most ``LIVE_S`` before ``start_s`` (processes alive then),
-    once each was written after ``end_s`` (epoch s); ProbeError when there are none, or past
-    ``deadline`` (a monotonic time) with the ones not flushed named."""
+    once each was written after ``end_s`` (epoch s) and one flush interval (``interval_s``, default
+    this environment's ``SRTSCOPE_PROBE_FLUSH_S``, 5 s) and a second have passed since ``end_s``: a
+    process whose first instrumented call came during the capture has written its first trace by
+    then. ProbeError when there are none, or past ``deadline`` (a monotonic time) with the ones not
+    flushed named."""
+    settled_at = end_s + (flush_interval() if interval_s is None else interval_s) + 1.0
     while True:
         # NOTE: a live process wrote within its flush interval before the start (or will by the end)
         live = [p for p in probe_files(name) if _mtime(p) >= start_s - LIVE_S]
-        if not live:
-            raise ProbeError(f"--probe {name}: no {process_trace_path(name, 0).name.replace('.pid0.', '.pid*.')} "
-                             f"written during the capture: start the server under srtscope capture --backend "
-                             f"probe --instrument ENGINE -o {name} -- ...")
         late = [p for p in live if _mtime(p) <= end_s]
-        if not late:
-            sleep(SETTLE_S)            # NOTE: a write in progress is atomic (rename), but let it land
+        if live and not late and time.time() >= settled_at:
+            sleep(SETTLE_S)            # NOTE: a write is atomic (a rename), but let it land
             return live
         if time.monotonic() >= deadline:
+            if not live:
+                raise ProbeError(f"--probe {name}: no {process_trace_path(name, 0).name.replace('.pid0.', '.pid*.')} "
+                                 f"written during the capture: start the server under srtscope capture --backend "
+                                 f"probe --instrument ENGINE -o {name} -- ...")
             raise ProbeError(f"--probe {name}: {len(late)} of the {len(live)} process traces were not written "
                              f"again after the capture's end within the deadline ({late[0].name} and on); "
                              f"its processes write every SRTSCOPE_PROBE_FLUSH_S (5) s")

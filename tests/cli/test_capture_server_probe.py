@@ -50,11 +50,14 @@ class Engine:
             self.worker.add_span("prep.batch", t1, t2, 12)
             self.worker.add_span("run.eager", t2, t3, 12)
 
+    def _flush_once(self) -> None:
+        with self.lock:
+            for rec in (self.core, self.worker):
+                write_probe_trace(rec, self.name.with_name(f"{self.name.name}.pid{rec.pid}.json.gz"))
+
     def _flush(self) -> None:
         while not self.stop.wait(self.flush_s):
-            with self.lock:
-                for rec in (self.core, self.worker):
-                    write_probe_trace(rec, self.name.with_name(f"{self.name.name}.pid{rec.pid}.json.gz"))
+            self._flush_once()
 
 
 class Server(ThreadingHTTPServer):
@@ -101,7 +104,10 @@ class Handler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def server(tmp_path):
+def server(tmp_path, monkeypatch):
+    # the server's processes flush every 0.2 s here (SRTSCOPE_PROBE_FLUSH_S in their environment,
+    # which --server reads in its own to know how long a first flush can take)
+    monkeypatch.setenv("SRTSCOPE_PROBE_FLUSH_S", "0.2")
     made: list[Server] = []
 
     def start(**kw: object) -> Server:
@@ -139,13 +145,31 @@ def test_probe_traces_of_the_server_cut_to_the_capture_and_merged(server, tmp_pa
 
 def test_server_probe_cli_names_the_scheduler_of_the_other_process(server, tmp_path):
     srv = server()
-    env = {**os.environ, "COLUMNS": "100"}
+    env = {**os.environ, "COLUMNS": "100"}          # SRTSCOPE_PROBE_FLUSH_S=0.2 from the fixture
     p = subprocess.run([*CLI, "capture", "--server", srv.url, "--probe", str(tmp_path / "srv"), "--load", "4",
                         "--concurrency", "1", "--timeout", "10", "--wait", "10"],
                        capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 0, p.stderr
     assert "Bottleneck: SCHEDULER" in p.stdout, p.stdout
     assert WORKER_ONLY not in p.stderr
+
+
+def test_a_first_flush_after_the_capture_is_awaited(server, tmp_path):
+    # scenario: the processes' first instrumented calls come with the capture's load, and their
+    # first traces are written after it ends (as a server that was idle until then)
+    srv = server()
+    srv.engine.stop.set()
+    srv.engine.thread.join()
+    for p in tmp_path.glob("srv.pid*.json.gz"):
+        p.unlink()
+    late = threading.Timer(0.6, srv.engine._flush_once)
+    late.start()
+    got = capture_server(ServerPlan(srv.url, load=2, concurrency=1, timeout_s=10, wait_s=10,
+                                    probe=tmp_path / "srv"), lambda s: None)
+    late.join()
+    assert got.probe is not None
+    doc = json.loads(__import__("gzip").decompress(got.probe.read_bytes()))
+    assert [doc["strings"][i] for i in doc["spans"]["name"]].count("loop.step") == 6
 
 
 def test_probe_without_a_flush_after_the_capture_is_one_line_at_the_deadline(server, tmp_path):
@@ -165,7 +189,7 @@ def test_a_stop_that_never_answers_ends_at_the_deadline_naming_vllm_stacks(serve
     srv = server(stop_hangs=True)
     t0 = time.monotonic()
     p = subprocess.run([*CLI, "capture", "--server", srv.url, "--load", "1", "--timeout", "10", "--wait", "1"],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "100"})
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and lines[-1].startswith("srtscope: error: POST"), p.stderr
     assert "stop_profile got no answer within 1 s" in lines[-1]
