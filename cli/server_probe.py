@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from srtscope.cli.output import file_mode
 from srtscope.probes.capture_boot import FLUSH_S, flush_interval, process_trace_path
 from srtscope.probes.export import atomic_write_json, merge_probe_documents
 
@@ -103,4 +105,8 @@ def server_probe_trace(name: Path, start_s: float, end_s: float, deadline: float
     merged = merge_probe_documents(docs)
     out = name.with_name(f"{process_trace_path(name, 0).name.split('.pid0.')[0]}.server{int(end_s)}.json.gz")
     atomic_write_json(out, merged)
+    try:
+        os.chmod(out, file_mode())       # as every output: the umask's mode, not mkstemp's 0600
+    except OSError:
+        pass
     return out, len(docs), len(merged["spans"]["start_ns"])
