@@ -18,6 +18,7 @@ from srtscope.cli.phases_view import phase_rows
 from srtscope.cli.report_words import (
     busy_note,
     caveat_lines,
+    copy_memory,
     default_evidence,
     graph_split,
 )
@@ -166,7 +167,7 @@ def device_table(d: dict[str, Any], full: bool = True) -> Table | None:
     if dv.get("comm_ns"):
         row("collectives", dv["comm_ns"], "", "")
     for kind, c in (dv.get("memcpy") or {}).items():
-        row(_t(f"memcpy {kind}" + (" (pageable)" if c.get("pageable_ns") else ""), 40), c.get("ns"),
+        row(_t(f"memcpy {kind}" + copy_memory(c), 60), c.get("ns"),
             fmt_bytes(int(c.get("bytes", -1))), f"{c['gbps']:.1f}" if c.get("gbps") else "")
     if dv.get("memset_ns"):
         row("memset", dv["memset_ns"], "", "")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from srtscope.analyzers.model.units import clean_text
+from srtscope.analyzers.model.units import clean_text, fmt_ns
 
 
 def caveat_lines(d: dict[str, Any]) -> list[str]:
@@ -83,3 +83,12 @@ def graph_split(s: dict[str, Any]) -> str:
     return f" ({s.get('graph', 0)} graph replay, {s.get('eager', 0)} eager)"
 
 
+
+
+def copy_memory(c: dict[str, Any]) -> str:
+    """What host memory one direction's copies used, as the export says per copy: all pageable, or
+    how much of it ("" when none was: pinned or device memory)."""
+    page, ns = int(c.get("pageable_ns") or 0), int(c.get("ns") or 0)
+    if not page:
+        return ""
+    return " (pageable)" if page >= ns else f" ({fmt_ns(page)} of it pageable)"

@@ -221,6 +221,27 @@ ENGINE_FRAMES: tuple[EngineFrame, ...] = (
     EngineFrame("vllm", "vllm/v1/worker/", "_bookkeeping_sync", _S.SCHED_RESULT),
 )
 
+#: Engine functions called once per engine step, most telling first (a whole engine step, then the
+#: model step of a worker process): in a trace with Python frames and none of the engine's step
+#: ranges, each top-level call opens a step that runs to the next (steps.py, source ``engine_frames``).
+ENGINE_STEP_FRAMES: tuple[EngineFrame, ...] = (
+    # in-process engine core (LLM offline, or the engine-core process): schedule, model step, update
+    EngineFrame("vllm", "vllm/v1/engine/core", "step", _S.LOOP_STEP),
+    EngineFrame("vllm", "vllm/v1/engine/core", "step_with_batch_queue", _S.LOOP_STEP),
+    # a worker process (tensor parallel): the model step only, the scheduler runs elsewhere
+    EngineFrame("vllm", "vllm/v1/worker/", "execute_model", _S.RUN_EAGER),
+    EngineFrame("sglang", "sglang/srt/managers/scheduler", "run_batch", _S.RUN_EAGER),
+)
+
+
+def step_frame(frame: str) -> EngineFrame | None:
+    """The ``ENGINE_STEP_FRAMES`` row a Python frame name (``"path/file.py(123): func"``) is, or None."""
+    path, sep, func = frame.rpartition("): ")
+    if not sep:
+        return None
+    return next((f for f in ENGINE_STEP_FRAMES if f.function == func.strip() and f.module in path), None)
+
+
 _EXACT: dict[str, EngineName] = {e.name: e for e in ENGINE_NAMES if not e.name.endswith("*")}
 #: prefixes, longest first: the most specific one decides
 _PREFIXES: tuple[EngineName, ...] = tuple(sorted((e for e in ENGINE_NAMES if e.name.endswith("*")),

@@ -31,8 +31,8 @@ ACTIVE_SHARE = 0.6           # ... and its active window under this share of it:
 LOW_ACTIVE_SHARE = 0.3       # an active window under this share of the capture: low coverage however busy
 COLD_SHARE = 0.1             # start-up calls over this share of the capture (or of bubble time)
 COLD_MIN_WINDOW_SHARE = 0.02  # ... bubble time: only when it is this share of the active window too
-MARKER_SOURCES = (StepSource.LOOP_STEP.value, StepSource.SGLANG.value, StepSource.PROFILER_STEP.value,
-                  StepSource.VLLM.value)
+MARKER_SOURCES = (StepSource.LOOP_STEP.value, StepSource.SGLANG.value, StepSource.ENGINE_FRAMES.value,
+                  StepSource.PROFILER_STEP.value, StepSource.VLLM.value, StepSource.ITERATION.value)
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ Each step is accounted on its rank's primary device (the step budget's device). 
   direction at a time, so a step never gets shorter than it), ``exposed_inline`` (the exposed part
   of collectives on a stream that also runs the model's kernels: an activation all-reduce inside
   the forward, which the next layer waits for — no overlap can hide it).
-- ``warmup``: early steps of a rank far slower than the rest (``WARMUP_FACTOR`` x the median of its
-  steps), left out of the what-if's means.
+- ``warmup``: the first steps of a rank, each far slower than the rest (``WARMUP_FACTOR`` x the
+  median of its steps), when that slowness never recurs, or when cold-start time makes it
+  (``warmup_mask``); left out of the what-if's means.
 - ``predictable``: the steps left hold at least ``MIN_DEVICE_NS`` of device work and
   ``MIN_BUSY_SHARE`` of their wall time; else they are no device steps (a host loop around a few
   kernels): nothing is predicted from them and their edges are no lost device time.
@@ -128,12 +129,15 @@ def step_losses(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget:
     lost[Cause.MEMCPY] += per["bare_copies"]
     return StepLosses(lost, b, {c: edge[c] for c in HOST_WAIT}, small, fb, exposed,
                       np.minimum(per["exposed_inline"], exposed), skew, per["bare_copies"], per["copy_floor"],
-                      per["kernel"], per["busy"], e - s, warmup_mask(steps))
+                      per["kernel"], per["busy"], e - s, warmup_mask(steps, lost[Cause.COLD_START]))
 
 
-def warmup_mask(steps: pd.DataFrame) -> np.ndarray:
-    """Warm-up steps: in the first half of a rank's steps (by start), those slower than
-    ``WARMUP_FACTOR`` x the median of the rank's steps (ranks with 3 steps or more)."""
+def warmup_mask(steps: pd.DataFrame, cold: np.ndarray | None = None) -> np.ndarray:
+    """Warm-up steps, by evidence and not by slowness alone. Per rank (3 steps or more, by start),
+    among the first half of its steps, those slower than ``WARMUP_FACTOR`` x the median of its steps
+    that are either the run of steps it starts with, when no later step is that slow (a slowness that
+    recurs is a cause, never warm-up), or mostly cold-start time over the median (``cold``, ns per
+    step: allocation, module loading, first-use calls, compilation)."""
     out = np.zeros(len(steps), bool)
     if len(steps) == 0:
         return out
@@ -142,8 +146,17 @@ def warmup_mask(steps: pd.DataFrame) -> np.ndarray:
         if len(idx) < 3:
             continue
         order = idx[np.argsort(steps["start_ns"].to_numpy()[idx], kind="stable")]
-        first = order[:(len(order) + 1) // 2]
-        out[first] = wall[first] > WARMUP_FACTOR * float(np.median(wall[order]))
+        med = float(np.median(wall[order]))
+        slow = wall[order] > WARMUP_FACTOR * med
+        half = (len(order) + 1) // 2
+        lead = int(np.argmin(slow)) if not slow.all() else len(order)
+        first = np.zeros(len(order), bool)
+        if lead and not slow[lead:].any():
+            first[:min(lead, half)] = True
+        if cold is not None:
+            w = wall[order]
+            first[:half] |= slow[:half] & (2 * cold[order][:half] >= w[:half] - med)
+        out[order[first]] = True
     return out
 
 

@@ -1,10 +1,14 @@
 """Steps: segment the run into engine steps and describe each one.
 
-Sources, first that applies per trace (``vocab.StepSource``): ``loop.step`` ranges (attrs
-step/mode/bs/tokens); SGLang's scheduler ranges (a step starts at each top-level
-``get_next_batch_to_run``); torch.profiler's ``ProfilerStep#N``; vLLM's ``execute_*_context_*`` /
-``execute_*_generation_*`` ranges; without any marker, the launching thread's host synchronisation
-points, else its launch bursts separated by idle gaps.
+Sources, first that applies per trace (``vocab.StepSource``), the program's own rhythm before any
+guess: ``loop.step`` ranges (attrs step/mode/bs/tokens); an engine's step ranges (SGLang's
+scheduler ranges, vLLM's ``llm_engine step``: a step starts at each top-level opener); an engine's
+once-a-step function in Python frames (``stages.ENGINE_STEP_FRAMES``: vLLM's ``EngineCore.step``,
+a worker's ``execute_model``, SGLang's ``run_batch``); torch.profiler's ``ProfilerStep#N``; vLLM's
+``execute_*_context_*`` / ``execute_*_generation_*`` ranges; one recurring per-iteration marker
+(``enumerate(DataLoader)#...__next__``, ``Optimizer.step#*.step``: each to the next); without any
+marker, the launching thread's host synchronisation points, else its launch bursts separated by
+idle gaps.
 
 Per step: wall time, device busy (union over the rank's devices), launches, graph launches, kernels
 inside graphs, and ``exec``: graph (any graph launch / graph kernel / ``run.graph_replay``), eager
@@ -26,9 +30,18 @@ from srtscope.analyzers.analyses.host_threads import blocking_mask as _blocking_
 from srtscope.analyzers.analyses.host_threads import default_threads as _default_threads
 from srtscope.analyzers.model import intervals as iv
 from srtscope.analyzers.model.columns import isin, str_codes
-from srtscope.analyzers.model.timeline import OP_DOMAIN, ApiKind, DeviceKind, Timeline
+from srtscope.analyzers.model.timeline import OP_DOMAIN, PYTHON_DOMAIN, ApiKind, DeviceKind, Timeline
 from srtscope.analyzers.model.vocab import StepExec, StepSource
-from srtscope.probes.stages import NameRole, Stage, StepMode, engine_name, name_role, resolve_stage
+from srtscope.probes.stages import (
+    ENGINE_STEP_FRAMES,
+    NameRole,
+    Stage,
+    StepMode,
+    engine_name,
+    name_role,
+    resolve_stage,
+    step_frame,
+)
 
 STEP_COLUMNS = ("step", "rank", "pid", "tid", "start_ns", "end_ns", "wall_ns", "mode", "bs", "padded_bs",
                 "tokens", "exec", "reason", "busy_ns", "launches", "graph_launches", "graph_kernels")
@@ -88,8 +101,13 @@ def _windows(tl: Timeline, stages: np.ndarray, rule: StepRule) -> tuple[str, pd.
     opened = _opened_steps(tl, stages)
     if opened is not None:
         return opened
-    for marker, rx in ((StepSource.PROFILER_STEP, _PROFILER_STEP), (StepSource.VLLM, _VLLM_STEP)):
-        marked = _marker_steps(tl, rx, to_next=marker is StepSource.VLLM)
+    framed = _frame_steps(tl)
+    if len(framed):
+        return StepSource.ENGINE_FRAMES.value, framed
+    for marker, rx in ((StepSource.PROFILER_STEP, _PROFILER_STEP), (StepSource.VLLM, _VLLM_STEP),
+                       *((StepSource.ITERATION, x) for x in _ITERATION)):
+        marked = _marker_steps(tl, rx, to_next=marker is not StepSource.PROFILER_STEP,
+                               least=2 if marker is StepSource.ITERATION else 1)
         if len(marked):
             return marker.value, marked
     api = tl.api
@@ -215,13 +233,44 @@ def _engine_step_attrs(tl: Timeline, w: pd.DataFrame) -> None:
 
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _VLLM_STEP = re.compile(r"^execute_.*(_context_|_generation_)")
+#: one marker a training or inference loop records once per iteration, the iteration's start first:
+#: the DataLoader's next batch, then the optimizer's step (``torch.optim``'s record_function names)
+_ITERATION = (re.compile(r"^enumerate\(DataLoader\)#.*__next__$"), re.compile(r"^Optimizer\.step#.*\.step$"))
 
 
-def _marker_steps(tl: Timeline, rx: re.Pattern, to_next: bool = False) -> pd.DataFrame:
+def _frame_steps(tl: Timeline) -> pd.DataFrame:
+    """Steps from an engine's once-a-step function in Python frames (``stages.ENGINE_STEP_FRAMES``,
+    the most telling kind present): each top-level call opens a step that runs to the next call,
+    per rank on the thread with the most of them; at least two calls. Empty when none."""
+    py = tl.domain_ranges(PYTHON_DOMAIN)
+    if len(py) == 0:
+        return pd.DataFrame()
+    codes, names = str_codes(py["name"])
+    tiers = sorted({f.stage.value: 0 for f in ENGINE_STEP_FRAMES}, key=[f.stage.value for f in
+                                                                       ENGINE_STEP_FRAMES].index)
+    tier = np.array([tiers.index(f.stage.value) if (f := step_frame(str(n))) is not None else -1 for n in names]
+                    + [-1], dtype=np.int64)[codes]
+    for k in range(len(tiers)):
+        hit = tier == k
+        if int(hit.sum()) < 2:
+            continue
+        r = py[hit]
+        parts = []
+        for (rank, pid, tid), idx in r.groupby(["rank", "pid", "tid"]).indices.items():
+            s, e = iv.union(r["start_ns"].to_numpy()[idx], r["end_ns"].to_numpy()[idx])   # nested calls merge
+            parts.append(pd.DataFrame({"rank": rank, "pid": pid, "tid": tid, "start_ns": s, "end_ns": e}))
+        got = _to_steps(pd.concat(parts, ignore_index=True), to_next=True, least=2)
+        if len(got):
+            return got
+    return pd.DataFrame()
+
+
+def _marker_steps(tl: Timeline, rx: re.Pattern, to_next: bool = False, least: int = 1) -> pd.DataFrame:
     """Steps from marker ranges (annotations or operators) whose name matches ``rx``: per rank, the
-    thread with the most of them; one step per range, numbered by the name's number when it has one.
-    ``to_next``: a step runs on to the next marker's start (vLLM's ``execute_*`` ranges cover the
-    model's part of a step only: the scheduler's time between them belongs to a step too)."""
+    thread with the most of them (``least`` at least); one step per range, numbered by the name's
+    number when it has one. ``to_next``: a step runs on to the next marker's start (vLLM's
+    ``execute_*`` ranges cover the model's part of a step only: the scheduler's time between them
+    belongs to a step too)."""
     parts = []
     for rg in (tl.host_ranges, tl.domain_ranges(OP_DOMAIN)):
         if len(rg) == 0:
@@ -236,8 +285,17 @@ def _marker_steps(tl: Timeline, rx: re.Pattern, to_next: bool = False) -> pd.Dat
     r = r[r["end_ns"] > r["start_ns"]]
     if len(r) == 0:
         return pd.DataFrame()
+    return _to_steps(r, to_next, least, rx)
+
+
+def _to_steps(r: pd.DataFrame, to_next: bool, least: int, rx: re.Pattern | None = None) -> pd.DataFrame:
+    """One step per row of ``r`` (rank, pid, tid, start_ns, end_ns; ``name`` when ``rx`` numbers them)
+    on each rank's thread with the most rows, when it has ``least`` rows or more (module doc)."""
     best = r.groupby(["rank", "pid", "tid"]).size().reset_index(name="n").sort_values("n").drop_duplicates(
         "rank", keep="last")
+    best = best[best["n"] >= least]
+    if len(best) == 0:
+        return pd.DataFrame()
     r = r.merge(best[["rank", "pid", "tid"]], on=["rank", "pid", "tid"])
     df = _blank_attrs(r[["rank", "pid", "tid", "start_ns", "end_ns"]].reset_index(drop=True))
     if to_next:
@@ -245,8 +303,9 @@ def _marker_steps(tl: Timeline, rx: re.Pattern, to_next: bool = False) -> pd.Dat
         nxt = df.groupby("rank")["start_ns"].shift(-1)
         df["end_ns"] = np.where(nxt.notna(), nxt.fillna(0).astype(np.int64), df["end_ns"].to_numpy())
         r = r.sort_values(["rank", "start_ns"], ignore_index=True)
-    num = [rx.match(str(n)) for n in r["name"].to_numpy()]
-    df["step"] = [int(m.group(1)) if m and m.groups() and m.group(1).isdigit() else -1 for m in num]
+    if rx is not None:
+        num = [rx.match(str(n)) for n in r["name"].to_numpy()]
+        df["step"] = [int(m.group(1)) if m and m.groups() and m.group(1).isdigit() else -1 for m in num]
     return df
 
 
@@ -274,7 +333,8 @@ def steps_from_ranges(tl: Timeline, source: str) -> bool:
     """Whether ``step_windows`` of ``source`` reads the ranges alone (not the device or API rows):
     ``loop.step``, ``ProfilerStep#N`` and vLLM's execute markers always; engines' step openers
     where forward ranges say which openers begin a step (else the device rows do)."""
-    if source in ("loop.step", StepSource.PROFILER_STEP.value):
+    if source in ("loop.step", StepSource.PROFILER_STEP.value, StepSource.ENGINE_FRAMES.value,
+                  StepSource.ITERATION.value):
         return True
     if source not in (StepSource.SGLANG.value, StepSource.VLLM.value):
         return False

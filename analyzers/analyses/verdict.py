@@ -19,8 +19,15 @@ A class's score is the sum of its causes; scheduler or prep can only score with 
 (stage ranges, engine frames) — nothing is blamed by default, and host time nothing explains is
 ``host`` / ``host_unattributed``, said as such.
 
-Healthy: device idle (bubbles + tiny gaps) and each of exposed communication and exposed copies
-under ``healthy_pct`` of the active window: ``kernel`` / ``compute``.
+Healthy: the steps' idle device time (bubbles, tiny gaps, and the steps' host time before the
+device's first or after its last activity: a step holds all of its time) and each of exposed
+communication and exposed copies under ``healthy_pct`` of the active window and those edges:
+``kernel`` / ``compute``. No dominant bottleneck (``_no_dominant``), also ``kernel`` / ``compute``
+and healthy: the steps hold most of the lost time, and the largest cause loses under
+``DOMINANT_STEP_SHARE`` of the mean step and under ``DOMINANT_RATIO`` x the next cause — a clean
+engine still loses a little to each stage, which names no bottleneck.
+A what-if saving under ``NEGLIGIBLE_STEP_SHARE`` of the mean step never names its cause over one
+that lost more.
 
 confidence = dominance of the top class x (0.4 + 0.6 x evidenced share of lost time)
              x capture adequacy (0.85 per adequacy warning, floor 0.4); healthy: 0.7..1 x adequacy;
@@ -33,7 +40,7 @@ from typing import cast
 
 import pandas as pd
 
-from srtscope.analyzers.analyses.advice import advice_for, engine_of
+from srtscope.analyzers.analyses.advice import advice_for
 from srtscope.analyzers.analyses.comm import lateness
 from srtscope.analyzers.analyses.io_frames import IoWork
 from srtscope.analyzers.analyses.losses import WARMUP_FACTOR, StepLosses
@@ -42,7 +49,7 @@ from srtscope.analyzers.model.timeline import SourceFormat, TimelineMeta, Warnin
 from srtscope.analyzers.model.units import clip_text, fmt_ns, plural
 from srtscope.analyzers.model.verdicts import Bottleneck as BottleneckName
 from srtscope.analyzers.model.verdicts import Finding, Verdict, WhatIf
-from srtscope.analyzers.model.vocab import Bottleneck, Cause
+from srtscope.analyzers.model.vocab import Bottleneck, Cause, World
 
 _ADEQUACY = (WarningCode.NO_NVTX, WarningCode.GRAPH_NOT_PER_NODE, WarningCode.LOW_NVTX_COVERAGE,
              WarningCode.WINDOW_CUT, WarningCode.NO_API, WarningCode.UNKNOWN_SCHEMA, WarningCode.NO_KERNELS,
@@ -83,8 +90,9 @@ def caveats(meta: TimelineMeta, bubbles: BubbleResult, steps_source: str,
         out.append("no_steps: no engine steps found (no step markers, no API calls)")
     if losses is not None and losses.warmup.any():
         n = int(losses.warmup.sum())
-        out.append(f"warmup_steps: {plural(n, 'early step')} slower than {WARMUP_FACTOR:g}x the median step "
-                   f"left out of the mean step and the what-if")
+        first = "the first step" if n == 1 else f"the first {n} steps"
+        out.append(f"warmup_steps: {first}, over {WARMUP_FACTOR:g}x the median step, left out of the mean step "
+                   "and the what-if as warm-up (a slowness that recurs later is a cause, never warm-up)")
     return out, problems
 
 
@@ -124,6 +132,12 @@ def lost_by_cause(bubbles: BubbleResult, comm: CommResult, device: DeviceResult 
 WHATIF_RANK_SHARE = 0.5
 #: ... and its best fix saves at least this share of the mean step (else no fix matters in the steps)
 WORTH_STEP_SHARE = 0.02
+#: a what-if saving under this share of the mean step never names the cause over one that lost more
+NEGLIGIBLE_STEP_SHARE = 0.05
+#: no dominant bottleneck: the largest cause loses under this share of the mean step ...
+DOMINANT_STEP_SHARE = 0.15
+#: ... and under this many times the next cause's loss
+DOMINANT_RATIO = 2.0
 #: the headline names the class's share too when it exceeds the cause's by this many points
 CLASS_NOTE_POINTS = 5.0
 
@@ -148,6 +162,10 @@ def _worth_fixing(causes: dict[str, int], what_if: tuple[WhatIf, ...], losses: S
         return None, note
     if best.cause == top:
         return best.cause, ""
+    if best.saved_ns < NEGLIGIBLE_STEP_SHARE * best.step_ns_before:
+        return None, (f"; ranked by lost time: without {best.cause} a step would take only {fmt_ns(best.saved_ns)} "
+                      f"less ({_pct(best.saved_ns, best.step_ns_before):.1f}% of it), too little to decide over "
+                      f"{top}, which lost more")
     raw = next((w for w in what_if if w.cause == top), None)
     gives = (f"removing it saves {fmt_ns(raw.saved_ns)} a step ({raw.bound} bound)" if raw is not None
              and raw.predicted else "its what-if gives back nothing in the steps")
@@ -160,10 +178,11 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
            healthy_pct: float = 10.0, *, device: DeviceResult | None = None, coverage: Coverage | None = None,
            steps: StepsResult | None = None, engine_evidence: bool = True,
            losses: StepLosses | None = None, what_if: tuple[WhatIf, ...] = (),
-           io: list[IoWork] | None = None) -> Verdict:
+           io: list[IoWork] | None = None, world: World = World.PYTORCH) -> Verdict:
     """``losses``: the steps' per-cause accounting (edges and short gaps of fallback steps from it);
     ``what_if``: its what-if rows, which rank the causes by what fixing each would give; ``io``: what
-    the host did inside its data loading (``io_frames.io_work``), named in a ``host_io`` summary."""
+    the host did inside its data loading (``io_frames.io_work``), named in a ``host_io`` summary;
+    ``world``: what ran (``analyses.world``), whose language the advice speaks."""
     window = bubbles.window_ns
     partial = meta.has_warning(WarningCode.PARTIAL_RANKS)
     fb_small = int(losses.small[losses.fallback].sum()) if losses is not None else 0
@@ -191,19 +210,24 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
                 lines: tuple[str, str, str] = ("", "", "")) -> Verdict:
         return Verdict(cast(BottleneckName, b), round(min(max(conf, 0.0), cap, 1.0), 3), summary, tuple(ev),
                        tuple(notes), healthy, scores, cause.value, causes,
-                       advice_for(cause, causes, eager, comm, device, window,
-                                  engine_of(steps_source, meta.extra)), *lines)
+                       advice_for(cause, causes, eager, comm, device, window, world, healthy), *lines)
 
     if window == 0:
         return verdict("kernel", Cause.COMPUTE, 0.2 * adequacy, "no device activity: nothing to diagnose")
-    idle = bubbles.total_ns + bubbles.sub_threshold_ns
+    # NOTE: a step holds all of its time: host work of the steps before the device's first activity
+    # or after its last (``edges``) is idle device time of the steps as much as a bubble is
+    host_edges = sum(edges.values())
+    span = window + host_edges
+    idle = bubbles.total_ns + bubbles.sub_threshold_ns + host_edges
     comm_lost = causes.get(Cause.EXPOSED_COMM.value, 0) + causes.get(Cause.STRAGGLER.value, 0)
     copies = causes.get(Cause.MEMCPY.value, 0)
-    h = healthy_pct / 100.0 * window
+    h = healthy_pct / 100.0 * span
     if idle <= h and comm_lost <= h and copies <= h:
         worst = max(idle, comm_lost, copies)
         conf = (0.7 + 0.3 * (1 - worst / h)) * adequacy if h else 0.7 * adequacy
         summary = f"healthy: device busy {_pct(bubbles.busy_ns, window):.0f}% of its active window"
+        if round(_pct(bubbles.busy_ns, span)) != round(_pct(bubbles.busy_ns, window)):
+            summary += f" and {_pct(bubbles.busy_ns, span):.0f}% of its steps' time"
         if coverage is not None and coverage.capture_ns and coverage.device_active_ns < 0.5 * coverage.capture_ns:
             summary += (f" ({fmt_ns(bubbles.window_ns)}; only {100 * coverage.device_busy_share:.1f}% of the "
                         f"{fmt_ns(coverage.capture_ns)} capture)")
@@ -215,6 +239,15 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
         if top_name:
             summary += f"; time goes to kernels (top: {top_name})"
         lines = (f"healthy, device busy {_pct(bubbles.busy_ns, window):.0f}%", "only faster kernels help", "")
+        return verdict("kernel", Cause.COMPUTE, conf, summary, True, lines)
+    spread = _no_dominant(losses, lost)
+    if spread is not None:
+        text, share, ratio = spread
+        conf = (0.5 + 0.3 * (1 - share / DOMINANT_STEP_SHARE)) * adequacy
+        summary = (f"no dominant bottleneck: {text}; device busy {_pct(bubbles.busy_ns, window):.0f}% of its "
+                   "active window")
+        lines = ("no dominant bottleneck", f"no single fix gives more than {100 * share:.0f}% of the step",
+                 _alternatives(Cause.COMPUTE, causes, lost, what_if, "", 0.0, ""))
         return verdict("kernel", Cause.COMPUTE, conf, summary, True, lines)
     worth, why = _worth_fixing(causes, what_if, losses, lost, window)
     if worth is not None:
@@ -251,6 +284,32 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
                                   ", ".join(f"{int(s)} (rank {int(r)})" for s, r in zip(ex["step"], ex["rank"])),
                                   int(ex[col].sum()), "ns"))
     return verdict(top, cause, conf, summary, lines=lines)
+
+
+def _no_dominant(losses: StepLosses | None, lost: int) -> tuple[str, float, float] | None:
+    """(what the step loses, the largest cause's share of the mean step, its ratio to the next) when
+    no cause dominates the step: the largest loses under ``DOMINANT_STEP_SHARE`` of the mean step and
+    under ``DOMINANT_RATIO`` x the next; None when one does, or with no steps to tell (a clean engine
+    still loses a little to each of its stages: that names no bottleneck)."""
+    if losses is None or not losses.n or not losses.predictable:
+        return None
+    keep = ~losses.warmup
+    step = int(losses.wall[keep].sum()) // max(int(keep.sum()), 1)
+    per = sorted(losses.mean_lost().items(), key=lambda kv: -kv[1])
+    if not step or not per:
+        return None
+    # the steps' view judges only where they hold most of the lost time (not a cold start left out)
+    in_steps = sum(int(losses.device_lost(c)[keep].sum()) for c in losses.lost)
+    if in_steps < 0.5 * lost:
+        return None
+    top, top_ns = per[0]
+    nxt = per[1][1] if len(per) > 1 else 0
+    share = top_ns / step
+    if share >= DOMINANT_STEP_SHARE or top_ns >= DOMINANT_RATIO * nxt:
+        return None
+    text = (f"the largest cause, {top}, loses {fmt_ns(top_ns)} of the {fmt_ns(step)} mean step "
+            f"({100 * share:.0f}%), under {DOMINANT_RATIO:g}x the next ({per[1][0]} {fmt_ns(nxt)})")
+    return text, share, top_ns / nxt
 
 
 #: other causes under this share of lost time are left off the alternatives line (percent)

@@ -34,9 +34,11 @@ Every saving is capped step by step at what the cause lost in that step (``losse
 bound ``lost``); each row names the bound that cut most. Warm-up steps are left out of the means;
 steps with too little device work predict nothing (``too_little``).
 
-Ranks joined by collectives run in lockstep: a step (by number) gains the least, over its ranks, of
-a rank's own saving plus the time it waited on its peers (its exposed collectives), at most the
-largest rank's own saving; the lost time is taken the same way.
+Figures are per rank-step: a rank's row never gives back more than that rank lost to the cause.
+Ranks joined by collectives run in lockstep: a job step (by number) gains the least, over its ranks,
+of a rank's own saving plus the time it waited on its peers (its exposed collectives), at most the
+largest rank's own saving — each rank's row gains that, capped at its own loss, and the job step's
+figure is stated in the row's assumptions.
 ``compute`` has no what-if (faster kernels are not modelled).
 """
 from __future__ import annotations
@@ -183,18 +185,22 @@ def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.
             per_step = cut
         if bound is WhatIfBound.NONE and c is Cause.EXPOSED_COMM and int(inline[keep].sum()) > int(side[keep].sum()):
             bound = WhatIfBound.TRANSPORT
+        job = per_step
         if lockstep:
-            per_step = np.minimum(_lockstep(per_step, steps, waited), wall)
+            job = np.minimum(_lockstep(per_step, steps, waited), wall)
             if c is Cause.MEMCPY:                 # each rank's copies still fit in its own step
-                per_step = np.minimum(per_step, np.maximum(wall - L.copy_floor, 0))
-            lost = np.minimum(_lockstep(lost, steps, waited), wall)
+                job = np.minimum(job, np.maximum(wall - L.copy_floor, 0))
+            # per rank-step: a rank gives back at most what it lost itself; the rest of a job step's
+            # gain is its peers' (the time it stops waiting on them), stated apart
+            per_step = np.minimum(job, lost)
         lost_mean = int(round(int(lost[keep].sum()) / n_avg))
         total = int(per_step[keep].sum())
         if (total <= 0 if predicted else lost_mean <= 0):
             continue
-        extra = ["ranks joined by collectives run in lockstep: a step gains what every rank can give, each its "
-                 "own saving plus the time it waited on its peers (at most the largest rank's own saving)"] \
-            if lockstep else []
+        extra = ["per rank-step: no rank gives back more than it lost itself; ranks joined by collectives run "
+                 "in lockstep, and a job step (all ranks) would take "
+                 f"{fmt_ns(int(round(int(job[keep].sum()) / n_avg)))} less: each rank its own saving plus the "
+                 "time it waited on its peers, at most the largest rank's own saving"] if lockstep else []
         if not predicted:
             why = (f"too little to predict: {fmt_ns(busy)} of device work in {n_avg} steps of {fmt_ns(spent)} "
                    f"(at least {fmt_ns(MIN_DEVICE_NS)} and {100 * MIN_BUSY_SHARE:g}% of the steps' time needed)")

@@ -54,6 +54,24 @@ _CLASS_OF: dict[Cause, Bottleneck] = {
 }
 
 
+class World(str, Enum):
+    """What ran in the trace (``analyses.world``): the engine, else PyTorch, else a native program."""
+
+    SRTSCOPE = "srtscope"      # srtscope's reference engine
+    SGLANG = "sglang"
+    VLLM = "vllm"
+    PYTORCH = "pytorch"        # a PyTorch program that is none of those engines
+    NATIVE = "native"          # C++/CUDA or HPC code: no PyTorch seen
+
+    @property
+    def engine(self) -> bool:
+        return self in (World.SRTSCOPE, World.SGLANG, World.VLLM)
+
+    @property
+    def torch(self) -> bool:
+        return self is not World.NATIVE
+
+
 class BubbleClass(str, Enum):
     """What the launching host thread was doing during a bubble; the classes add up to the bubble.
 
@@ -80,8 +98,10 @@ class StepSource(str, Enum):
 
     LOOP_STEP = "loop.step"              # our engine's loop.step ranges
     SGLANG = "sglang"                    # SGLang's scheduler ranges (recv_requests / get_next_batch_to_run)
+    ENGINE_FRAMES = "engine_frames"      # an engine's once-a-step function in Python frames (vLLM EngineCore.step)
     PROFILER_STEP = "profiler_step"      # torch.profiler ProfilerStep#N
     VLLM = "vllm"                        # vLLM's llm_engine step / schedule: / execute_context_* ranges
+    ITERATION = "iteration"              # one recurring per-iteration marker: Optimizer.step, DataLoader next
     SYNC = "sync"                        # the launching thread's synchronisation points
     BURSTS = "bursts"                    # launch bursts separated by idle gaps
     NONE = "none"

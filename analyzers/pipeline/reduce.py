@@ -37,6 +37,7 @@ from srtscope.analyzers.analyses.range_totals import top_ranges
 from srtscope.analyzers.analyses.steps import find_steps
 from srtscope.analyzers.analyses.verdict import decide
 from srtscope.analyzers.analyses.whatif import what_if
+from srtscope.analyzers.analyses.world import trace_world
 from srtscope.analyzers.model import intervals as iv
 from srtscope.analyzers.model.columns import distinct_keys
 from srtscope.analyzers.model.params import DiagnoseParams, params_json
@@ -192,7 +193,8 @@ def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timel
     io = io_work(small, ctx.model, pieces) if bres.by_cause.get(Cause.HOST_IO.value) else []
     verdict = decide(m, bres, cres, eres, tk, budget.table, source, params.healthy_pct, device=dres,
                      coverage=coverage, steps=sres, engine_evidence=ctx.model.has_engine_evidence,
-                     losses=losses, what_if=wif, io=io)
+                     losses=losses, what_if=wif, io=io,
+                     world=trace_world(small, tk["name"].astype(str).tolist() if len(tk) else ()))
     capture = capture_info(m, keys, span, coverage)
     ov = overview_of([p.bins for p in parts], ctx.bounds, table, steps)
     phases = phase_split(steps, budget.table, params.healthy_pct)
@@ -297,7 +299,7 @@ def _losses(parts: list[Part], ctx: Context, pieces: pd.DataFrame, params: Diagn
     return StepLosses(lost, bub, edges, small, fb,
                       exposed, cat(lambda x: x.exposed_inline), skew,
                       cat(lambda x: x.bare_copies), cat(lambda x: x.copy_floor), cat(lambda x: x.kernel),
-                      cat(lambda x: x.busy), cat(lambda x: x.wall), warmup_mask(steps))
+                      cat(lambda x: x.busy), cat(lambda x: x.wall), warmup_mask(steps, lost[Cause.COLD_START]))
 
 
 def edge_steps(steps: pd.DataFrame, bounds: Mapping[tuple[int, int], tuple[int, int]],

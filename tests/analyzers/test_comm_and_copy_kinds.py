@@ -139,7 +139,7 @@ def test_warm_up_steps_are_left_out_of_the_means():
     w = {x.cause: x for x in d.what_if}["sched_cpu"]
     assert (w.warmup_steps, w.step_ns_before, w.saved_ns) == (1, 1000 * US, 300 * US)
     assert any("1 warm-up steps left out" in a for a in w.assumptions)
-    assert any(c.startswith("warmup_steps: 1 ") for c in d.verdict.caveats)
+    assert any(c.startswith("warmup_steps: the first step, ") for c in d.verdict.caveats)
     b = d.budget.to_json()
     assert (b["warmup_steps"], b["mean_step"]["wall_ns"], b["mean_step"]["lost_ns"]["sched_cpu"]) == \
         (1, 1000 * US, 300 * US)
