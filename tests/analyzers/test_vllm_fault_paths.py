@@ -45,11 +45,12 @@ def test_vllm_profiler_places_each_fault_in_its_class(fault):
     assert inside >= 5 * MS
     recovered = _per_step(d, cls) - _per_step(clean, cls)
     assert abs(recovered - inside) <= 0.15 * inside, (recovered, inside)
-    # and not in the other host class
-    assert _per_step(d, OTHER[cls]) - _per_step(clean, OTHER[cls]) <= 0.15 * inside
+    # and not in the other host class (a fault put there would add all of itself; the machine's load
+    # moves a clean class by a few ms)
+    assert _per_step(d, OTHER[cls]) - _per_step(clean, OTHER[cls]) <= 0.5 * inside
     if fault == "alloc":        # 15 ms a step against a step of about 10 ms: the verdict names it
         assert (d["verdict"]["bottleneck"], d["verdict"]["cause"]) == ("prep", "batch_prep")
-        assert "KVCacheManager.allocate_slots" in d["verdict"]["advice"][0]["text"]
+        assert "KV block allocation" in d["verdict"]["advice"][0]["text"]
 
 
 def test_the_probe_capture_places_each_fault_in_its_class():
@@ -68,12 +69,16 @@ def test_the_probe_capture_places_each_fault_in_its_class():
     for base_c in base.values():
         assert base_c < 2 * MS                 # clean runs lose little to either
     for r, d in figs:
+        if r["fault"] == "clean":               # and are not accused
+            assert d["verdict"]["bottleneck"] not in ("scheduler", "prep"), d["verdict"]["summary"]
+    for r, d in figs:
         if r["fault"] == "clean":
             continue
         cls = CLASS[r["fault"]]
         inside = r["inside_ms"] * MS / n
         recovered = _per_step(d, cls) - base[cls]
         assert abs(recovered - inside) <= 0.15 * inside, (r["fault"], recovered, inside)
-        assert _per_step(d, OTHER[cls]) - base[OTHER[cls]] <= 0.15 * inside, r["fault"]
-        if r["fault"] == "alloc":
-            assert (d["verdict"]["bottleneck"], d["verdict"]["cause"]) == ("prep", "batch_prep")
+        assert _per_step(d, OTHER[cls]) - base[OTHER[cls]] <= 0.5 * inside, r["fault"]
+        # named as well: every fault here, the intermittent one too (a stall that recurs is no warm-up)
+        want = {"prep": "batch_prep", "scheduler": "sched_cpu"}[cls]
+        assert (d["verdict"]["bottleneck"], d["verdict"]["cause"]) == (cls, want), r["fault"]
