@@ -41,12 +41,14 @@ lint: $(STAMP)
 	$(PY) scripts/typecheck.py
 
 # Real engines (not part of `make test`: a 3.5 GB venv, minutes): vLLM's CPU build with delays
-# injected into its own functions, diagnosed from vLLM's own profiler traces.
+# injected into its own functions, offline on every capture path (vllm_rig) and as a multi-process
+# server under capture --server (vllm_server_rig).
 # VLLM_VENV: where the rig's vLLM venv lives (made on first use by benchmarks/engines/setup_vllm.sh).
 VLLM_VENV ?= benchmarks/engines/.venv
 engines: $(STAMP)
 	[ -f "$(VLLM_VENV)/tiny-llama-decode/config.json" ] || benchmarks/engines/setup_vllm.sh "$(VLLM_VENV)"
 	$(PY) -m benchmarks.engines.vllm_rig --venv "$(VLLM_VENV)"
+	$(PY) -m benchmarks.engines.vllm_server_rig --venv "$(VLLM_VENV)"
 
 # The fast tier (a few minutes); test-all adds the slow tier (tests/slow_tier.py: engine runs, big
 # exports, Dask clusters, killed processes, the browser) and is what CI runs.
