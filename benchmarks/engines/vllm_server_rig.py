@@ -13,7 +13,8 @@ Per server (one per path and fault; ``server_faults/sitecustomize.py`` injects t
 process, once per engine step): the verdict's class / cause of the capture's diagnosis, the lost
 time per step of the fault's class less the clean server's on the same path, against the injected
 delay per step (the fault fires in each ``Scheduler.schedule()`` call, one per step; the delay is a
-sleep, measured inside the fault by the server's own fault log: ``inside/fired``), and the
+sleep, measured inside the fault by the server's own fault log: its time inside the fault over the
+scheduler's calls, one a step), and the
 one-line notes ``--server`` printed.
 """
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SRTSCOPE = [sys.executable, "-m", "srtscope"]
 EXPECT = {"sched": ("scheduler", "sched_cpu"), "alloc": ("prep", "batch_prep"), "prep": ("prep", "batch_prep"),
-          "result": ("scheduler", "sched_cpu")}
+          "result": ("scheduler", "sched_cpu"), "every4": ("scheduler", "sched_cpu")}
 
 
 def _port() -> int:
@@ -70,15 +71,18 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
-def _fault_measure(log: Path, fault: str) -> float:
-    """The mean time inside one firing of the fault (ms), from the server processes' fault log."""
+def _fault_measure(log: Path) -> float:
+    """The time inside the fault per engine step (ms): the server processes' fault log, its time
+    inside the fault over the scheduler's calls (one a step; the capture's load is the server's only
+    traffic)."""
     last: dict[int, dict] = {}
     if log.exists():
         for line in log.read_text().splitlines():
             d = json.loads(line)
             last[d["pid"]] = d
-    fired = sum(d["fired"] for d in last.values())
-    return sum(d["inside_ms"] for d in last.values()) / fired if fired else 0.0
+    inside = sum(d["inside_ms"] for d in last.values())
+    calls = max((d.get("schedule_calls", 0) for d in last.values()), default=0)
+    return inside / calls if calls else 0.0
 
 
 def one(a: argparse.Namespace, path: str, fault: str) -> dict:
@@ -105,6 +109,7 @@ def one(a: argparse.Namespace, path: str, fault: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update({"OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE / "server_faults"), "SRTSCOPE_RIG_FAULT": fault,
                 "SRTSCOPE_RIG_DELAY_MS": str(a.delay_ms), "SRTSCOPE_RIG_FAULT_LOG": str(flog),
+                "SRTSCOPE_RIG_STALL_MS": str(a.stall_ms),
                 "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"})
     with open(out / "server.log", "w") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -134,7 +139,7 @@ def one(a: argparse.Namespace, path: str, fault: str) -> dict:
     v = doc["verdict"]
     return {"path": path, "fault": fault, "steps": steps, "verdict": f"{v['bottleneck']} / {v['cause']}",
             "scores_ms": {k: round(x / steps / 1e6, 2) for k, x in v["scores_ns"].items()},
-            "inside_ms": round(_fault_measure(flog, fault), 2), "capture_s": round(took, 1),
+            "inside_ms": round(_fault_measure(flog), 2), "capture_s": round(took, 1),
             "traces": traces, "said": [ln for ln in p.stderr.splitlines() if ln.startswith("srtscope:")]}
 
 
@@ -144,8 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="tiny-llama")
     p.add_argument("--out", type=Path, default=Path("runs/engines/vllm_server"))
     p.add_argument("--paths", default="profiler,probe")
-    p.add_argument("--faults", default="clean,sched,alloc")
+    p.add_argument("--faults", default="clean,sched,alloc,every4")
     p.add_argument("--delay-ms", type=float, default=20.0)
+    p.add_argument("--stall-ms", type=float, default=60.0, help="every4: the stall in every 4th step")
     p.add_argument("--load", type=int, default=16)
     p.add_argument("--tokens", type=int, default=16)
     p.add_argument("--start-timeout", type=float, default=400.0)

@@ -1,6 +1,7 @@
 """The rig's faults in every process of a vLLM server (``vllm_server_rig.py`` puts this folder on
 the server's PYTHONPATH): ``SRTSCOPE_RIG_FAULT`` names one of ``vllm_driver.py``'s faults (clean:
-none), ``SRTSCOPE_RIG_DELAY_MS`` its delay. The faults are installed when vLLM's modules are
+none), ``SRTSCOPE_RIG_DELAY_MS`` its delay (``every4``: ``SRTSCOPE_RIG_STALL_MS``, 60, in every 4th
+``Scheduler.schedule()``). The faults are installed when vLLM's modules are
 imported by the process (the engine core's scheduler, the worker's model runner); each process
 that injected writes its counts to ``SRTSCOPE_RIG_FAULT_LOG`` (one JSON line per process, at exit
 and every few seconds). Under ``srtscope capture`` this file is the sitecustomize that the
@@ -23,7 +24,8 @@ def _install() -> None:
     driver = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(driver)
     delay = float(os.environ.get("SRTSCOPE_RIG_DELAY_MS", "20")) / 1e3
-    faults = driver.Faults(delay, sleep=True, alloc_s=delay, stall_s=delay)
+    stall = float(os.environ.get("SRTSCOPE_RIG_STALL_MS", "60")) / 1e3
+    faults = driver.Faults(delay, sleep=True, alloc_s=delay, stall_s=stall)
     faults.start(_FAULT)
     log = os.environ.get("SRTSCOPE_RIG_FAULT_LOG")
     wanted = {"vllm.v1.core.kv_cache_manager", "vllm.v1.worker.gpu_model_runner", "vllm.v1.engine.output_processor"}
@@ -33,7 +35,8 @@ def _install() -> None:
         if log and faults.fired:
             with open(log, "a") as fh:
                 fh.write(json.dumps({"pid": os.getpid(), "fault": _FAULT, "fired": faults.fired,
-                                     "inside_ms": round(faults.inside_s * 1e3, 3), "t": time.time()}) + "\n")
+                                     "inside_ms": round(faults.inside_s * 1e3, 3),
+                                     "schedule_calls": faults.steps, "t": time.time()}) + "\n")
 
     def patch(name: str, module) -> None:
         done.add(name)
