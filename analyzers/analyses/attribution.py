@@ -110,7 +110,9 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = _DEFAULT_RU
     up to end_ns - start_ns), ``covered_ns`` (time with any annotation open on the thread) and
     ``top_stage``. stages: one column per stage range name (innermost time, ns). user_ranges: of the
     unattributed time, how much lay inside each of the trace's own ranges that name no stage
-    (innermost, by ``names.range_family``, ns, largest first).
+    (innermost, by ``names.range_family``, ns, largest first), then, of the time no range covers,
+    inside each Python function of the program (innermost frame not a built-in, named
+    ``<function> (Python)``).
     ``comm_ranks``: the ranks with collective kernels (computed here when not given).
     NOTE: where queries of one thread overlap (bubbles of several devices at once) that time counts
     once per query.
@@ -130,11 +132,16 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = _DEFAULT_RU
     stage_mat = np.zeros((n, len(used)), np.int64)
     rg = tl.host_ranges
     rcodes, rnames = str_codes(rg["name"]) if len(rg) else (np.zeros(0, np.int64), np.zeros(0, object))
-    user_row = np.array([resolve_stage(str(x)) is None for x in rnames] + [False], dtype=bool)[rcodes]
+    # NOTE: a step marker (``ProfilerStep#N``) covers the whole step: it names no work
+    user_row = np.array([resolve_stage(str(x)) is None and not str(x).startswith("ProfilerStep#")
+                         for x in rnames] + [False], dtype=bool)[rcodes]
     unames, fam = np.unique(np.array([range_family(str(x)) for x in rnames] + [""], dtype=object),
                             return_inverse=True)
     ucodes = fam.reshape(-1)[rcodes]
     user_ns = np.zeros(len(unames), np.int64)
+    fcodes, fnames = python_functions(model.frames)
+    frame_ns = np.zeros(len(fnames), np.int64)
+    f_s, f_e = model.frames["start_ns"].to_numpy(), model.frames["end_ns"].to_numpy()
     engine = model.has_engine_evidence
     comm_ranks = _comm_ranks(tl) if comm_ranks is None else comm_ranks
     qgroups = queries.reset_index(drop=True).groupby(["rank", "pid", "tid"]).indices if n else {}
@@ -191,6 +198,12 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = _DEFAULT_RU
         ui = ri[user_row[ri]] if len(ri) else ri
         if len(ui):
             _user_ranges(user_ns, (r_s[ui], r_e[ui], ucodes[ui]), (th.claimed,), (a, b))
+        fi = model._thread_rows("frames", key) if len(fnames) else np.zeros(0, np.int64)
+        fi = fi[fcodes[fi] >= 0] if len(fi) else fi
+        if len(fi):
+            # what no range explains, the Python functions running name (innermost of the program's own)
+            ranged = iv.union(r_s[ui], r_e[ui]) if len(ui) else iv.empty()
+            _user_ranges(frame_ns, (f_s[fi], f_e[fi], fcodes[fi]), (th.claimed, ranged), (a, b))
     res = pd.DataFrame(out, index=queries.index)
     for name in BUBBLE_CAUSES:
         res[f"cause.{name}_ns"] = cause[name]
@@ -206,7 +219,32 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = _DEFAULT_RU
     stages = pd.DataFrame(stage_mat[:, keep], index=queries.index, columns=list(snames[keep]))
     order = np.argsort(-user_ns, kind="stable")
     user = {str(unames[i]): int(user_ns[i]) for i in order if user_ns[i] > 0}
+    for i in np.argsort(-frame_ns, kind="stable"):
+        if frame_ns[i] > 0:
+            label = f"{fnames[i]}{PYTHON_LABEL}"
+            user[label] = user.get(label, 0) + int(frame_ns[i])
     return res, stages, user
+
+
+#: the suffix of a Python function's name among the user ranges (``attribute``)
+PYTHON_LABEL = " (Python)"
+#: frames that name no function of the program: the interpreter's calls into C, the profiler's own
+_NOT_PROGRAM = ("<built-in", "<method", "torch/profiler/", "torch/autograd/profiler")
+
+
+def python_functions(frames: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per Python frame row, the code of its function's name (-1: a built-in or the profiler's own),
+    and the names: ``"path/file.py(123): normalize"`` -> ``normalize``."""
+    if len(frames) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, object)
+    codes, names = str_codes(frames["name"])
+    funcs = [("" if any(m in str(n) for m in _NOT_PROGRAM) else str(n).rpartition("): ")[2].strip())
+             for n in names]
+    uniq, inv = np.unique(np.array(funcs + [""], dtype=object), return_inverse=True)
+    lut = inv.reshape(-1).astype(np.int64)
+    empty = int(np.flatnonzero(uniq == "")[0])
+    lut = np.where(lut == empty, -1, lut)
+    return lut[codes], uniq
 
 
 _STAGE_CAUSE = {BubbleClass.SCHEDULER.value: Cause.SCHED_CPU, BubbleClass.PREP.value: Cause.BATCH_PREP,

@@ -17,11 +17,12 @@ device's ``all`` union, and one holding none is empty — one pass over a single
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from srtscope.analyzers.model import intervals as iv
 from srtscope.analyzers.model.columns import group_rows, isin
 from srtscope.analyzers.model.names import comm_mask
-from srtscope.analyzers.model.timeline import DeviceKind, Timeline
+from srtscope.analyzers.model.timeline import ApiKind, DeviceKind, Timeline
 
 Key = tuple[int, int]   # (rank, device)
 
@@ -98,6 +99,32 @@ class DeviceSets:
             else:
                 got = isin(kind, list(_KINDS[cls]))
             self._masks[cls] = got
+        return got
+
+    def graph_mask(self) -> np.ndarray:
+        """Mask of the device rows that ran inside a CUDA graph: a graph id or node set, a graph row,
+        or correlated to a graph launch call."""
+        got = self._masks.get("graph")
+        if got is None:
+            got = self._masks["graph"] = graph_rows(self.tl)
+        return got
+
+    def graph_spans(self, key: Key) -> iv.IntervalSet:
+        """One device's replayed CUDA graphs: per replay (its kernels' correlation id, else graph id),
+        first start to last end — gaps inside them are the graph's own, not the host's (normal form)."""
+        got = self._unions.get((key, "graph_spans"))
+        if got is None:
+            got = iv.empty()
+            if key in self._groups:
+                r = self.positions(key, self.in_group(key, self.graph_mask()))
+                if len(r):
+                    dev = self.tl.device
+                    corr, gid = dev["correlation"].to_numpy()[r], dev["graph_id"].to_numpy()[r]
+                    replay = np.where(corr >= 0, corr.astype(np.int64), -2 - gid.astype(np.int64))
+                    lo = pd.Series(self.s[r]).groupby(replay).min().to_numpy()
+                    hi = pd.Series(self.e[r]).groupby(replay).max().to_numpy()
+                    got = iv.union(lo, hi)
+            self._unions[(key, "graph_spans")] = got
         return got
 
     def rows(self, key: Key) -> np.ndarray:
@@ -187,3 +214,19 @@ class DeviceSets:
             r = part if g is None else g[part]
             out.append((int(st[part[0]]), iv.union(self.s[r], self.e[r])))
         return out
+
+
+def graph_rows(tl: Timeline) -> np.ndarray:
+    """Device rows that ran inside a CUDA graph (graph id/node set, a graph row, or correlated to a
+    graph launch call)."""
+    dev = tl.device
+    m = ((dev["graph_id"].to_numpy() >= 0) | (dev["graph_node"].to_numpy() >= 0)
+         | isin(dev["kind"], [DeviceKind.GRAPH]))
+    api = tl.api
+    if len(api) and len(dev):
+        sel = isin(api["kind"], [ApiKind.GRAPH_LAUNCH]) & (api["correlation"].to_numpy() >= 0)
+        g = api.loc[sel, ["rank", "pid", "correlation"]].drop_duplicates() if sel.any() else api.iloc[:0]
+        if len(g):
+            key = dev[["rank", "pid", "correlation"]].reset_index().merge(g, on=["rank", "pid", "correlation"])
+            m[key["index"].to_numpy()] = True
+    return m

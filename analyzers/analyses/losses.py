@@ -6,7 +6,9 @@ Each step is accounted on its rank's primary device (the step budget's device). 
 - ``lost[c]`` for every cause: the bubble pieces attributed to ``c``; for the host causes also the
   step time outside the device's active window (``edges``: a first schedule, a last idle iteration),
   attributed like bubbles; ``launch_bound`` / ``eager_fallback`` also the gaps at or under the
-  bubble threshold (``small``: a fallback step's are the fallback's); ``exposed_comm`` the exposed
+  bubble threshold (``small``: a fallback step's are the fallback's) — but for those inside a
+  replayed CUDA graph (``graphed``: the graph's own kernels follow one another with no launch by
+  the host), which are ``compute``'s; ``exposed_comm`` the exposed
   collective time less the straggler's lead (``skew``), which is ``straggler``'s; ``memcpy`` the copy
   time with no kernel running (``bare_copies``).
 - what bounds a fix: ``kernel`` (compute kernels: what a collective or a copy could hide behind),
@@ -66,7 +68,8 @@ class StepLosses:
     lost: dict[Cause, np.ndarray]
     bubbles: dict[Cause, np.ndarray]     # bubble pieces (and, host causes, edges) per cause
     edges: dict[Cause, np.ndarray]       # step time outside the device's active window, per host cause
-    small: np.ndarray
+    small: np.ndarray                    # short gaps outside replayed CUDA graphs
+    graphed: np.ndarray                  # short gaps inside replayed CUDA graphs: device-side (compute)
     fallback: np.ndarray                 # bool: eager-fallback steps
     exposed: np.ndarray                  # exposed collective time (the budget's)
     exposed_inline: np.ndarray           # ... of it, collectives on a compute stream
@@ -115,19 +118,20 @@ def step_losses(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget:
     s, e = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
     b = bubbles_by_cause(pieces, primary, n)
     edge = {c: np.zeros(n, np.int64) for c in HOST_WAIT}
-    small = _short_gaps(steps, primary, threshold_ns, sets)
+    small, graphed = _short_gaps(steps, primary, threshold_ns, sets)
     fb = fallback_mask(steps) if n else np.zeros(0, bool)
     skew = step_skew(steps, comm)
     exposed = budget["exposed_comm_ns"].to_numpy(np.int64) if "exposed_comm_ns" in budget and n \
         else np.zeros(n, np.int64)
     per = _per_device(tl, steps, primary, sets)
     lost = {c: b[c].copy() for c in Cause}
+    lost[Cause.COMPUTE] += graphed                  # the device's own time between a graph's kernels
     lost[Cause.LAUNCH_BOUND] += np.where(fb, 0, small)
     lost[Cause.EAGER_FALLBACK] += np.where(fb, small, 0)
     lost[Cause.EXPOSED_COMM] += np.maximum(exposed - skew, 0)
     lost[Cause.STRAGGLER] += skew
     lost[Cause.MEMCPY] += per["bare_copies"]
-    return StepLosses(lost, b, {c: edge[c] for c in HOST_WAIT}, small, fb, exposed,
+    return StepLosses(lost, b, {c: edge[c] for c in HOST_WAIT}, small, graphed, fb, exposed,
                       np.minimum(per["exposed_inline"], exposed), skew, per["bare_copies"], per["copy_floor"],
                       per["kernel"], per["busy"], e - s, warmup_mask(steps, lost[Cause.COLD_START]))
 
@@ -245,15 +249,19 @@ def launching_thread(pieces: pd.DataFrame, keep: np.ndarray) -> tuple[int, int] 
 
 def edge_losses(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, primary: Mapping[int, int],
                 model: HostActivity, rule: BurstRule | None, comm_ranks: set[int] | None,
-                sets: DeviceSets, launcher: Mapping[int, tuple[int, int]] | None = None) -> dict[Cause, np.ndarray]:
-    """Per cause, per step: the step time outside the primary device's active window, attributed."""
-    return bubbles_by_cause(_edges(tl, steps, pieces, primary, model, rule, comm_ranks, sets, launcher),
-                            primary, len(steps))
+                sets: DeviceSets, launcher: Mapping[int, tuple[int, int]] | None = None
+                ) -> tuple[dict[Cause, np.ndarray], dict[str, int]]:
+    """(per cause, per step: the step time outside the primary device's active window, attributed;
+    of its unattributed time, the part inside each of the trace's own ranges or Python functions,
+    as ``attribution.attribute`` names them)."""
+    q, user = _edges(tl, steps, pieces, primary, model, rule, comm_ranks, sets, launcher)
+    return bubbles_by_cause(q, primary, len(steps)), user
 
 
 def _edges(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, primary: Mapping[int, int],
            model: HostActivity, rule: BurstRule | None, comm_ranks: set[int] | None,
-           sets: DeviceSets, launcher: Mapping[int, tuple[int, int]] | None = None) -> pd.DataFrame:
+           sets: DeviceSets, launcher: Mapping[int, tuple[int, int]] | None = None
+           ) -> tuple[pd.DataFrame, dict[str, int]]:
     """Step time outside the primary device's active window, attributed like bubble pieces (by the
     rank's launching thread: the one most bubble time waits on, else the step's own thread).
     ``launcher``: per rank, that thread when known already (from all the trace's pieces)."""
@@ -278,22 +286,32 @@ def _edges(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, primary: Map
     cols = ["rank", "device", "pid", "tid", "start_ns", "end_ns", "step_row"]
     q = pd.DataFrame(rows, columns=cols).astype(np.int64)
     if len(q) == 0:
-        return q
-    classes, _, _ = attribute(tl, q, rule or model.rule, model, comm_ranks)
-    return pd.concat([q, classes], axis=1)
+        return q, {}
+    classes, _, user = attribute(tl, q, rule or model.rule, model, comm_ranks)
+    return pd.concat([q, classes], axis=1), user
 
 
 def _short_gaps(steps: pd.DataFrame, primary: Mapping[int, int], threshold_ns: int,
-                sets: DeviceSets) -> np.ndarray:
-    """Per step: gaps at or under the bubble threshold on the primary device inside the step, ns."""
-    out = np.zeros(len(steps), np.int64)
+                sets: DeviceSets) -> tuple[np.ndarray, np.ndarray]:
+    """Per step: (gaps at or under the bubble threshold on the primary device inside the step, not
+    inside a replayed CUDA graph; those inside one: the graph's own, where the host launches
+    nothing), ns."""
+    out, inside = np.zeros(len(steps), np.int64), np.zeros(len(steps), np.int64)
     for rank, idx in by_rank(steps):
         if int(rank) not in primary:
             continue
-        gs, ge = iv.gaps(sets.union((int(rank), primary[int(rank)])), 0)
+        key = (int(rank), primary[int(rank)])
+        gs, ge = iv.gaps(sets.union(key), 0)
         k = (ge - gs) <= threshold_ns
-        out[idx] = iv.overlap((gs[k], ge[k]), steps["start_ns"].to_numpy()[idx], steps["end_ns"].to_numpy()[idx])
-    return out
+        short = (gs[k], ge[k])
+        ss, ee = steps["start_ns"].to_numpy()[idx], steps["end_ns"].to_numpy()[idx]
+        spans = sets.graph_spans(key)
+        if len(spans[0]):
+            graphed = iv.intersect(short, spans)
+            inside[idx] = iv.overlap(graphed, ss, ee)
+            short = iv.subtract(short, spans)
+        out[idx] = iv.overlap(short, ss, ee)
+    return out, inside
 
 
 def step_skew(steps: pd.DataFrame, comm: CommResult) -> np.ndarray:

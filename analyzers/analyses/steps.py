@@ -30,7 +30,7 @@ from srtscope.analyzers.analyses.host_threads import blocking_mask as _blocking_
 from srtscope.analyzers.analyses.host_threads import default_threads as _default_threads
 from srtscope.analyzers.model import intervals as iv
 from srtscope.analyzers.model.columns import isin, str_codes
-from srtscope.analyzers.model.timeline import OP_DOMAIN, PYTHON_DOMAIN, ApiKind, DeviceKind, Timeline
+from srtscope.analyzers.model.timeline import OP_DOMAIN, PYTHON_DOMAIN, ApiKind, Timeline
 from srtscope.analyzers.model.vocab import StepExec, StepSource
 from srtscope.probes.stages import (
     ENGINE_STEP_FRAMES,
@@ -352,7 +352,7 @@ def step_counts(tl: Timeline, w: pd.DataFrame, sets: DeviceSets | None = None) -
     cols = {c: np.zeros(n, np.int64) for c in COUNT_COLUMNS}
     dev, api = tl.device, tl.api
     sets = DeviceSets.of(tl, sets)
-    graph_kernel = _graph_kernel_mask(tl)
+    graph_kernel = sets.graph_mask()
     is_launch = isin(api["kind"], [ApiKind.LAUNCH]) if len(api) else np.zeros(0, bool)
     is_glaunch = isin(api["kind"], [ApiKind.GRAPH_LAUNCH]) if len(api) else np.zeros(0, bool)
     for rank, idx in (w.groupby("rank").indices.items() if n else []):
@@ -433,18 +433,3 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule(), sets: DeviceSets | Non
 def _count_in(times: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     t = times if iv.is_sorted(times) else np.sort(times, kind="stable")   # start-sorted already: no copy
     return np.searchsorted(t, e, side="left") - np.searchsorted(t, s, side="left")
-
-
-def _graph_kernel_mask(tl: Timeline) -> np.ndarray:
-    """Device rows that ran inside a CUDA graph (graph id/node set, or correlated to a graph launch)."""
-    dev = tl.device
-    m = ((dev["graph_id"].to_numpy() >= 0) | (dev["graph_node"].to_numpy() >= 0)
-         | isin(dev["kind"], [DeviceKind.GRAPH]))
-    api = tl.api
-    if len(api) and len(dev):
-        sel = isin(api["kind"], [ApiKind.GRAPH_LAUNCH]) & (api["correlation"].to_numpy() >= 0)
-        g = api.loc[sel, ["rank", "pid", "correlation"]].drop_duplicates() if sel.any() else api.iloc[:0]
-        if len(g):
-            key = dev[["rank", "pid", "correlation"]].reset_index().merge(g, on=["rank", "pid", "correlation"])
-            m[key["index"].to_numpy()] = True
-    return m

@@ -4,7 +4,8 @@ capture's caveats and what to do next.
 Lost time, per cause (``vocab.Cause``), adds up from:
 - bubble time, by the cause the host-activity model gave each piece (``bubbles.by_cause``);
 - gaps at or under the bubble threshold (many tiny gaps between serially launched kernels):
-  ``launch_bound``, or ``eager_fallback`` for the share of steps that fell back to eager;
+  ``launch_bound``, or ``eager_fallback`` for the share of steps that fell back to eager — but the
+  gaps inside a replayed CUDA graph, which are the device's own (``compute``: no launch to cut);
 - exposed communication (plus, where collectives are only host ranges, their arrival skew):
   ``exposed_comm``, less a named straggler's lead over the next-latest rank, which is ``straggler``;
 - copy time with no kernel running (``device.exposed_memcpy_ns``): ``memcpy``;
@@ -41,6 +42,7 @@ from typing import cast
 import pandas as pd
 
 from srtscope.analyzers.analyses.advice import advice_for
+from srtscope.analyzers.analyses.attribution import PYTHON_LABEL
 from srtscope.analyzers.analyses.comm import lateness
 from srtscope.analyzers.analyses.io_frames import IoWork
 from srtscope.analyzers.analyses.losses import WARMUP_FACTOR, StepLosses
@@ -98,21 +100,24 @@ def caveats(meta: TimelineMeta, bubbles: BubbleResult, steps_source: str,
 
 def lost_by_cause(bubbles: BubbleResult, comm: CommResult, device: DeviceResult | None,
                   fallback_small_ns: int, partial_ranks: bool,
-                  edges_ns: dict[str, int] | None = None) -> dict[str, int]:
+                  edges_ns: dict[str, int] | None = None, graphed_ns: int = 0) -> dict[str, int]:
     """Lost time per cause (ns), every source of lost time included; zero causes left out.
 
     ``fallback_small_ns``: the gaps under the bubble threshold inside eager-fallback steps (the
-    fallback's; the rest of the short gaps are launch-bound); ``edges_ns``: per host cause, step time
-    outside the device's active window (``losses.StepLosses.edges``)."""
+    fallback's); ``graphed_ns``: those inside replayed CUDA graphs (the device's own: ``compute``);
+    the rest of the short gaps are launch-bound; ``edges_ns``: per host cause, step time outside the
+    device's active window (``losses.StepLosses.edges``)."""
     out = {c.value: 0 for c in Cause}
     for c, ns in bubbles.by_cause.items():
         out[c] += int(ns)
     for c, ns in (edges_ns or {}).items():
         out[c] += int(ns)
     small = int(bubbles.sub_threshold_ns)
-    fb = min(max(int(fallback_small_ns), 0), small)
+    graphed = min(max(int(graphed_ns), 0), small)
+    fb = min(max(int(fallback_small_ns), 0), small - graphed)
+    out[Cause.COMPUTE.value] += graphed
     out[Cause.EAGER_FALLBACK.value] += fb
-    out[Cause.LAUNCH_BOUND.value] += small - fb
+    out[Cause.LAUNCH_BOUND.value] += small - fb - graphed
     skew = comm.skew_ns if comm.source == "ranges" else 0
     comm_lost = comm.exposed_ns + skew
     straggler = 0
@@ -189,7 +194,8 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
     # step edges are lost device time only in steps of the device's work (``StepLosses.predictable``)
     edges = {c.value: int(v.sum()) for c, v in losses.edges.items()} \
         if losses is not None and losses.predictable else {}
-    causes = lost_by_cause(bubbles, comm, device, fb_small, partial, edges)
+    graphed = int(losses.graphed.sum()) if losses is not None else 0
+    causes = lost_by_cause(bubbles, comm, device, fb_small, partial, edges, graphed)
     scores = {b.value: 0 for b in Bottleneck}
     for c, ns in causes.items():
         scores[Cause(c).bottleneck.value] += ns
@@ -218,7 +224,7 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
     # or after its last (``edges``) is idle device time of the steps as much as a bubble is
     host_edges = sum(edges.values())
     span = window + host_edges
-    idle = bubbles.total_ns + bubbles.sub_threshold_ns + host_edges
+    idle = bubbles.total_ns + bubbles.sub_threshold_ns - graphed + host_edges
     comm_lost = causes.get(Cause.EXPOSED_COMM.value, 0) + causes.get(Cause.STRAGGLER.value, 0)
     copies = causes.get(Cause.MEMCPY.value, 0)
     h = healthy_pct / 100.0 * span
@@ -407,12 +413,19 @@ def _summary(cause: Cause, share: float, bubbles: BubbleResult, comm: CommResult
                 f"device idles, {share:.0f}% of lost time" + tail)
     una = causes.get(Cause.HOST_UNATTRIBUTED.value, 0)
     user = next(iter(bubbles.by_user_range.items()), None)
-    hint = (f"; {_pct(user[1], bubbles.total_ns):.0f}% of bubble time inside the trace's own range "
-            f"{clip_text(user[0], 60)!r}, which names no stage" if user is not None and user[1] >= 0.1 * una
+    hint = (f"; {_pct(user[1], lost):.0f}% of lost time {_inside(user[0])}"
+            if user is not None and user[1] >= 0.1 * una
             else "; add NVTX ranges (or record_function) around the host work to name it")
     return (f"host-bound, unannotated: device idle {bubble_pct:.0f}% of the window while the launching "
             f"thread ran code no range, operator or CUDA call explains ({_pct(una, lost):.0f}% of lost "
             f"time){hint}")
+
+
+def _inside(label: str) -> str:
+    """Where unattributed time lay: a range of the trace's own, or a Python function of the program."""
+    if label.endswith(PYTHON_LABEL):
+        return f"in the Python function {clip_text(label[:-len(PYTHON_LABEL)], 60)!r}, which names no stage"
+    return f"inside the trace's own range {clip_text(label, 60)!r}, which names no stage"
 
 
 def _evidence(bubbles: BubbleResult, comm: CommResult, eager: EagerResult, top_kernels: pd.DataFrame,
@@ -461,8 +474,8 @@ def _evidence(bubbles: BubbleResult, comm: CommResult, eager: EagerResult, top_k
     user = next(iter(bubbles.by_user_range.items()), None)
     una = bubbles.by_class.get("unattributed", 0)
     if user is not None and una and user[1] >= 0.1 * una:
-        ev.append(Finding("user_range", f"host inside its own range {clip_text(user[0], 60)!r} during "
-                          f"{_pct(user[1], bubbles.total_ns):.0f}% of bubble time (names no stage)", user[1], "ns"))
+        ev.append(Finding("user_range", f"host {_inside(user[0])} during {_pct(user[1], lost):.0f}% "
+                          "of lost time", user[1], "ns"))
     if len(top_kernels):
         k = top_kernels.iloc[0]
         share = 100 * float(k["share"])

@@ -28,7 +28,12 @@ Device work stays as measured; a cause gives back only the time the device waite
   not).
 - ``memcpy``: copy time with no kernel running, plus memcpy bubbles (copies moved off the critical
   stream, overlapped with compute): at most the step's compute-kernel time (``overlap``), and the
-  step never shorter than its busiest copy direction (``copy_engine``).
+  step never shorter than its busiest copy direction (``copy_engine``). Where the advice is to keep
+  the data resident (a round trip each iteration), the copies are removed instead: the step keeps
+  only its compute kernels (``device_work``), the overlap figure stated beside.
+
+No step gets shorter than the device work its fix keeps (``device_work``): its compute kernels and
+its busiest copy direction (only the copies' own fix removes copies; the straggler's, its late work).
 
 Every saving is capped step by step at what the cause lost in that step (``losses.StepLosses``,
 bound ``lost``); each row names the bound that cut most. Warm-up steps are left out of the means;
@@ -76,6 +81,7 @@ SHRINKABLE: tuple[str, ...] = tuple(c.value for c in HOST_WAIT)
 TRANSPORT_SPEEDUP = 2.0
 
 _DEVICE = "device work unchanged (kernels, copies and collective transfers as measured)"
+_KEPT = "kernels and collective transfers as measured; the round trip's copies gone"
 _OTHERS = "every other cause unchanged"
 _BOUND_TEXT = {
     WhatIfBound.LOST: "bound: no step gives back more than the cause lost in it",
@@ -84,20 +90,24 @@ _BOUND_TEXT = {
                              "direction moves it as before)",
     WhatIfBound.TRANSPORT: f"bound: collectives on the model's stream (the next kernel waits for them) cannot "
                            f"overlap; a {TRANSPORT_SPEEDUP:g}x faster transport halves their exposed time",
+    WhatIfBound.DEVICE_WORK: "bound: no step gets shorter than the device work the fix keeps",
 }
 
 
 def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.DataFrame, comm: CommResult,
             primary: Mapping[int, int], threshold_ns: int, model: HostActivity, losses: StepLosses,
-            shrink_ns: Mapping[str, int] | None = None) -> tuple[WhatIf, ...]:
+            shrink_ns: Mapping[str, int] | None = None, copies_resident: bool = False) -> tuple[WhatIf, ...]:
     """One ``WhatIf`` per cause that lost time in the steps, largest saving first.
 
     steps: ``analyses.steps.STEP_COLUMNS``; pieces: attributed bubble pieces (rank, device, pid, tid,
     start_ns, end_ns, step_row = row of ``steps``, ``cause.<c>_ns``); budget: the step budget table
     (rows like ``steps``); primary: rank -> primary device; model: the trace's host-activity model;
     losses: the steps' accounting (``losses.step_losses`` with their edges); shrink_ns: cause -> ns of
-    host time cut per step instead of removing the cause (host causes only, ``SHRINKABLE``). ``tl``:
-    the trace's metadata and host ranges (its device and API rows are not read).
+    host time cut per step instead of removing the cause (host causes only, ``SHRINKABLE``).
+    ``copies_resident``: the copy advice is to keep the data on the device (a round trip each
+    iteration, ``advice.copy_kind_of``): ``memcpy`` is re-timed with the copies removed, and the
+    overlap model's figure stated beside it. ``tl``: the trace's metadata and host ranges (its device
+    and API rows are not read).
 
     Invariants per row: ``saved_ns <= lost_ns`` (both means over the same steps); with too little
     device work in the steps (``losses.StepLosses.predictable``) nothing is predicted
@@ -158,10 +168,28 @@ def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.
                               "the mirror of how early it arrives against its median); other ranks' lateness "
                               "stays"]
     saved[Cause.MEMCPY] = b[Cause.MEMCPY] + L.bare_copies
-    caps[Cause.MEMCPY] = [(WhatIfBound.OVERLAP, b[Cause.MEMCPY] + np.minimum(L.bare_copies, L.kernel)),
-                          (WhatIfBound.COPY_ENGINE, np.maximum(wall - L.copy_floor, 0))]
-    notes[Cause.MEMCPY] = ["copies moved to a side stream, overlapped with compute (copy time itself "
-                           "unchanged: each step keeps its busiest copy direction)"]
+    overlapped = np.minimum(np.minimum(saved[Cause.MEMCPY], b[Cause.MEMCPY] + np.minimum(L.bare_copies, L.kernel)),
+                            np.maximum(wall - L.copy_floor, 0))
+    if copies_resident:
+        # the round trip removed: the copies' own time and the device's waits for them given back;
+        # the step keeps its compute kernels
+        caps[Cause.MEMCPY] = [(WhatIfBound.DEVICE_WORK, np.maximum(wall - L.kernel, 0))]
+        keep_mean = int(overlapped[~L.warmup].sum()) // max(int((~L.warmup).sum()), 1)
+        notes[Cause.MEMCPY] = ["the data kept resident on the device, as the advice says: the copies of the "
+                               "round trip removed, with the device's waits for them",
+                               f"copies overlapped with compute instead (a side stream) would save "
+                               f"{fmt_ns(keep_mean)} a step"]
+    else:
+        caps[Cause.MEMCPY] = [(WhatIfBound.OVERLAP, b[Cause.MEMCPY] + np.minimum(L.bare_copies, L.kernel)),
+                              (WhatIfBound.COPY_ENGINE, np.maximum(wall - L.copy_floor, 0))]
+        notes[Cause.MEMCPY] = ["copies moved to a side stream, overlapped with compute (copy time itself "
+                               "unchanged: each step keeps its busiest copy direction)"]
+    # a step keeps its compute kernels and its busiest copy direction whatever else is fixed (a
+    # collective's time is not kept: waiting in it is what a host cause may give back); the
+    # straggler's fix is its own work balanced: its kernels are not kept
+    kept = np.maximum(L.kernel, L.copy_floor)
+    for c in (*HOST_WAIT, Cause.LAUNCH_BOUND, Cause.EAGER_FALLBACK, Cause.EXPOSED_COMM):
+        caps[c].append((WhatIfBound.DEVICE_WORK, np.maximum(wall - kept, 0)))
     lockstep = steps["rank"].nunique() > 1 and comm.participants > 1
     waited = L.exposed + b[Cause.EXPOSED_COMM]      # a rank's time waiting on its peers, per step
     keep = ~L.warmup
@@ -210,7 +238,8 @@ def what_if(tl: Timeline, steps: pd.DataFrame, pieces: pd.DataFrame, budget: pd.
         mean = int(round(total / n_avg))
         text = [_BOUND_TEXT[bound]] if bound in _BOUND_TEXT else []
         out.append(WhatIf(c.value, c.bottleneck.value, mean, before, before - mean, int((per_step[keep] > 0).sum()),
-                          tuple(notes[c] + extra + text + [_DEVICE, _OTHERS, mean_note]), per_step,
+                          tuple(notes[c] + extra + text + [_KEPT if c is Cause.MEMCPY and copies_resident
+                                                           else _DEVICE, _OTHERS, mean_note]), per_step,
                           lost_mean, bound.value, True, warm))
     out.sort(key=lambda w: (-w.saved_ns, -w.lost_ns, w.cause))
     return tuple(out)

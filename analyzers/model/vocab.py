@@ -121,4 +121,5 @@ class WhatIfBound(str, Enum):
     OVERLAP = "overlap"          # overlap hides at most the step's compute time
     COPY_ENGINE = "copy_engine"  # the busiest copy direction still fits in the step
     TRANSPORT = "transport"      # collectives the next kernel waits for: a faster transport, not overlap
+    DEVICE_WORK = "device_work"  # no step gets shorter than the device work the fix keeps
     TOO_LITTLE = "too_little"    # too little device work in the steps to predict anything

@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from srtscope.analyzers.analyses.advice import copy_kind_of
 from srtscope.analyzers.analyses.attribution import comm_ranks_of
 from srtscope.analyzers.analyses.bubbles import bubble_result, by_device, by_stream
 from srtscope.analyzers.analyses.budget import BUDGET_COLUMNS, budget_result
@@ -187,9 +188,16 @@ def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timel
     if m.has_warning(WarningCode.PARTIAL_RANKS):
         cres = replace(cres, partial=True)
     primary = ctx.primary
-    losses = _losses(parts, ctx, pieces, params, rows_of, cres, order)
+    losses, edge_user = _losses(parts, ctx, pieces, params, rows_of, cres, order)
+    if edge_user:
+        # the steps' host time outside the device's active window is lost time as much as a bubble
+        for k, v in edge_user.items():
+            user[k] = user.get(k, 0) + v
+        user = dict(sorted(user.items(), key=lambda kv: (-kv[1], kv[0])))
+        bres = replace(bres, by_user_range=user)
     budget = replace(budget, warmup=losses.warmup, lost_ns=losses.mean_lost())
-    wif = what_if(small, steps, pieces, budget.table, cres, primary, thr, ctx.model, losses, shrink_ns)
+    wif = what_if(small, steps, pieces, budget.table, cres, primary, thr, ctx.model, losses, shrink_ns,
+                  copies_resident=copy_kind_of(dres) == "round_trip")
     io = io_work(small, ctx.model, pieces) if bres.by_cause.get(Cause.HOST_IO.value) else []
     verdict = decide(m, bres, cres, eres, tk, budget.table, source, params.healthy_pct, device=dres,
                      coverage=coverage, steps=sres, engine_evidence=ctx.model.has_engine_evidence,
@@ -252,7 +260,7 @@ def _bubble_of(bubbles: pd.DataFrame, pieces: pd.DataFrame) -> np.ndarray:
 
 
 def _losses(parts: list[Part], ctx: Context, pieces: pd.DataFrame, params: DiagnoseParams, rows_of,
-            comm: CommResult, order: np.ndarray) -> StepLosses:
+            comm: CommResult, order: np.ndarray) -> tuple[StepLosses, dict[str, int]]:
     """The owned steps' accountings in step order, with the edges, the straggler's skew (``comm``:
     all the ranks' collectives) and the warm-up of all the steps. ``order``: ``step_order(parts)``."""
     steps = ctx.steps
@@ -266,6 +274,7 @@ def _losses(parts: list[Part], ctx: Context, pieces: pd.DataFrame, params: Diagn
     # the edges: steps reaching out of their rank's primary device's active window (the first and last few)
     out = edge_steps(steps, ctx.bounds, ctx.primary)
     edges = {c: np.zeros(n, np.int64) for c in HOST_WAIT}
+    user: dict[str, int] = {}
     if out.any():
         launcher = {}
         if len(pieces):
@@ -280,8 +289,8 @@ def _losses(parts: list[Part], ctx: Context, pieces: pd.DataFrame, params: Diagn
         tlw = rows_of(lo, hi)
         sets = ctx.sets_of(tlw)
         model = ctx.model_of(tlw, params.burst_rule)
-        got = edge_losses(tlw, sub, pieces.iloc[:0], ctx.primary, model, params.burst_rule, ctx.comm_ranks, sets,
-                          launcher)
+        got, user = edge_losses(tlw, sub, pieces.iloc[:0], ctx.primary, model, params.burst_rule, ctx.comm_ranks,
+                                sets, launcher)
         for c in HOST_WAIT:
             edges[c][idx] = got[c]
     for c in HOST_WAIT:
@@ -296,10 +305,10 @@ def _losses(parts: list[Part], ctx: Context, pieces: pd.DataFrame, params: Diagn
     skew, exposed = step_skew(steps, comm), cat(lambda x: x.exposed)
     lost[Cause.EXPOSED_COMM] = lost[Cause.EXPOSED_COMM] - exposed + np.maximum(exposed - skew, 0)
     lost[Cause.STRAGGLER] = lost[Cause.STRAGGLER] + skew
-    return StepLosses(lost, bub, edges, small, fb,
+    return StepLosses(lost, bub, edges, small, cat(lambda x: x.graphed), fb,
                       exposed, cat(lambda x: x.exposed_inline), skew,
                       cat(lambda x: x.bare_copies), cat(lambda x: x.copy_floor), cat(lambda x: x.kernel),
-                      cat(lambda x: x.busy), cat(lambda x: x.wall), warmup_mask(steps, lost[Cause.COLD_START]))
+                      cat(lambda x: x.busy), cat(lambda x: x.wall), warmup_mask(steps, lost[Cause.COLD_START])), user
 
 
 def edge_steps(steps: pd.DataFrame, bounds: Mapping[tuple[int, int], tuple[int, int]],

@@ -52,8 +52,10 @@ REAL = {
         ("host_unattributed", 72, "host_unattributed", False, "too_little"),
     "nsys/nvfuser_test_8xH100node_nvtx_nsys2024.6.sqlite": ("cold_start", 82, "cold_start", False, "too_little"),
     "nsys/pytorch_tiny_sum_rtx3080_nsys2026.1.sqlite": ("cold_start", 95, "cold_start", False, "too_little"),
-    # HtoD and DtoH each iteration (round trip): overlap saves 17.8 ms of 37.6, the busiest direction stays
-    "nsys/saxpy_mpi_cuda_a100_nvtx_nsys2022.2.sqlite": ("host_unattributed", 71, "memcpy", True, "overlap"),
+    # HtoD and DtoH each iteration (round trip), advice "keep it resident": removing the copies saves
+    # 19.8 ms of 37.6 (the copies with no kernel running and the device's waits for them; overlapping
+    # them, 17.8 ms, is stated beside)
+    "nsys/saxpy_mpi_cuda_a100_nvtx_nsys2022.2.sqlite": ("host_unattributed", 71, "memcpy", True, "none"),
     "kineto/tracelens_hf_qwen1.5-0.5b_h100.json.gz": ("compute", None, "launch_bound", True, "none"),
     # the vLLM execute range holds no device work (its graph replays run later): nothing to predict
     "kineto/tracelens_vllm_mi300_piecewise_hipgraph_replay_ROCm.json.gz": ("compute", None, None, False, None),
@@ -162,7 +164,8 @@ def _invariants(key: str) -> None:
         per = np.asarray(w.per_step_ns)
         assert (st["wall_ns"].to_numpy() - per >= kernels)[keep].all(), w.cause
     mc = next((w for w in d.what_if if w.cause == "memcpy" and w.predicted), None)
-    if mc is not None:
+    # copies overlapped keep their busiest direction; copies kept resident are removed (the kernels stay)
+    if mc is not None and not any("kept resident" in a for a in mc.assumptions):
         direction = tl.device["name"].astype(str).map(copy_direction).to_numpy()
         is_copy = tl.device["kind"].astype(str).to_numpy() == "memcpy"
         floor = np.max([_per_step(tl, d, lambda dev, x=x: is_copy & (direction == x))

@@ -101,12 +101,26 @@ def test_a_clean_loop_is_not_accused(case):
 def test_a_step_holds_its_host_time_before_the_first_kernel():
     """rule: healthy means the step. One 382 ms step: 217 ms of host preprocessing before the first
     kernel, then 160 ms of kernels back to back (device busy ~100% of its own window)."""
+    from srtscope.analyzers.model.timeline import PYTHON_DOMAIN
     dev = [kernel(217_000 + 10_000 * k, 217_000 + 10_000 * (k + 1), corr=k + 1) for k in range(16)]
     apis = [api(216_000 + 10 * k, 216_000 + 10 * k + 5, corr=k + 1) for k in range(16)]
     rgs = [rng(0, 382_000, "ProfilerStep#1", domain="torch")]
-    v = diagnose(timeline(dev, apis, rgs)).verdict
+    # rule: Python frames that cover lost time name it before any "unattributed"
+    frames = [(0, 216_000, "pipeline.py(10): __call__"), (2_000, 38_000, "video.py(40): read_video_pyav"),
+              (40_000, 146_000, "transforms.py(88): normalize"),
+              (41_000, 145_000, "<built-in method sub_ of Tensor object at 0x7f>"),
+              (150_000, 183_000, "transforms.py(60): rescale"), (190_000, 208_000, "transforms.py(30): resize")]
+    rgs += [rng(a, b, n, domain=PYTHON_DOMAIN) for a, b, n in frames]
+    d = diagnose(timeline(dev, apis, rgs))
+    v = d.verdict
     assert not v.healthy
     assert v.causes_ns["host_unattributed"] >= 216_000 * US
+    got = {k: ns // US for k, ns in d.bubbles.by_user_range.items()}
+    assert {k: got.get(k) for k in ("normalize (Python)", "read_video_pyav (Python)", "rescale (Python)",
+                                    "resize (Python)")} == {"normalize (Python)": 106_000,
+                                                            "read_video_pyav (Python)": 36_000,
+                                                            "rescale (Python)": 33_000, "resize (Python)": 18_000}
+    assert "in the Python function 'normalize'" in v.summary, v.summary
 
 
 @pytest.mark.parametrize("late", [[100, 100, 100], [120, 80, 100, 100], [-20, 20, 20, 150]])
@@ -166,3 +180,54 @@ def test_a_frame_of_another_package_opens_no_step():
     """``step`` in a module that is not the engine's (an optimizer, a scheduler of learning rates)."""
     d = diagnose(training_loop(8, frame="torch/optim/lr_scheduler.py(180): step"))
     assert d.steps.source not in ("engine_frames", "iteration")
+
+
+def replayed(graph):
+    """rule: gaps inside a replayed CUDA graph are device-side. Steps of 200 µs of host work, then 40
+    kernels of 10 µs with 3 µs between them: one graph replay (one launch, one correlation id), or 40
+    eager launches."""
+    dev, apis, rgs = [], [], []
+    c = 0
+    for i in range(6):
+        t = 1000 * i
+        rgs += [rng(t, t + 1000, "loop.step", step=i, mode="decode", bs=8), rng(t, t + 200, "sched.schedule")]
+        if graph:
+            c += 1
+            apis.append(api(t + 195, t + 199, "cudaGraphLaunch", corr=c))
+        for j in range(40):
+            if not graph:
+                c += 1
+                apis.append(api(t + 195 + 13 * j, t + 197 + 13 * j, corr=c))
+            dev.append(kernel(t + 200 + 13 * j, t + 210 + 13 * j, corr=c, graph_id=7 if graph else -1))
+    return timeline(dev, apis, rgs)
+
+
+def test_gaps_inside_a_replayed_graph_are_no_launch_overhead():
+    eager, graph = diagnose(replayed(False)), diagnose(replayed(True))
+    # 39 gaps of 3 µs a step: the host's launches in eager steps, the graph's own in replays
+    assert eager.verdict.causes_ns.get("launch_bound") == 6 * 39 * 3 * US
+    assert graph.verdict.causes_ns.get("launch_bound", 0) == 0
+    assert graph.verdict.causes_ns.get("compute") == 6 * 39 * 3 * US
+    assert "launch_bound" not in {w.cause for w in graph.what_if}
+    assert all("CUDA graph (" not in a.text for a in graph.verdict.advice)
+
+
+def test_the_copy_what_if_models_the_fix_its_advice_names():
+    """rule: each what-if models its advice. Every 1000 µs step copies its data in (300 µs HtoD),
+    runs a 200 µs kernel, copies the result out (300 µs DtoH), then 200 µs of host: a round trip the
+    advice says to keep resident. Removing it gives back the 600 µs of copies; overlapping them with
+    the 200 µs kernel (a side stream) could only hide 200 µs, and that figure is stated beside."""
+    dev, apis = [], []
+    for i in range(8):
+        t = 1000 * i
+        dev += [kernel(t, t + 300, "Memcpy HtoD (Pinned -> Device)", kind="memcpy", stream=7, corr=3 * i + 1),
+                kernel(t + 300, t + 500, corr=3 * i + 2),
+                kernel(t + 500, t + 800, "Memcpy DtoH (Device -> Pinned)", kind="memcpy", stream=7, corr=3 * i + 3)]
+        apis += [api(t - 2, t - 1, "cudaMemcpyAsync", corr=3 * i + 1), api(t - 1, t, corr=3 * i + 2),
+                 api(t, t + 1, "cudaMemcpyAsync", corr=3 * i + 3)]
+    d = diagnose(timeline(dev, apis))
+    assert d.verdict.cause == "memcpy" and "resident" in d.verdict.advice[0].text
+    w = {x.cause: x for x in d.what_if}["memcpy"]
+    assert w.saved_ns == 600 * US
+    assert w.step_ns_after >= 200 * US                    # never shorter than the kernel it keeps
+    assert any("would save 200 us a step" in a for a in w.assumptions), w.assumptions
