@@ -41,7 +41,9 @@ lint: $(STAMP)
 	$(PY) scripts/typecheck.py
 
 # Real engines (not part of `make test`: 3 GB venvs, minutes): vLLM's CPU build and SGLang 0.5.23 on
-# the CPU with delays injected into their own functions, diagnosed from the engines' own profiler traces.
+# the CPU with delays injected into their own functions: vLLM offline on every capture path (vllm_rig)
+# and as a multi-process server under capture --server (vllm_server_rig); SGLang offline and as a
+# server, from its own profiler's traces (sglang_rig).
 # VLLM_VENV / SGLANG_VENV: where the rigs' venvs live (made on first use by benchmarks/engines/setup_vllm.sh
 # and setup_sglang.sh). `make engines-vllm` / `make engines-sglang`: one engine.
 VLLM_VENV ?= benchmarks/engines/.venv
@@ -51,6 +53,7 @@ engines: engines-vllm engines-sglang
 engines-vllm: $(STAMP)
 	[ -f "$(VLLM_VENV)/tiny-llama-decode/config.json" ] || benchmarks/engines/setup_vllm.sh "$(VLLM_VENV)"
 	$(PY) -m benchmarks.engines.vllm_rig --venv "$(VLLM_VENV)"
+	$(PY) -m benchmarks.engines.vllm_server_rig --venv "$(VLLM_VENV)"
 
 engines-sglang: $(STAMP)
 	[ -f "$(SGLANG_VENV)/tiny-llama-decode/config.json" ] || benchmarks/engines/setup_sglang.sh "$(SGLANG_VENV)"

@@ -210,13 +210,15 @@ def capture(command: list[str], backend: Backend, out: Path, capture_range: bool
     if backend is Backend.NSYS:
         nsys = shutil.which("nsys")
         if nsys is None:
-            fail("nsys (Nsight Systems) is not installed or not on PATH; "
-                 "use --backend torch to capture with torch.profiler instead")
+            fail("nsys (Nsight Systems) is not installed or not on PATH; " + (
+                "use --backend probe (the --instrument stages' own spans, no profiler) or --backend torch "
+                "(a torch.profiler trace with them)" if engines else
+                "use --backend torch to capture with torch.profiler instead"))
         plan = nsys_plan(nsys, out, command, capture_range)
         _check_outputs([plan.report, plan.sqlite])
-        if engines and python is not None:
-            preflight(python, env, ["srtscope.probes.capture_boot"])
         with boot_dir(env, backend.value, plan.report, engines) if engines else nullcontext():
+            if engines and python is not None:
+                preflight(python, env, ["srtscope.probes.capture_boot"])
             run = _run(plan.profile, env)
         if plan.report.exists():
             exported = _run(plan.export)
@@ -237,10 +239,10 @@ def capture(command: list[str], backend: Backend, out: Path, capture_range: bool
         modules = []
     if engines:
         modules.append("srtscope.probes.capture_boot")
-    if modules and python is not None:
-        preflight(python, env, modules)
     t0 = time.time()
-    with boot_dir(env, backend.value, trace, engines) if engines else nullcontext():
+    with boot_dir(env, backend.value, trace, engines) if modules else nullcontext():
+        if modules and python is not None:
+            preflight(python, env, modules)
         run = _run(argv, env)
     since = t0 - 1.0   # NOTE: file systems with coarse timestamps
     fresh = [p for p in [trace] if backend is Backend.TORCH and p.exists() and p.stat().st_mtime >= since]

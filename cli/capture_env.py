@@ -3,11 +3,14 @@
 - The interpreter the user named runs the command (``python`` is the one on PATH, as without
   srtscope). A Python command under ``--backend torch`` runs as
   ``PYTHON [options] -m srtscope.cli.torch_profile --out TRACE -- TARGET...``.
-- With ``--instrument``, a generated ``sitecustomize`` goes first on ``PYTHONPATH`` (in a
-  temporary folder, removed afterwards): every Python process of the command runs
-  ``srtscope.probes.capture_boot.boot()`` at start-up, then the ``sitecustomize`` it shadows.
-- Before the run, that interpreter must import srtscope (one short check); if it cannot, one
-  error line says how to fix it.
+- A temporary folder (removed afterwards) goes first on the command's ``PYTHONPATH``. It holds
+  only ``srtscope``: a copy of the parts that run inside the command (``import_path``), so an
+  engine's venv imports the same srtscope as the command line without an install into it, without
+  the user's or the checkout's other folders on its path, and nothing is written into the checkout. With
+  ``--instrument`` it also holds a generated ``sitecustomize``: every Python process of the command
+  runs ``srtscope.probes.capture_boot.boot()`` at start-up, then the ``sitecustomize`` it shadows.
+- Before the run, that interpreter must import srtscope's modules through that folder (one short
+  check); if it cannot (an older Python), one error line says why.
 - The engines' own profiling switches are set unless the user set them (``ENGINE_SWITCHES``).
 """
 from __future__ import annotations
@@ -142,15 +145,10 @@ def interpreter_of(command: list[str]) -> str | None:
 
 
 def srtscope_fix(python: str) -> str:
-    """How to make srtscope importable by ``python``: its source folder on PYTHONPATH (a source
-    checkout), or an install into that interpreter."""
-    import srtscope
-
-    root = Path(srtscope.__file__).resolve().parent.parent
-    if (root / "pyproject.toml").is_file():
-        return (f"install it there ({python} -m pip install --no-deps -e {root}) "
-                f"or run with PYTHONPATH={root}")
-    return f"install it there: {python} -m pip install --no-deps srtscope"
+    """What ``python`` needs to import the srtscope the capture puts on its path."""
+    return ("srtscope runs there from the capture's own import path (nothing is installed into that "
+            "interpreter) and needs Python >= 3.10; for an older one install srtscope into an "
+            "interpreter of 3.10 or newer that runs the engine")
 
 
 def preflight(python: str, env: dict[str, str], modules: list[str]) -> None:
@@ -188,15 +186,48 @@ def engine_switches(env: dict[str, str], nsys: bool) -> list[str]:
     return set_now
 
 
+#: what of srtscope runs inside a captured command: the package's ``__init__``, the probes (the
+#: capture bootstrap, stage ranges, recorder, engine tables) and the torch backend's runner
+ENGINE_SIDE = ("probes", "cli/__init__.py", "cli/torch_profile.py")
+
+
+def import_path(folder: Path) -> Path:
+    """A copy of the srtscope a captured command runs (``ENGINE_SIDE``, this srtscope's own files:
+    no install into the engine's interpreter, nothing written into a checkout, none of the user's or
+    the checkout's other folders on its path) as ``folder/srtscope``; returns it."""
+    import srtscope
+    import srtscope.cli
+    import srtscope.probes
+
+    root = folder / "srtscope"
+    root.mkdir()
+    shutil.copy2(srtscope.__file__, root / "__init__.py")
+    sources = {"probes": Path(srtscope.probes.__file__).parent, "cli": Path(srtscope.cli.__file__).parent}
+    for part in ENGINE_SIDE:
+        top, _, name = part.partition("/")
+        src = sources[top]
+        (root / top).mkdir(exist_ok=True)
+        if name:
+            shutil.copy2(src / name, root / top / name)
+            continue
+        for f in src.iterdir():
+            if f.is_file() and (f.suffix == ".py" or f.suffix == ".so"):
+                shutil.copy2(f, root / top / f.name)
+    return root
+
+
 @contextmanager
 def boot_dir(env: dict[str, str], backend: str, out: Path, engines: list[str]) -> Iterator[Path]:
-    """A temporary folder holding the generated ``sitecustomize``, put first on ``env``'s
-    PYTHONPATH with ``BOOT_ENV`` describing the capture; removed on exit."""
+    """A temporary folder put first on ``env``'s PYTHONPATH, removed on exit: srtscope's own import
+    path (``import_path``) and, with ``engines``, the generated ``sitecustomize`` and ``BOOT_ENV``
+    describing the capture."""
     folder = Path(tempfile.mkdtemp(prefix="srtscope-boot-"))
     try:
-        (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
-        env[BOOT_ENV] = json.dumps({"protocol": PROTOCOL, "backend": backend,
-                                    "out": str(out.resolve()), "instrument": engines})
+        import_path(folder)
+        if engines:
+            (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
+            env[BOOT_ENV] = json.dumps({"protocol": PROTOCOL, "backend": backend,
+                                        "out": str(out.resolve()), "instrument": engines})
         old = env.get("PYTHONPATH")
         env["PYTHONPATH"] = str(folder) + (os.pathsep + old if old else "")
         yield folder

@@ -18,10 +18,12 @@ def register(app: typer.Typer) -> None:
                                               "ignore_unknown_options": True})
     def capture_cmd(
         command: list[str] = typer.Argument(None, help="The command to profile, after '--'."),
-        backend: Backend = typer.Option(Backend.NSYS, "--backend", "-b",
-                                        help="nsys: Nsight Systems + SQLite export; "
-                                             "torch: torch.profiler Kineto trace; probe: no "
-                                             "profiler, the --instrument stages' own spans."),
+        backend: Backend | None = typer.Option(None, "--backend", "-b",
+                                               help="nsys: Nsight Systems + SQLite export; "
+                                                    "torch: torch.profiler Kineto trace; probe: no "
+                                                    "profiler, the --instrument stages' own spans. "
+                                                    "Default: nsys where it is installed, else probe "
+                                                    "with --instrument."),
         out: Path | None = typer.Option(None, "--out", "-o",
                                         help="Output name (NAME.nsys-rep + NAME.sqlite, or "
                                              "NAME.json.gz; NAME.pid<N>.json.gz per other process). "
@@ -47,9 +49,15 @@ def register(app: typer.Typer) -> None:
                                                    "to (vLLM: its VLLM_TORCH_PROFILER_DIR)."),
         timeout: float = typer.Option(60.0, "--timeout", help="--server: total deadline of each HTTP "
                                                               "call (connect, headers, body), s."),
-        wait: float = typer.Option(600.0, "--wait", help="--server: deadline of /stop_profile (the "
-                                                         "server writes its trace before answering) "
-                                                         "and of the trace files settling, s."),
+        wait: float = typer.Option(120.0, "--wait", help="--server: one total deadline from /stop_profile "
+                                                         "on (the server writes its trace before "
+                                                         "answering; then the files settle), s."),
+        probe: Path | None = typer.Option(None, "--probe", metavar="NAME",
+                                          help="--server: the -o NAME of the server's own `srtscope capture "
+                                               "--backend probe --instrument ENGINE`: its processes' stage "
+                                               "spans (the scheduler's process too) are diagnosed."),
+        with_stack: bool = typer.Option(False, "--with-stack", help="--server: ask the server's profiler for "
+                                                                    "Python stacks (SGLang; slow, large)."),
         diagnose: bool = typer.Option(True, "--diagnose/--no-diagnose",
                                       help="--server: diagnose the trace afterwards."),
     ) -> None:
@@ -66,20 +74,47 @@ def register(app: typer.Typer) -> None:
                 fail("--server profiles a running server: give no COMMAND with it")
             if out is not None or instrument or capture_range:
                 fail("--out, --instrument and --capture-range apply to a COMMAND, not to --server "
-                     "(start the server itself under srtscope capture --instrument to mark its stages)")
+                     "(start the server itself under srtscope capture --backend probe --instrument ENGINE "
+                     "-o NAME, then give --probe NAME)")
             raise typer.Exit(_server(server, load, concurrency, max_tokens, duration, trace_dir,
-                                     timeout, wait, diagnose))
-        code = capture(list(command or []), backend, out or DEFAULT_OUT, capture_range, list(instrument))
+                                     timeout, wait, diagnose, probe, with_stack))
+        if probe is not None or with_stack:
+            fail("--probe and --with-stack apply to --server")
+        code = capture(list(command or []), default_backend(backend, bool(instrument)), out or DEFAULT_OUT,
+                       capture_range, list(instrument))
         raise typer.Exit(code)
 
 
+def default_backend(given: Backend | None, instrument: bool) -> Backend:
+    """``--backend`` as given; else nsys where it is on PATH, else (with ``--instrument``) probe,
+    said in one line: the instrumented stages need no profiler. Without either, nsys (whose
+    absence is then one error line naming the other backends)."""
+    import shutil
+
+    if given is not None:
+        return given
+    if shutil.which("nsys") is None and instrument:
+        print("srtscope: nsys is not installed: capturing with --backend probe (the --instrument stages' "
+              "own spans; --backend torch for a torch.profiler trace)", file=sys.stderr, flush=True)
+        return Backend.PROBE
+    return Backend.NSYS
+
+
 def _server(url: str, load: int, concurrency: int, max_tokens: int, duration: float,
-            trace_dir: Path | None, timeout: float, wait: float, diagnose: bool) -> int:
+            trace_dir: Path | None, timeout: float, wait: float, diagnose: bool,
+            probe: Path | None = None, with_stack: bool = False) -> int:
     from srtscope.cli.http_call import shown
-    from srtscope.cli.server_capture import ServerError, ServerPlan, capture_server, engine_traces
+    from srtscope.cli.server_capture import (
+        WORKER_ONLY,
+        ServerError,
+        ServerPlan,
+        capture_server,
+        engine_traces,
+        worker_only,
+    )
 
     try:
-        plan = ServerPlan(url, trace_dir, load, concurrency, max_tokens, duration, timeout, wait)
+        plan = ServerPlan(url, trace_dir, load, concurrency, max_tokens, duration, timeout, wait, probe, with_stack)
     except ValueError as exc:
         fail(str(exc))
 
@@ -87,21 +122,28 @@ def _server(url: str, load: int, concurrency: int, max_tokens: int, duration: fl
         print(f"srtscope: {line}", file=sys.stderr, flush=True)
 
     try:
-        traces = capture_server(plan, say)
+        got = capture_server(plan, say)
     except ServerError as exc:
         fail(str(exc))
-    engine, front = engine_traces(traces)
+    engine, front = engine_traces(got.traces)
     for t in engine:                    # NOTE: the server names its files: escaped, cut
-        say(f"the server wrote {shown(t, 1000)}")
+        say(f"the server wrote {shown(t, 1000)}" + (" (not diagnosed: the --probe trace is)" if got.probe else ""))
     for t in front:
         say(f"the server wrote {shown(t, 1000)} (its front end: not diagnosed)")
-    if not diagnose or not engine:
+    chosen = [got.probe] if got.probe is not None else engine
+    if not diagnose or not chosen:
         return 0
     from srtscope.cli.cmd_diagnose import run_diagnosis
     from srtscope.cli.render import render_diagnosis
     from srtscope.cli.terminal import Console
 
     console = Console()
-    diag = run_diagnosis(engine, 5.0, None, console, False)
-    render_diagnosis(diag.to_json(), console)
+    keep: list = []
+    diag = run_diagnosis(chosen, 5.0, None, console, False, keep)
+    doc = diag.to_json()
+    names = set(keep[0].host_ranges["name"].astype(str)) if keep and keep[0] is not None \
+        else {r["name"] for r in doc.get("top_ranges", [])}
+    if got.probe is None and worker_only(names):
+        say(WORKER_ONLY)
+    render_diagnosis(doc, console)
     return 0

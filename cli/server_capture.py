@@ -11,7 +11,18 @@ model name, an error body, a file name) is escaped and cut before it is printed.
 
 vLLM exposes the two endpoints only when started with its torch profiler on (``--profiler-config``
 with ``profiler: torch`` and ``torch_profiler_dir``; older versions: ``VLLM_TORCH_PROFILER_DIR``);
-SGLang always does, and is sent ``output_dir`` when the folder is given.
+SGLang always does, and is sent ``output_dir`` when the folder is given. Both are sent
+``with_stack: false`` unless ``with_stack`` (SGLang honours it; vLLM takes it from its own
+``torch_profiler_with_stack``, on by default: with it a vLLM server can take many minutes and GB to
+stop, so srtscope's deadline names it).
+
+No call can hang: from ``/stop_profile`` on, one total deadline (``wait_s``) covers the server's
+answer, its trace files settling and the probe traces' last flush.
+
+``probe``: the ``-o NAME`` of the server's own ``srtscope capture --backend probe --instrument``;
+its processes' probe traces, cut to the capture, are the trace diagnosed (``server_probe``): they
+hold the process where the scheduler runs (vLLM's engine core) as well as the model runner's,
+which vLLM's profiler (the worker's alone) does not. With it the server needs no profiler.
 """
 from __future__ import annotations
 
@@ -47,9 +58,10 @@ class ServerPlan:
     """``url``: the server's base URL (http or https, optionally ``user:password@``: basic auth);
     ``timeout_s``: each HTTP call's total deadline (connect, headers and body, s);
     ``load``: requests of built-in load (0: none, then ``duration_s`` of the server's own traffic);
-    ``max_tokens``: per load request; ``wait_s``: the deadline of ``/stop_profile`` (the server
-    answers once it has written its trace: minutes for a large one) and then of the trace files
-    settling."""
+    ``max_tokens``: per load request; ``wait_s``: one total deadline from ``/stop_profile`` on (the
+    server answers once it has written its trace), over its answer, the trace files settling and
+    the probe traces' flush; ``probe``: the server's own capture name (``server_probe``);
+    ``with_stack``: ask for Python stacks (SGLang; vLLM's are its own setting)."""
 
     url: str
     trace_dir: Path | None = None
@@ -58,7 +70,9 @@ class ServerPlan:
     max_tokens: int = 32
     duration_s: float = 10.0
     timeout_s: float = 60.0
-    wait_s: float = 600.0
+    wait_s: float = 120.0
+    probe: Path | None = None
+    with_stack: bool = False
 
     def __post_init__(self) -> None:
         parse_target(self.url)
@@ -116,9 +130,14 @@ def ok(answer: Answer) -> bool:
     return 200 <= answer.status < 300
 
 
-def start_profile(plan: ServerPlan) -> None:
-    body = {"output_dir": str(plan.trace_dir)} if plan.trace_dir is not None else None
+def start_profile(plan: ServerPlan) -> bool:
+    """Start the server's profiler; False when it has none and ``plan.probe`` stands in for it."""
+    body: dict[str, Any] = {"with_stack": plan.with_stack}
+    if plan.trace_dir is not None:
+        body["output_dir"] = str(plan.trace_dir)
     answer = _call(plan, "POST", "/start_profile", body, plan.timeout_s)
+    if answer.status == 404 and plan.probe is not None:
+        return False
     if answer.status == 404:
         raise ServerError(f"{plan.base} has no /start_profile (HTTP 404): a vLLM server has it only "
                           f"when started with its profiler on: --profiler-config "
@@ -127,10 +146,22 @@ def start_profile(plan: ServerPlan) -> None:
                           f"as --trace-dir. SGLang servers always have it")
     if not ok(answer):
         raise ServerError(refusal("POST", f"{plan.base}/start_profile", answer))
+    return True
 
 
-def stop_profile(plan: ServerPlan) -> None:
-    answer = _call(plan, "POST", "/stop_profile", None, plan.wait_s)
+STACKS_HINT = ("a vLLM server started with Python stacks (torch_profiler_with_stack, vLLM's default) can "
+               "take many minutes and GB to write its trace: start it with --profiler-config "
+               "'{\"profiler\": \"torch\", \"torch_profiler_dir\": \"DIR\", \"torch_profiler_with_stack\": "
+               "false}', or give a longer --wait")
+
+
+def stop_profile(plan: ServerPlan, timeout_s: float | None = None) -> None:
+    try:
+        answer = _call(plan, "POST", "/stop_profile", None, plan.wait_s if timeout_s is None else timeout_s)
+    except ServerError as exc:
+        if "within" in str(exc):
+            raise ServerError(f"{exc}: {STACKS_HINT}") from None
+        raise
     if not ok(answer):
         raise ServerError(refusal("POST", f"{plan.base}/stop_profile", answer))
 
@@ -237,14 +268,28 @@ def wait_for_traces(folder: Path, since: float, wait_s: float,
         sleep(SETTLE_S)
 
 
-def capture_server(plan: ServerPlan, say: Callable[[str], None]) -> list[Path]:
-    """Profile the server at ``plan.url``; the traces it wrote. Raises ServerError (one line)."""
+@dataclass
+class ServerCapture:
+    """What a server capture gave: the traces the server's profiler wrote (``traces``), and the
+    probe trace cut to the capture (``probe``, with ``--probe``)."""
+
+    traces: list[Path]
+    probe: Path | None = None
+
+
+def capture_server(plan: ServerPlan, say: Callable[[str], None]) -> ServerCapture:
+    """Profile the server at ``plan.url``; what it wrote. Raises ServerError (one line)."""
+    from srtscope.cli.server_probe import ProbeError, server_probe_trace
+
     folder = trace_dir_of(plan)
     if plan.trace_dir is not None and not folder.is_dir():
         raise ServerError(f"--trace-dir {folder}: not a folder")
     model = model_name(plan) if plan.load else None
     since = time.time() - 1.0            # NOTE: file systems with coarse timestamps
-    start_profile(plan)
+    start_s = time.time()
+    profiled = start_profile(plan)
+    if not profiled:
+        say(f"{plan.base} has no /start_profile (its profiler is off): only the --probe traces are read")
     doing = (f" while sending {plan.load} requests to /v1/completions (model {shown(model)})"
              if model is not None else f" for {plan.duration_s:g} s")
     say(f"profiling {plan.base}{doing}")
@@ -256,13 +301,43 @@ def capture_server(plan: ServerPlan, say: Callable[[str], None]) -> list[Path]:
         else:
             time.sleep(plan.duration_s)
     finally:
-        stop_profile(plan)
-    traces = wait_for_traces(folder, since, plan.wait_s)
-    if not traces:
-        raise ServerError(f"the server wrote no trace into {shown(folder, 1000)} within {plan.wait_s:g} s of "
-                          f"/stop_profile; give the folder its profiler writes to as --trace-dir "
-                          f"(vLLM: its VLLM_TORCH_PROFILER_DIR)")
-    return traces
+        end_s = time.time()
+        deadline = time.monotonic() + plan.wait_s
+        if profiled:
+            stop_profile(plan)
+    traces: list[Path] = []
+    if profiled:
+        traces = wait_for_traces(folder, since, max(deadline - time.monotonic(), 0.1))
+        if not traces and plan.probe is None:
+            raise ServerError(f"the server wrote no trace into {shown(folder, 1000)} within {plan.wait_s:g} s of "
+                              f"/stop_profile; give the folder its profiler writes to as --trace-dir "
+                              f"(vLLM: its torch_profiler_dir)")
+    probe = None
+    if plan.probe is not None:
+        try:
+            probe, procs, spans = server_probe_trace(plan.probe, start_s, end_s, deadline)
+        except ProbeError as exc:
+            raise ServerError(str(exc)) from None
+        say(f"--probe: {spans} stage spans of {procs} server processes in the capture's "
+            f"{end_s - start_s:.1f} s, written to {shown(probe, 1000)}")
+    return ServerCapture(traces, probe)
+
+
+#: The one line for a vLLM server's worker trace with no scheduler in it: its scheduler runs in the
+#: engine-core process, which vLLM's profiler does not trace.
+WORKER_ONLY = ("the trace is vLLM's worker process's: the scheduler runs in the engine-core process, which "
+               "vLLM's profiler does not trace, so scheduler time reads as host / host_unattributed; to name "
+               "it, start the server under `srtscope capture --backend probe --instrument vllm -o NAME -- ...` "
+               "and add --probe NAME")
+
+
+def worker_only(names: set[str]) -> bool:
+    """Whether a trace's range names are a vLLM worker's alone: its per-step ``execute_*`` or
+    ``gpu_model_runner: *`` ranges and nothing of the engine core (``llm_engine step: *``,
+    ``schedule: *``, srtscope's ``sched.*`` / ``loop.step`` stages)."""
+    vllm_worker = any(n.startswith(("execute_context", "gpu_model_runner:")) for n in names)
+    core = any(n.startswith(("llm_engine step", "schedule:", "sched.", "loop.step")) for n in names)
+    return vllm_worker and not core
 
 
 def engine_traces(traces: list[Path]) -> tuple[list[Path], list[Path]]:

@@ -90,6 +90,7 @@ def _sglang_batch_mode(result: Any) -> str | None:
 
 
 _VLLM_SCHED = "vllm.v1.core.sched.scheduler"
+_VLLM_KV = "vllm.v1.core.kv_cache_manager"
 _VLLM_CORE = "vllm.v1.engine.core"
 _VLLM_OUT = "vllm.v1.engine.output_processor"
 _VLLM_LLM = "vllm.v1.engine.llm_engine"
@@ -112,6 +113,10 @@ VLLM = EngineTable(
         Target(Stage.LOOP_STEP, _VLLM_CORE, "EngineCore.step_with_batch_queue", optional=True),
         Target(Stage.SCHED_RECV, _VLLM_CORE, "EngineCore.add_request"),
         Target(Stage.SCHED_SCHEDULE, _VLLM_SCHED, "Scheduler.schedule", mode_from=_vllm_schedule_mode),
+        # KV slot allocation is batch preparation (docs/structure.md; SGLang's prepare_for_extend),
+        # as vLLM's own `schedule: allocate_slots` scope is read: nested in sched.schedule, the
+        # innermost stage decides
+        Target(Stage.PREP_BATCH, _VLLM_KV, "KVCacheManager.allocate_slots", {"part": "alloc"}),
         Target(Stage.SCHED_RESULT, _VLLM_SCHED, "Scheduler.update_from_output"),
         Target(Stage.SCHED_RESULT, _VLLM_OUT, "OutputProcessor.process_outputs", {"part": "detokenize"}),
         # model runner V1: execute_model = states, inputs, attention metadata, forward; then

@@ -41,10 +41,13 @@ def trace_world(tl: Timeline, kernel_names: Iterable[str] = ()) -> World:
         return World.VLLM
     if instrumented == "sglang":
         return World.SGLANG
-    if any(n in _OWN_STAGES for n in names) or "srtscope" in engines:
-        return World.SRTSCOPE
+    # NOTE: vLLM's own names before srtscope's stage names: a capture of vLLM under ``--instrument``
+    # (torch or nsys backend) holds both, the stages as ranges inside vLLM's trace; srtscope's own
+    # engine is SGLang-shaped and writes some of SGLang's names, never vLLM's
     if "vllm" in engines:
         return World.VLLM
+    if any(n in _OWN_STAGES for n in names) or "srtscope" in engines:
+        return World.SRTSCOPE
     if "sglang" in engines:
         return World.SGLANG
     if tl.meta.format is SourceFormat.KINETO or frames or len(tl.domain_ranges(OP_DOMAIN)):

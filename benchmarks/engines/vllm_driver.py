@@ -8,15 +8,24 @@ vLLM's own functions, clean runs alternated with faulty ones, each run traced by
 Runs in the rig's vLLM venv (``setup_vllm.sh``); imports nothing of srtscope, so it also runs under
 ``srtscope capture`` (``--profiler none``: the capture's profiler records it).
 
-Faults, monkeypatched into vLLM's own functions for the runs that name them (once per engine step):
+Faults, monkeypatched into vLLM's own functions for the runs that name them (once per engine step
+unless said otherwise):
 - ``sched``: inside ``Scheduler.schedule()`` — its call of ``KVCacheManager.new_step_starts()``,
   outside any of vLLM's scopes (so only the engine step's own time and Python frames show it);
 - ``prep``: ``GPUModelRunner._prepare_inputs`` (inside vLLM's ``gpu_model_runner: preprocess``);
-- ``result``: ``OutputProcessor.process_outputs`` (inside ``llm_engine step: process_outputs``).
+- ``result``: ``OutputProcessor.process_outputs`` (inside ``llm_engine step: process_outputs``);
+- ``alloc``: ``KVCacheManager.allocate_slots``, its first call in each step (``--alloc-ms``, 15):
+  KV slot allocation, called inside ``Scheduler.schedule()`` — prep by srtscope's taxonomy (inside
+  vLLM's ``schedule: allocate_slots`` scope for running requests; a prefill step allocates for
+  waiting requests outside that scope);
+- ``every4``: an intermittent stall, ``--stall-ms`` (60) in every ``--stall-every``-th (4th) call of
+  ``Scheduler.schedule()`` (where ``sched`` is), counted from the run's first step.
 Each delay is a ``time.sleep`` (``--delay-kind spin``: a busy-wait; on a loaded machine the forward
 right after a busy-wait runs slower, which the what-if cannot know) inside a
 ``record_function("srtscope.rig.inject fault=...")`` range:
-the ground truth, read back from the same trace (no stage name: the analyzers ignore it).
+the ground truth, read back from the same trace (no stage name: the analyzers ignore it), and
+measured by the driver itself (``inside_ms`` in the manifest: the time spent inside the faults, for
+captures whose trace holds no ``record_function`` range, the probe backend's).
 
 Writes ``OUT/runNN_<fault>.pt.trace.json.gz`` per run (vLLM's profiler) and ``OUT/manifest.json``:
 per run, the fault, the delay, how often it fired, the wall time and the command line.
@@ -31,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-FAULTS = ("clean", "sched", "prep", "result")
+FAULTS = ("clean", "sched", "prep", "result", "alloc", "every4")
 INJECT_RANGE = "srtscope.rig.inject"
 
 
@@ -43,6 +52,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--delay-ms", type=float, default=20.0)
     p.add_argument("--delay-kind", choices=("sleep", "spin"), default="sleep",
                    help="sleep, or busy-wait (on a loaded machine the OS then slows the next forward)")
+    p.add_argument("--alloc-ms", type=float, default=15.0, help="the alloc fault's delay")
+    p.add_argument("--stall-ms", type=float, default=60.0, help="the every4 fault's delay")
+    p.add_argument("--stall-every", type=int, default=4, help="the every4 fault: every Nth scheduler call")
     p.add_argument("--requests", type=int, default=4)
     p.add_argument("--tokens", type=int, default=12, help="tokens generated per request (= decode steps)")
     p.add_argument("--prompt-len", type=int, default=24)
@@ -61,30 +73,61 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 
 class Faults:
-    """The delays: which fault is on, and how often each fired (read by the manifest)."""
+    """The delays: which fault is on, how often each fired and the time spent inside them (read by
+    the manifest). ``steps``: ``Scheduler.schedule()`` calls since the run started (each engine step
+    schedules once)."""
 
-    def __init__(self, delay_s: float, sleep: bool = False) -> None:
-        self.delay_s = delay_s
+    def __init__(self, delay_s: float, sleep: bool = False, alloc_s: float = 0.015, stall_s: float = 0.06,
+                 stall_every: int = 4) -> None:
+        self.delay_s = {"sched": delay_s, "prep": delay_s, "result": delay_s, "alloc": alloc_s,
+                        "every4": stall_s}
         self.sleep = sleep
+        self.stall_every = stall_every
         self.active = "clean"
         self.fired = 0
+        self.inside_s = 0.0
+        self.steps = 0
+        self._alloc_step = -1
 
-    def wrap(self, owner: type, attr: str, fault: str) -> None:
+    def start(self, fault: str) -> None:
+        self.active, self.fired, self.inside_s, self.steps, self._alloc_step = fault, 0, 0.0, 0, -1
+
+    def due(self, fault: str) -> bool:
+        """Whether ``fault``'s wrapped function delays this call."""
+        if self.active != fault:
+            return False
+        if fault == "alloc":               # its first call in the step
+            if self._alloc_step == self.steps:
+                return False
+            self._alloc_step = self.steps
+        if fault == "every4":              # new_step_starts counted the call already
+            return (self.steps - 1) % self.stall_every == 0
+        return True
+
+    def wait(self, fault: str) -> None:
         import torch
 
+        t0 = time.perf_counter()
+        with torch.profiler.record_function(f"{INJECT_RANGE} fault={fault}"):
+            if self.sleep:
+                time.sleep(self.delay_s[fault])
+            else:
+                end = t0 + self.delay_s[fault]
+                while time.perf_counter() < end:     # busy: host CPU work
+                    pass
+        self.inside_s += time.perf_counter() - t0
+        self.fired += 1
+
+    def wrap(self, owner: type, attr: str, *faults: str, count_step: bool = False) -> None:
         orig = getattr(owner, attr)
-        faults = self
+        state = self
 
         def patched(*args, **kwargs):
-            if faults.active == fault:
-                with torch.profiler.record_function(f"{INJECT_RANGE} fault={fault}"):
-                    if faults.sleep:
-                        time.sleep(faults.delay_s)
-                    else:
-                        end = time.perf_counter() + faults.delay_s
-                        while time.perf_counter() < end:     # busy: host CPU work
-                            pass
-                faults.fired += 1
+            if count_step:
+                state.steps += 1
+            for fault in faults:
+                if state.due(fault):
+                    state.wait(fault)
             return orig(*args, **kwargs)
 
         patched.__wrapped__ = orig  # type: ignore[attr-defined]
@@ -96,7 +139,9 @@ def install(faults: Faults) -> None:
     from vllm.v1.engine.output_processor import OutputProcessor
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    faults.wrap(KVCacheManager, "new_step_starts", "sched")
+    # new_step_starts: once per Scheduler.schedule(), inside it, outside vLLM's scopes
+    faults.wrap(KVCacheManager, "new_step_starts", "sched", "every4", count_step=True)
+    faults.wrap(KVCacheManager, "allocate_slots", "alloc")
     faults.wrap(GPUModelRunner, "_prepare_inputs", "prep")
     faults.wrap(OutputProcessor, "process_outputs", "result")
 
@@ -114,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from vllm import LLM, SamplingParams
 
-    faults = Faults(a.delay_ms / 1000.0, a.delay_kind == "sleep")
+    faults = Faults(a.delay_ms / 1000.0, a.delay_kind == "sleep", a.alloc_ms / 1000.0, a.stall_ms / 1000.0,
+                    a.stall_every)
     install(faults)
     kw: dict = {}
     if a.profiler == "vllm":
@@ -135,13 +181,14 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()[0]
     runs = []
     for i, fault in enumerate(a.run_list):
-        faults.active, faults.fired = fault, 0
+        faults.start(fault)
         if a.profiler == "vllm":
             llm.start_profile()
         t = time.perf_counter()
         outs = llm.generate(prompts(i), sp, use_tqdm=False)
         wall = time.perf_counter() - t
         faults.active = "clean"
+        fired, inside_s, scheduled = faults.fired, faults.inside_s, faults.steps
         trace = None
         if a.profiler == "vllm":
             llm.stop_profile()
@@ -150,15 +197,17 @@ def main(argv: list[str] | None = None) -> int:
                 trace = out / f"run{i:02d}_{fault}.pt.trace.json.gz"
                 shutil.move(str(got[-1]), trace)
         n_tok = sum(len(o.outputs[0].token_ids) for o in outs)
-        runs.append({"run": i, "fault": fault, "delay_ms": a.delay_ms if fault != "clean" else 0.0,
-                     "fired": faults.fired, "wall_s": round(wall, 4), "tokens": n_tok,
-                     "trace": trace.name if trace else None})
-        print(f"run {i:2d} {fault:6s} fired {faults.fired:3d}  wall {wall * 1e3:8.1f} ms  "
+        runs.append({"run": i, "fault": fault,
+                     "delay_ms": faults.delay_s[fault] * 1e3 if fault != "clean" else 0.0,
+                     "fired": fired, "inside_ms": round(inside_s * 1e3, 3), "schedule_calls": scheduled,
+                     "wall_s": round(wall, 4), "tokens": n_tok, "trace": trace.name if trace else None})
+        print(f"run {i:2d} {fault:6s} fired {fired:3d}  wall {wall * 1e3:8.1f} ms  "
               f"{n_tok} tokens  {trace.name if trace else ''}", flush=True)
     shutil.rmtree(prof_dir, ignore_errors=True)
     import vllm
     manifest = {"vllm": vllm.__version__, "model": a.model, "requests": a.requests, "tokens": a.tokens,
                 "prompt_len": a.prompt_len, "with_stack": a.with_stack, "delay_kind": a.delay_kind,
+                "alloc_ms": a.alloc_ms, "stall_ms": a.stall_ms, "stall_every": a.stall_every,
                 "scopes": not a.no_scopes,
                 "profiler": a.profiler, "load_s": round(load_s, 1), "cpus": os.cpu_count(),
                 "loadavg": [round(load_before, 1), round(os.getloadavg()[0], 1)],

@@ -58,3 +58,33 @@ def test_injected_delay_named_and_recovered(run, cls, cause):
     wif = next(w for w in d.what_if if w.cause == cause)
     clean_step = clean.budget.wall_ns / clean.budget.steps
     assert abs(wif.step_ns_after - clean_step) <= 0.15 * clean_step
+
+
+@pytest.mark.parametrize("trace", ["vllm_instrument_prep.json.gz", "vllm/vllm_cpu_prep.pt.trace.json.gz",
+                                   "vllm_instrument_sched.json.gz", "vllm/vllm_cpu_sched.pt.trace.json.gz"])
+def test_advice_on_vllm_names_vllms_own_options(trace):
+    # the probe path (--instrument vllm) and vLLM's own profiler alike: vLLM's words, not SGLang's
+    d = diagnose(load_timeline([SAMPLES / trace]))
+    first = d.verdict.advice[0]
+    assert first.cause == d.verdict.cause
+    text = " ".join(a.text for a in d.verdict.advice)
+    assert "ForwardBatch" not in text and "srtscope run" not in text
+    assert "--async-scheduling" in first.text
+    if first.cause == "batch_prep":
+        assert "_prepare_inputs" in first.text and "KV block allocation" in first.text
+
+
+def test_a_vllm_trace_with_srtscope_stages_in_it_is_vllms():
+    # scenario: capture --backend torch --instrument vllm: srtscope's stage ranges (record_function)
+    # inside vLLM's own Kineto trace; the advice must be vLLM's, not srtscope's engine's
+    from srtscope.analyzers.analyses.world import trace_world
+    from srtscope.analyzers.model.vocab import World
+    from tests.analyzers._tl import rng, timeline
+
+    tl = timeline(ranges=[rng(0, 100, "llm_engine step: get_output", domain="kineto"),
+                          rng(1, 20, "sched.schedule"), rng(2, 18, "prep.batch"),
+                          rng(21, 30, "schedule: allocate_slots", domain="kineto")])
+    assert trace_world(tl) is World.VLLM
+    # srtscope's own engine (SGLang-shaped: some of SGLang's names, srtscope's stages) stays its own
+    tl = timeline(ranges=[rng(0, 100, "sched.schedule"), rng(1, 20, "scheduler.get_next_batch_to_run")])
+    assert trace_world(tl) is World.SRTSCOPE

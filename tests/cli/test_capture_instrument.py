@@ -133,16 +133,49 @@ def test_capture_runs_the_named_interpreter_and_instruments_each_process(engine,
     assert doc["steps"]["source"] == "loop.step" and doc["steps"]["count"] == 8
 
 
-def test_capture_says_how_to_fix_srtscope_missing_from_the_interpreter(engine, tmp_path):
+def test_capture_instruments_an_interpreter_without_srtscope_and_writes_nothing_into_the_checkout(
+        engine, tmp_path):
+    # scenario: the engine's own interpreter has no srtscope and no PYTHONPATH to it; the capture
+    # puts its own import path in place, which holds srtscope only (not the checkout's analyzers/,
+    # cli/, ... nor the user's folders), and the checkout is left as it was
+    probe = engine / "probe.py"
+    probe.write_text("import importlib.util, srtscope\n"
+                     "print('srtscope from:', srtscope.__file__)\n"
+                     "print('checkout folders importable:', [m for m in ('analyzers', 'cli', 'probes', "
+                     "'engine', 'benchmarks') if importlib.util.find_spec(m)])\n")
+    before = sorted(p for p in REPO.rglob("*") if ".venv" not in p.parts and ".git" not in p.parts)
     out = tmp_path / "out" / "cap"
     r = _run([*CLI, "capture", "--backend", "probe", "--instrument", "vllm", "--out", out, "--",
               OTHER_PYTHON, "drive.py"], {"PYTHONPATH": str(engine)}, engine)
+    assert r.returncode == 3, r.stderr
+    assert "not instrumented" not in r.stderr and "warning" not in r.stderr, r.stderr
+    assert sorted(_spans(t).count("loop.step") for t in out.parent.glob("cap.pid*.json.gz")) == [3, 5]
+    r = _run([*CLI, "capture", "--backend", "probe", "--instrument", "vllm", "--out", out, "--",
+              OTHER_PYTHON, "probe.py"], {"PYTHONPATH": str(engine)}, engine)
+    assert r.returncode == 0, r.stderr
+    where = r.stdout.split("srtscope from: ")[1].split()[0]
+    assert "srtscope-boot-" in where and not where.startswith(str(REPO))
+    assert "checkout folders importable: []" in r.stdout
+    assert not Path(where).exists()                  # the import path is removed afterwards
+    after = sorted(p for p in REPO.rglob("*") if ".venv" not in p.parts and ".git" not in p.parts)
+    assert after == before
+
+
+def test_capture_says_in_one_line_why_an_interpreter_cannot_run_srtscope(engine, tmp_path):
+    # an interpreter that cannot import srtscope from the capture's path (here: one that fails
+    # every import, as a Python older than 3.10 fails srtscope's syntax)
+    old = tmp_path / "bin" / "python3.8"
+    old.parent.mkdir()
+    old.write_text("#!/bin/sh\necho 'SyntaxError: invalid syntax' >&2\nexit 1\n")
+    old.chmod(0o755)
+    out = tmp_path / "out" / "cap"
+    r = _run([*CLI, "capture", "--backend", "probe", "--instrument", "vllm", "--out", out, "--",
+              old, "drive.py"], {"PYTHONPATH": str(engine)}, engine)
     assert r.returncode == 2, r.stderr
-    # (srtscope's own interpreter runs the user's sitecustomize too: PYTHONPATH is shared)
     lines = [ln for ln in r.stderr.strip().splitlines() if ln != "user sitecustomize ran"]
     assert len(lines) == 1 and lines[0].startswith("srtscope: error: "), r.stderr
-    assert f"not importable by {OTHER_PYTHON}" in lines[0]
-    assert f"PYTHONPATH={REPO}" in lines[0] and "pip install" in lines[0]
+    assert f"not importable by {old} (SyntaxError: invalid syntax)" in lines[0]
+    assert "Python >= 3.10" in lines[0] and str(REPO) not in lines[0]
     assert r.stdout == "" and not list(out.parent.glob("*"))      # the program never ran
 
 
@@ -223,3 +256,34 @@ def test_capture_nsys_instruments_with_nvtx_and_sets_the_nsys_switches(engine, t
     warned = [ln for ln in r.stderr.splitlines() if "nvtx package is not importable" in ln]
     assert len(warned) == 1 and f"{OTHER_PYTHON} -m pip install nvtx" in warned[0]
     assert (tmp_path / "cap.sqlite").exists() and not list(tmp_path.glob("cap.pid*"))
+
+
+def _no_nsys_path(tmp_path: Path) -> str:
+    """A PATH with the interpreter's folder and the basic tools, and no nsys."""
+    bin_dir = tmp_path / "nsys-free-bin"
+    bin_dir.mkdir()
+    for tool in ("sh", "env"):
+        src = Path("/bin") / tool
+        if src.exists():
+            (bin_dir / tool).symlink_to(src)
+    return os.pathsep.join([str(Path(OTHER_PYTHON).parent), str(bin_dir)])
+
+
+def test_capture_instrument_without_backend_uses_probe_where_nsys_is_absent(engine, tmp_path):
+    out = tmp_path / "out" / "cap"
+    r = _run([*CLI, "capture", "--instrument", "vllm", "--out", out, "--", OTHER_PYTHON, "drive.py"],
+             {"PYTHONPATH": str(engine), "PATH": _no_nsys_path(tmp_path)}, engine)
+    assert r.returncode == 3, r.stderr
+    assert "nsys is not installed: capturing with --backend probe" in r.stderr
+    assert sorted(_spans(t).count("loop.step") for t in out.parent.glob("cap.pid*.json.gz")) == [3, 5]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--instrument", "vllm", "--backend", "nsys"], "use --backend probe (the --instrument stages' own spans"),
+    ([], "use --backend torch to capture with torch.profiler instead"),
+])
+def test_capture_without_nsys_names_the_backend_that_works(engine, tmp_path, args, needle):
+    r = _run([*CLI, "capture", *args, "--out", tmp_path / "cap", "--", OTHER_PYTHON, "drive.py"],
+             {"PYTHONPATH": str(engine), "PATH": _no_nsys_path(tmp_path)}, engine)
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln != "user sitecustomize ran"]
+    assert r.returncode == 2 and len(lines) == 1 and needle in lines[0], r.stderr

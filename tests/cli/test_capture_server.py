@@ -115,13 +115,13 @@ def test_server_capture_profiles_the_load_and_finds_the_trace(serve):
     said: list[str] = []
     plan = ServerPlan(srv.url, trace_dir=srv.trace_dir, load=10, concurrency=3, max_tokens=8,
                       timeout_s=10, wait_s=10)
-    traces = capture_server(plan, said.append)
+    traces = capture_server(plan, said.append).traces
     assert [p.parent for p in traces] == [srv.trace_dir]
     calls = srv.calls
     assert calls[0] == "GET /v1/models" and calls[1] == "POST /start_profile" and calls[-1] == "POST /stop_profile"
     assert calls.count("POST /v1/completions") == 10
-    # SGLang takes the trace folder with the start; vLLM ignores the body
-    assert srv.bodies["/start_profile"] == {"output_dir": str(srv.trace_dir)}
+    # SGLang takes the trace folder and the stacks setting with the start; vLLM ignores the body
+    assert srv.bodies["/start_profile"] == {"output_dir": str(srv.trace_dir), "with_stack": False}
     assert any("10/10 requests answered, 80 tokens" in line for line in said), said
 
 
