@@ -6,6 +6,8 @@ the fast tier, which costs time, never coverage."""
 from __future__ import annotations
 
 SLOW_TESTS = frozenset({
+    "tests/cli/test_capture_instrument.py::test_capture_instruments_an_interpreter_without_srtscope_and_writes_nothing_into_the_checkout",
+    "tests/cli/test_capture_server_probe.py::test_server_probe_cli_names_the_scheduler_of_the_other_process",
     "tests/analyzers/test_bad_input.py::test_corrupted_kineto",
     "tests/analyzers/test_bombs.py::test_bomb_refused_in_bounded_time_and_memory",
     "tests/analyzers/test_cluster_deadlines.py::test_a_read_past_the_read_timeout_is_one_line_and_exit_2",
