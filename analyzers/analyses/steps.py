@@ -1,8 +1,8 @@
 """Steps: segment the run into engine steps and describe each one.
 
 Sources, first that applies per trace (``vocab.StepSource``): ``loop.step`` ranges (attrs
-step/mode/bs/tokens); SGLang's scheduler ranges (a step starts at each top-level
-``get_next_batch_to_run``); torch.profiler's ``ProfilerStep#N``; vLLM's ``execute_*_context_*`` /
+step/mode/bs/tokens); engines' step openers (SGLang: each loop turn that runs a forward, from its
+``recv_requests``; vLLM's ``llm_engine step``; else the scheduler's ranges); torch.profiler's ``ProfilerStep#N``; vLLM's ``execute_*_context_*`` /
 ``execute_*_generation_*`` ranges; without any marker, the launching thread's host synchronisation
 points, else its launch bursts separated by idle gaps.
 
