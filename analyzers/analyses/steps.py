@@ -2,9 +2,10 @@
 
 Sources, first that applies per trace (``vocab.StepSource``): ``loop.step`` ranges (attrs
 step/mode/bs/tokens); engines' step openers (SGLang: each loop turn that runs a forward, from its
-``recv_requests``; vLLM's ``llm_engine step``; else the scheduler's ranges); torch.profiler's ``ProfilerStep#N``; vLLM's ``execute_*_context_*`` /
-``execute_*_generation_*`` ranges; without any marker, the launching thread's host synchronisation
-points, else its launch bursts separated by idle gaps.
+``recv_requests``; vLLM's ``llm_engine step``; else the scheduler's ranges); torch.profiler's
+``ProfilerStep#N``; vLLM's ``execute_*_context_*`` / ``execute_*_generation_*`` ranges; without any
+marker, the launching thread's host synchronisation points, else its launch bursts separated by idle
+gaps.
 
 Per step: wall time, device busy (union over the rank's devices), launches, graph launches, kernels
 inside graphs, and ``exec``: graph (any graph launch / graph kernel / ``run.graph_replay``), eager
