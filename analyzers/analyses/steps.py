@@ -1,11 +1,12 @@
 """Steps: segment the run into engine steps and describe each one.
 
 Sources, first that applies per trace (``vocab.StepSource``), the program's own rhythm before any
-guess: ``loop.step`` ranges (attrs step/mode/bs/tokens); an engine's step ranges (SGLang's
-scheduler ranges, vLLM's ``llm_engine step``: a step starts at each top-level opener); an engine's
-once-a-step function in Python frames (``stages.ENGINE_STEP_FRAMES``: vLLM's ``EngineCore.step``,
-a worker's ``execute_model``, SGLang's ``run_batch``); torch.profiler's ``ProfilerStep#N``; vLLM's
-``execute_*_context_*`` / ``execute_*_generation_*`` ranges; one recurring per-iteration marker
+guess: ``loop.step`` ranges (attrs step/mode/bs/tokens); engines' step openers (SGLang: each loop
+turn that runs a forward, from its ``recv_requests``; vLLM's ``llm_engine step``; else the
+scheduler's ranges); an engine's once-a-step function in Python frames
+(``stages.ENGINE_STEP_FRAMES``: vLLM's ``EngineCore.step``, a worker's ``execute_model``, SGLang's
+``run_batch``); torch.profiler's ``ProfilerStep#N``; vLLM's ``execute_*_context_*`` /
+``execute_*_generation_*`` ranges; one recurring per-iteration marker
 (``enumerate(DataLoader)#...__next__``, ``Optimizer.step#*.step``: each to the next); without any
 marker, the launching thread's host synchronisation points, else its launch bursts separated by
 idle gaps.
