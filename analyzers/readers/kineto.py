@@ -21,6 +21,7 @@ from __future__ import annotations
 import gzip
 import io
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,10 @@ from srtscope.analyzers.model.timeline import (
 from srtscope.analyzers.model.units import name_text
 from srtscope.analyzers.readers.errors import TraceError
 from srtscope.analyzers.readers.jsonstream import JsonStreamError, iter_trace, us_to_ns
-from srtscope.analyzers.readers.labels import split_labels
+from srtscope.analyzers.readers.kineto_columns import DOMAINS, KinetoRows, objects
+from srtscope.analyzers.readers.kineto_columns import _int as _int
+from srtscope.analyzers.readers.kineto_stream import Fallback, event_batches
+from srtscope.analyzers.readers.labels import split_coded_labels
 from srtscope.analyzers.readers.stand_in import forward_stand_ins, note_stand_ins
 from srtscope.probes.stages import resolve_stage
 
@@ -60,20 +64,6 @@ _FLOW_CATS = {"ac2g", "async"}
 #: the file is refused: a gzip bomb of ``0,`` ran for hours at ~1 µs per element, a real trace has none
 MAX_NON_EVENTS = 1_000_000
 KNOWN_SCHEMAS = {1}
-
-
-def _int(v: Any, default: int = -1) -> int:
-    """Ints, numeric strings and ``"stream 7"``-style strings -> int."""
-    if isinstance(v, bool) or v is None:
-        return default
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float):
-        return int(v)
-    if isinstance(v, str):
-        digits = v.rsplit(" ", 1)[-1]
-        return int(digits) if digits.lstrip("-").isdigit() else default
-    return default
 
 
 class _Cols:
@@ -98,8 +88,42 @@ def _open_text(path: Path) -> io.TextIOWrapper:
 
 
 def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
-    """Read one Kineto trace. ``rank`` is used when the trace has no ``distributedInfo.rank``."""
+    """Read one Kineto trace. ``rank`` is used when the trace has no ``distributedInfo.rank``.
+
+    Batched (``kineto_stream`` + ``kineto_columns``); a file that path does not take as it expects
+    is read again by the exact streaming reader (``jsonstream``), whose answer or error stands."""
     path = Path(path)
+    try:
+        return read_kineto_batched(path, rank)
+    except Fallback:
+        return _read_exact(path, rank)
+
+
+def read_kineto_batched(path: Path, rank: int = 0) -> Timeline:
+    """``read_kineto`` by the batched decoder alone: ``Fallback`` where it does not take the file."""
+    header: dict[str, Any] = {}
+    rows = KinetoRows(_DEVICE_CATS, _API_CATS, _RANGE_CATS, _OP_CATS, _FLOW_CATS,
+                      lambda name: resolve_stage(name) is not None, MAX_NON_EVENTS)
+    try:
+        for batch in event_batches(path, header.__setitem__):
+            rows.add(batch)
+    except TypeError as exc:            # a member of a type no comparison takes: the exact reader says
+        raise Fallback(str(exc)) from None
+    rows.finish()
+    if len(rows.dev["start_ns"]) + len(rows.api["start_ns"]) + rows.rng_rows == 0:
+        raise TraceError(path, f"Kineto trace holds no GPU, CUDA API or annotation events "
+                               f"({rows.n_events} events)")
+    dev = {**rows.dev, "start_ns": np.asarray(rows.dev["start_ns"], np.int64),
+           "dur_ns": np.asarray(rows.dev["dur_ns"], np.int64)}
+    api = {**rows.api, "start_ns": np.asarray(rows.api["start_ns"], np.int64),
+           "dur_ns": np.asarray(rows.api["dur_ns"], np.int64)}
+    rng = rows.ranges()
+    rng["names"] = rows.rng_names.texts
+    return _build(path, header, Tables(dev, api, rng), rows.cats, rows.thread_names, rows.n_events, rank)
+
+
+def _read_exact(path: Path, rank: int) -> Timeline:
+    """The streaming reader (``jsonstream``), event by event: every quirk and error as it was."""
     header: dict[str, Any] = {}
     dev = _Cols("start", "dur", "kind", "name", "device", "stream", "correlation", "bytes")
     api = _Cols("start", "dur", "pid", "tid", "name", "correlation")
@@ -173,41 +197,80 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
     if len(dev) + len(api) + len(rng) == 0:
         raise TraceError(path, f"Kineto trace holds no GPU, CUDA API or annotation events "
                                f"({n_events} events)")
-    return _build(path, header, dev, api, rng, cats, thread_names, n_events, rank)
+    d = {**dev.cols, "start_ns": _ns(dev.cols.pop("start"), path), "dur_ns": _ns(dev.cols.pop("dur"), path)}
+    a = {**api.cols, "start_ns": _ns(api.cols.pop("start"), path), "dur_ns": _ns(api.cols.pop("dur"), path)}
+    r = {"start_ns": _ns(rng.cols["start"], path), "dur_ns": _ns(rng.cols["dur"], path),
+         "pid": np.asarray(rng.cols["pid"], np.int64), "tid": np.asarray(rng.cols["tid"], np.int64)}
+    codes, names = pd.factorize(objects(rng.cols["name"]), use_na_sentinel=False)
+    r["name"], r["names"] = codes, [str(n) for n in names]
+    r["domain"] = np.fromiter((DOMAINS.index(v) for v in rng.cols["domain"]), np.int8, len(rng))
+    return _build(path, header, Tables(d, a, r), cats, thread_names, n_events, rank)
 
 
-def _times(cols: _Cols, base_ns: int, path: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _ns(values: list, path: Path) -> np.ndarray:
+    """µs values -> int64 ns (``TraceError`` for one out of range or not a number)."""
     try:
-        start = np.fromiter((us_to_ns(v) for v in cols.cols["start"]), np.int64, len(cols)) + np.int64(base_ns)
-        dur = np.fromiter((us_to_ns(v) for v in cols.cols["dur"]), np.int64, len(cols))
+        return np.fromiter((us_to_ns(v) for v in values), np.int64, len(values))
     except (OverflowError, ValueError) as exc:
-        raise TraceError(path or "<kineto>", f"an event's time is out of range or not a number ({exc})") from None
-    return start, start + np.maximum(dur, 0)
+        raise TraceError(path, f"an event's time is out of range or not a number ({exc})") from None
 
 
-def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Cols,
-           cats: Counter, thread_names: dict[str, str], n_events: int, rank: int) -> Timeline:
+@dataclass
+class Tables:
+    """A Kineto trace's rows as columns, times in ns before the base time. ``dev`` / ``api``:
+    ``start_ns`` / ``dur_ns`` int64 arrays, the other columns lists; ``rng``: int64 arrays, ``name``
+    codes into the distinct ``names``, ``domain`` codes into ``kineto_columns.DOMAINS``."""
+
+    dev: dict[str, Any]
+    api: dict[str, Any]
+    rng: dict[str, Any]
+
+
+def _categorical(codes: np.ndarray, values: list[str]) -> pd.Categorical:
+    """``pd.Categorical`` of ``values[codes]``: its categories the values used, sorted."""
+    used = np.bincount(codes, minlength=len(values)) > 0
+    vals = np.asarray(values, dtype=object)
+    cats = sorted(vals[used].tolist())
+    pos = {c: i for i, c in enumerate(cats)}
+    lut = np.fromiter((pos.get(v, -1) for v in values), np.int64, len(values))
+    return pd.Categorical.from_codes(lut[codes], categories=cats)
+
+
+def _host_pid(pids: np.ndarray) -> tuple[int, int]:
+    """(the most common pid, earliest first where counts tie; distinct pids) of the API rows."""
+    if not len(pids):
+        return -1, 0
+    uniq, first, counts = np.unique(pids, return_index=True, return_counts=True)
+    return int(pids[first[counts == counts.max()].min()]), len(uniq)
+
+
+def _build(path: Path, header: dict[str, Any], t: Tables, cats: Counter, thread_names: dict[str, str],
+           n_events: int, rank: int) -> Timeline:
     base = header.get("baseTimeNanoseconds")
     base_ns = _int(base, 0) if base is not None else 0
     dist = di if isinstance(di := header.get("distributedInfo"), dict) else {}
     file_rank = _int(dist.get("rank"), rank) if "rank" in dist else rank
     world = _int(dist.get("world_size"), 1) if "world_size" in dist else 1
 
-    host_pids = Counter(api.cols["pid"])
-    host_pid = host_pids.most_common(1)[0][0] if host_pids else -1
+    api_pids = np.asarray(t.api["pid"], np.int64)
+    host_pid, n_pids = _host_pid(api_pids)
+
+    def times(c: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        s = c["start_ns"] + np.int64(base_ns)
+        return s, s + np.maximum(c["dur_ns"], 0)
 
     device = api_df = ranges = None
-    if len(dev):
-        s, e = _times(dev, base_ns, path)
-        c = dev.cols
+    if len(t.dev["start_ns"]):
+        s, e = times(t.dev)
+        c = t.dev
         device = pd.DataFrame({"start_ns": s, "end_ns": e, "kind": pd.Categorical(c["kind"]),
                                "name": pd.Categorical(c["name"]), "device": c["device"],
                                "stream": c["stream"], "pid": host_pid,
                                "correlation": c["correlation"], "rank": file_rank,
                                "bytes": c["bytes"]})
-    if len(api):
-        s, e = _times(api, base_ns, path)
-        c = api.cols
+    if len(t.api["start_ns"]):
+        s, e = times(t.api)
+        c = t.api
         raw = pd.Categorical(c["name"])
         mapped = np.asarray([strip_api_suffix(hip_to_cuda(n)) for n in raw.categories], dtype=object)
         kind_lut = np.asarray([api_kind(n).value for n in mapped], dtype=object)
@@ -216,12 +279,12 @@ def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Col
         api_df = pd.DataFrame({"start_ns": s, "end_ns": e, "pid": c["pid"], "tid": c["tid"],
                                "name": names, "kind": kinds, "correlation": c["correlation"],
                                "rank": file_rank})
-    if len(rng):
-        s, e = _times(rng, base_ns, path)
-        c = rng.cols
-        names, attrs = split_labels(c["name"])
+    if len(t.rng["start_ns"]):
+        s, e = times(t.rng)
+        c = t.rng
+        names, attrs = split_coded_labels(c["name"], c["names"])
         ranges = pd.DataFrame({"start_ns": s, "end_ns": e, "pid": c["pid"], "tid": c["tid"],
-                               "name": names, "domain": pd.Categorical(c["domain"]),
+                               "name": names, "domain": _categorical(c["domain"], DOMAINS),
                                "attrs": attrs, "rank": file_rank})
 
     # a CPU run of an engine of ours, captured by torch.profiler: no device activity and no CUDA
@@ -285,8 +348,8 @@ def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Col
     if len(graph_corr) and not graph_kernels:
         meta.warn(WarningCode.GRAPH_NOT_PER_NODE,
                   f"{len(graph_corr)} graph launch(es) but no kernel carries their correlation")
-    if len(host_pids) > 1:
-        meta.warn(WarningCode.MULTI_PROCESS, f"CUDA API calls from {len(host_pids)} processes; "
+    if n_pids > 1:
+        meta.warn(WarningCode.MULTI_PROCESS, f"CUDA API calls from {n_pids} processes; "
                   f"device rows attributed to pid {host_pid}")
     if schema not in KNOWN_SCHEMAS:
         meta.warn(WarningCode.UNKNOWN_SCHEMA, f"Kineto schemaVersion {schema!r} not seen in testing")
