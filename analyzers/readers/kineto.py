@@ -45,7 +45,7 @@ from srtscope.analyzers.model.timeline import (
 from srtscope.analyzers.model.units import name_text
 from srtscope.analyzers.readers.errors import TraceError
 from srtscope.analyzers.readers.jsonstream import JsonStreamError, iter_trace, us_to_ns
-from srtscope.analyzers.readers.kineto_columns import DOMAINS, KinetoRows, objects
+from srtscope.analyzers.readers.kineto_columns import DOMAINS, KINDS, KinetoRows, objects
 from srtscope.analyzers.readers.kineto_columns import _int as _int
 from srtscope.analyzers.readers.kineto_stream import Fallback, event_batches
 from srtscope.analyzers.readers.labels import split_coded_labels
@@ -110,16 +110,11 @@ def read_kineto_batched(path: Path, rank: int = 0) -> Timeline:
     except TypeError as exc:            # a member of a type no comparison takes: the exact reader says
         raise Fallback(str(exc)) from None
     rows.finish()
-    if len(rows.dev["start_ns"]) + len(rows.api["start_ns"]) + rows.rng_rows == 0:
+    if sum(rows.rows.values()) == 0:
         raise TraceError(path, f"Kineto trace holds no GPU, CUDA API or annotation events "
                                f"({rows.n_events} events)")
-    dev = {**rows.dev, "start_ns": np.asarray(rows.dev["start_ns"], np.int64),
-           "dur_ns": np.asarray(rows.dev["dur_ns"], np.int64)}
-    api = {**rows.api, "start_ns": np.asarray(rows.api["start_ns"], np.int64),
-           "dur_ns": np.asarray(rows.api["dur_ns"], np.int64)}
-    rng = rows.ranges()
-    rng["names"] = rows.rng_names.texts
-    return _build(path, header, Tables(dev, api, rng), rows.cats, rows.thread_names, rows.n_events, rank)
+    tables = Tables(rows.table("dev"), rows.table("api"), rows.table("rng"))
+    return _build(path, header, tables, rows.cats, rows.thread_names, rows.n_events, rank)
 
 
 def _read_exact(path: Path, rank: int) -> Timeline:
@@ -197,14 +192,26 @@ def _read_exact(path: Path, rank: int) -> Timeline:
     if len(dev) + len(api) + len(rng) == 0:
         raise TraceError(path, f"Kineto trace holds no GPU, CUDA API or annotation events "
                                f"({n_events} events)")
-    d = {**dev.cols, "start_ns": _ns(dev.cols.pop("start"), path), "dur_ns": _ns(dev.cols.pop("dur"), path)}
-    a = {**api.cols, "start_ns": _ns(api.cols.pop("start"), path), "dur_ns": _ns(api.cols.pop("dur"), path)}
-    r = {"start_ns": _ns(rng.cols["start"], path), "dur_ns": _ns(rng.cols["dur"], path),
-         "pid": np.asarray(rng.cols["pid"], np.int64), "tid": np.asarray(rng.cols["tid"], np.int64)}
-    codes, names = pd.factorize(objects(rng.cols["name"]), use_na_sentinel=False)
-    r["name"], r["names"] = codes, [str(n) for n in names]
-    r["domain"] = np.fromiter((DOMAINS.index(v) for v in rng.cols["domain"]), np.int8, len(rng))
-    return _build(path, header, Tables(d, a, r), cats, thread_names, n_events, rank)
+    t = Tables(_coded(dev, path, {"kind": KINDS}), _coded(api, path, {}), _coded(rng, path, {"domain": DOMAINS}))
+    return _build(path, header, t, cats, thread_names, n_events, rank)
+
+
+def _coded(cols: _Cols, path: Path, fixed: dict[str, list[str]]) -> dict[str, Any]:
+    """One table's column lists as ``Tables`` holds them: times in ns, names coded, the ``fixed``
+    columns as codes into their lists."""
+    c = cols.cols
+    out: dict[str, Any] = {"start_ns": _ns(c["start"], path), "dur_ns": _ns(c["dur"], path)}
+    for k, v in c.items():
+        if k in ("start", "dur"):
+            continue
+        if k == "name":
+            codes, names = pd.factorize(objects(v), use_na_sentinel=False)
+            out["name"], out["names"] = np.asarray(codes, np.int64), [str(x) for x in names]
+        elif k in fixed:
+            out[k] = np.fromiter((fixed[k].index(x) for x in v), np.int64, len(v))
+        else:
+            out[k] = np.asarray(v, np.int64)
+    return out
 
 
 def _ns(values: list, path: Path) -> np.ndarray:
@@ -217,9 +224,9 @@ def _ns(values: list, path: Path) -> np.ndarray:
 
 @dataclass
 class Tables:
-    """A Kineto trace's rows as columns, times in ns before the base time. ``dev`` / ``api``:
-    ``start_ns`` / ``dur_ns`` int64 arrays, the other columns lists; ``rng``: int64 arrays, ``name``
-    codes into the distinct ``names``, ``domain`` codes into ``kineto_columns.DOMAINS``."""
+    """A Kineto trace's device, API and range rows as int64 columns (``kineto_columns.COLUMNS``),
+    times in ns before the base time: ``name`` codes into the distinct ``names``, a device's
+    ``kind`` and a range's ``domain`` codes into ``KINDS`` / ``DOMAINS``."""
 
     dev: dict[str, Any]
     api: dict[str, Any]
@@ -263,15 +270,15 @@ def _build(path: Path, header: dict[str, Any], t: Tables, cats: Counter, thread_
     if len(t.dev["start_ns"]):
         s, e = times(t.dev)
         c = t.dev
-        device = pd.DataFrame({"start_ns": s, "end_ns": e, "kind": pd.Categorical(c["kind"]),
-                               "name": pd.Categorical(c["name"]), "device": c["device"],
+        device = pd.DataFrame({"start_ns": s, "end_ns": e, "kind": _categorical(c["kind"], KINDS),
+                               "name": _categorical(c["name"], c["names"]), "device": c["device"],
                                "stream": c["stream"], "pid": host_pid,
                                "correlation": c["correlation"], "rank": file_rank,
                                "bytes": c["bytes"]})
     if len(t.api["start_ns"]):
         s, e = times(t.api)
         c = t.api
-        raw = pd.Categorical(c["name"])
+        raw = _categorical(c["name"], c["names"])
         mapped = np.asarray([strip_api_suffix(hip_to_cuda(n)) for n in raw.categories], dtype=object)
         kind_lut = np.asarray([api_kind(n).value for n in mapped], dtype=object)
         names = pd.Categorical(mapped[raw.codes])
@@ -343,7 +350,8 @@ def _build(path: Path, header: dict[str, Any], t: Tables, cats: Counter, thread_
         meta.warn(WarningCode.NO_KERNELS, "no kernel events (profiler without CUDA activities?)")
     if api_df is None:
         meta.warn(WarningCode.NO_API, "no CUDA runtime events")
-    if ranges is None or not np.isin(ranges["domain"].astype(str).to_numpy(), ["", GPU_DOMAIN]).any():
+    # NOTE: the domain's categories are the domains used (``_categorical``)
+    if ranges is None or not {"", GPU_DOMAIN} & set(ranges["domain"].cat.categories.tolist()):
         meta.warn(WarningCode.NO_NVTX, "no user annotations (record_function) or stage ranges")
     if len(graph_corr) and not graph_kernels:
         meta.warn(WarningCode.GRAPH_NOT_PER_NODE,

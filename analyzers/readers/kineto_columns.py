@@ -1,14 +1,16 @@
 """Batches of Kineto events (``kineto_stream``) -> the reader's columns, with numpy: no Python object
-kept per event, and per event only what the bulk cannot do (device and API rows, flows, metadata).
+kept per event, and no Python bytecode run per event where a C loop does (``map`` over a dict's
+lookup, ``Counter``, ``zip``); per event in Python only thread names.
 
-    rows = KinetoRows(); rows.add(batch) ...; rows.finish()   # rows.dev / rows.api / rows.rng
+    rows = KinetoRows(...); rows.add(batch) ...; rows.finish()   # rows.table("dev" | "api" | "rng")
 
 The mapping is ``kineto.py``'s, to the value: the same rows in the same order, the same integers
-(``_int``), names (``name_text``), domains, categories counted and flows linked. A value the bulk
+(``_int``), names (``name_text``), domains, categories counted and flows linked. A time the bulk
 does not convert (``kineto_times``) is decoded alone as the streaming parser would; what that
 cannot take raises ``Fallback`` (the exact reader then says what is wrong).
-NOTE: a JSON ``true`` and ``1`` hash alike: pids, tids and names are mapped per distinct value, so a
-boolean pid would read as 1 here (the exact reader: -1); no profiler writes one.
+NOTE: JSON ``true`` and ``1`` (and ``1.0``) hash alike: pids, tids, ids and names are mapped per
+distinct value, so where both occur in one column one mapping serves both (the exact reader maps
+a boolean to -1); no profiler writes a boolean there.
 """
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import pandas as pd
 from msgspec import UNSET
 
 from srtscope.analyzers.model.timeline import GPU_DOMAIN, OP_DOMAIN, PYTHON_DOMAIN, DeviceKind
@@ -27,240 +28,20 @@ from srtscope.analyzers.readers.jsonstream import _parse_float, us_to_ns
 from srtscope.analyzers.readers.kineto_stream import Args, Event, Fallback
 from srtscope.analyzers.readers.kineto_times import literals_ns
 
-#: range domains by code (``rng["domain"]`` holds these codes)
+#: range domains by code (a range table's ``domain`` holds these codes)
 DOMAINS = ["", GPU_DOMAIN, OP_DOMAIN, PYTHON_DOMAIN]
+#: device kinds by code (a device table's ``kind`` holds these codes)
+KINDS = [k.value for k in DeviceKind]
 _D_NONE, _D_GPU, _D_OP, _D_PY = range(4)
 #: what an ``X`` event's category makes of it
 _OTHER, _DEV, _API, _RANGE, _OP, _PY = range(6)
 _I64 = np.iinfo(np.int64)
-
-
-def _ints(values: list, conv: Callable[[Any], int]) -> np.ndarray:
-    """``conv`` of each value, once per distinct value."""
-    if not values:
-        return np.zeros(0, np.int64)
-    try:
-        codes, uniq = pd.factorize(objects(values), use_na_sentinel=False)
-    except TypeError:                       # an unhashable value (a list, an object)
-        raise Fallback("an unhashable pid or tid") from None
-    lut = np.fromiter((conv(None if u is UNSET else u) for u in uniq), np.int64, len(uniq))
-    return lut[codes]
-
-
-class _Names:
-    """Distinct names of one table: code -> text (``name_text``); texts unique."""
-
-    def __init__(self) -> None:
-        self.code: dict[str, int] = {}
-        self.texts: list[str] = []
-
-    def codes(self, raw: list) -> tuple[np.ndarray, list[str]]:
-        """Codes of ``raw`` names (``UNSET``: ""), and the distinct texts of this batch."""
-        try:
-            codes, uniq = pd.factorize(objects(raw), use_na_sentinel=False)
-        except TypeError:
-            raise Fallback("an unhashable name") from None
-        texts = ["" if u is UNSET else name_text(u) for u in uniq]
-        lut = np.fromiter((self.code.setdefault(t, len(self.code)) for t in texts), np.int64, len(texts))
-        if len(self.texts) < len(self.code):
-            self.texts.extend(list(self.code)[len(self.texts):])
-        return lut[codes], texts
-
-
-def _exact_ns(raw: Any) -> int:
-    """One raw literal's ns as the streaming parser and ``us_to_ns`` give it; ``Fallback`` when they
-    would raise or the ns pass int64."""
-    try:
-        ns = us_to_ns(json.loads(bytes(raw), parse_float=_parse_float))
-    except (ValueError, TypeError, OverflowError, RecursionError):
-        raise Fallback("a time value that is not a number") from None
-    if not _I64.min <= ns <= _I64.max:
-        raise Fallback("a time value out of range")
-    return ns
-
-
-class KinetoRows:
-    """The columns of a Kineto trace's device, API and range rows, added a batch at a time."""
-
-    def __init__(self, device_cats: dict[str, DeviceKind], api_cats: set[str], range_cats: dict[str, str],
-                 op_cats: set[str], flow_cats: set[str], is_stage: Callable[[str], bool], max_non_events: int) -> None:
-        self.device_cats, self.api_cats, self.range_cats = device_cats, api_cats, range_cats
-        self.op_cats, self.flow_cats, self.is_stage = op_cats, flow_cats, is_stage
-        self.max_non_events = max_non_events
-        self.cats: Counter = Counter()
-        self.thread_names: dict[str, str] = {}
-        self.n_events = self.non_events = 0
-        self.flows: dict[tuple, int] = {}
-        self.unlinked: list[tuple[str, int, tuple]] = []      # (table, row, flow key)
-        self.dev: dict[str, list] = {k: [] for k in ("start_ns", "dur_ns", "kind", "name", "device", "stream",
-                                                     "correlation", "bytes")}
-        self.api: dict[str, list] = {k: [] for k in ("start_ns", "dur_ns", "pid", "tid", "name", "correlation")}
-        self.rng_parts: dict[str, list[np.ndarray]] = {k: [] for k in ("start_ns", "dur_ns", "pid", "tid",
-                                                                       "name", "domain")}
-        self.rng_names = _Names()
-        self._class: dict[Any, int] = {}
-        self._stage: dict[str, bool] = {}
-        self.rng_rows = 0
-
-    def _cat_class(self, cat: Any) -> int:
-        got = self._class.get(cat)
-        if got is None:
-            got = (_DEV if cat in self.device_cats else _API if cat in self.api_cats
-                   else _RANGE if cat in self.range_cats else _OP if cat in self.op_cats
-                   else _PY if cat == "python_function" else _OTHER)
-            self._class[cat] = got
-        return got
-
-    def add(self, evs: list[Event]) -> None:
-        """One batch of events, in file order."""
-        n = len(evs)
-        self.n_events += n
-        phs = objects([e.ph for e in evs])
-        try:
-            ph_codes, ph_uniq = pd.factorize(phs, use_na_sentinel=False)
-        except TypeError:
-            raise Fallback("an unhashable ph") from None
-        lut_x = np.array([u == "X" for u in ph_uniq] + [False])
-        lut_none = np.array([u is UNSET for u in ph_uniq] + [False])
-        is_x = lut_x[ph_codes]
-        missing = lut_none[ph_codes]
-        self.non_events += int(missing.sum())
-        if self.non_events > self.max_non_events:
-            raise Fallback("too many elements that are no event")
-        ts_ns, ts_ok = _times([e.ts for e in evs])
-        xi = np.flatnonzero(is_x)
-        others = np.flatnonzero(~is_x & ~missing)
-        for i in others.tolist():               # flows and metadata (a few % of a trace)
-            self._other(evs[i], ts_ns[i] if ts_ok[i] else None)
-        if not len(xi):
-            return
-        xs = [evs[i] for i in xi.tolist()] if len(xi) < n else evs
-        cats = [e.cat for e in xs]
-        try:
-            c_codes, c_uniq = pd.factorize(objects(cats), use_na_sentinel=False)
-        except TypeError:
-            raise Fallback("an unhashable cat") from None
-        keys = ["" if u is UNSET else u for u in c_uniq]
-        for k, c in zip(keys, np.bincount(c_codes, minlength=len(keys)).tolist()):
-            self.cats[k] += c
-        cls = np.array([self._cat_class(k) for k in keys] + [_OTHER], np.int8)[c_codes]
-        used = cls != _OTHER
-        if not used.any():
-            return
-        start = ts_ns[xi]
-        bad = used & ~ts_ok[xi]
-        for j in np.flatnonzero(bad).tolist():
-            raw = xs[j].ts
-            if raw is UNSET:
-                raise Fallback("an event without ts")
-            start[j] = _exact_ns(raw)
-        dur_ns, dur_ok = _times([e.dur for e in xs])
-        for j in np.flatnonzero(used & ~dur_ok).tolist():
-            raw = xs[j].dur
-            dur_ns[j] = 0 if raw is UNSET else _exact_ns(raw)
-        for j in np.flatnonzero((cls == _DEV) | (cls == _API)).tolist():
-            self._device_or_api(xs[j], keys[c_codes[j]], int(cls[j]), int(start[j]), int(dur_ns[j]))
-        self._ranges(xs, keys, c_codes, cls, start, dur_ns)
-
-    def _other(self, ev: Event, ts: int | None) -> None:
-        ph = ev.ph
-        if ph in ("s", "f") and ev.cat in self.flow_cats and ev.id is not UNSET:
-            if ts is None:
-                if ev.ts is UNSET:
-                    raise Fallback("a flow without ts")
-                ts = _exact_ns(ev.ts)
-            self.flows[(ph, _raw(ev.pid), _raw(ev.tid), ts)] = _int(ev.id)
-        elif ph == "M" and ev.name == "thread_name":
-            nm = ev.args.name if isinstance(ev.args, Args) else UNSET
-            if nm is not UNSET and nm:
-                self.thread_names[f"{_raw(ev.pid)}:{_raw(ev.tid)}"] = str(nm)
-
-    def _device_or_api(self, ev: Event, cat: str, cls: int, start: int, dur: int) -> None:
-        a = ev.args if isinstance(ev.args, Args) else Args()
-        pid, tid = _raw(ev.pid), _raw(ev.tid)
-        linked = a.correlation is not UNSET
-        name = "" if ev.name is UNSET else name_text(ev.name)
-        corr = _int(a.correlation if linked else None)
-        if cls == _DEV:
-            d = self.dev
-            if not linked:
-                self.unlinked.append(("dev", len(d["start_ns"]), ("f", pid, tid, start)))
-            d["start_ns"].append(start)
-            d["dur_ns"].append(dur)
-            d["kind"].append(self.device_cats[cat].value)
-            d["name"].append(name)
-            d["device"].append(_int(pid if a.device is UNSET else a.device))
-            d["stream"].append(_int(tid if a.stream is UNSET else a.stream))
-            d["correlation"].append(corr)
-            d["bytes"].append(_int(None if a.bytes is UNSET else a.bytes))
-        else:
-            d = self.api
-            if not linked:
-                self.unlinked.append(("api", len(d["start_ns"]), ("s", pid, tid, start)))
-            d["start_ns"].append(start)
-            d["dur_ns"].append(dur)
-            d["pid"].append(_int(pid))
-            d["tid"].append(_int(tid))
-            d["name"].append(name)
-            d["correlation"].append(corr)
-
-    def _ranges(self, xs: list[Event], keys: list, c_codes: np.ndarray, cls: np.ndarray, start: np.ndarray,
-                dur: np.ndarray) -> None:
-        take = np.flatnonzero((cls == _RANGE) | (cls == _OP) | (cls == _PY))
-        if not len(take):
-            return
-        sub = [xs[j] for j in take.tolist()] if len(take) < len(xs) else xs
-        p = self.rng_parts
-        p["start_ns"].append(start[take])
-        p["dur_ns"].append(dur[take])
-        p["pid"].append(_ints([e.pid for e in sub], _int))
-        p["tid"].append(_ints([e.tid for e in sub], _int))
-        codes, texts = self.rng_names.codes([e.name for e in sub])
-        p["name"].append(codes)
-        # domain: by category; an operator's by its name (a stage alias: the default domain)
-        by_cat = np.array([_cat_domain(self.range_cats, k, int(c)) for k, c in
-                           zip(keys, np.array([self._cat_class(k) for k in keys]))] + [_D_NONE], np.int8)
-        dom = by_cat[c_codes[take]]
-        ops = np.flatnonzero(cls[take] == _OP)
-        if len(ops):
-            stage = np.array([self._stage.setdefault(t, self.is_stage(t)) for t in self.rng_names.texts], bool)
-            dom[ops] = np.where(stage[codes[ops]], _D_NONE, _D_OP)
-        p["domain"].append(dom)
-        self.rng_rows += len(take)
-
-    def finish(self) -> None:
-        """Flows linked to the rows without ``args.correlation``."""
-        for table, row, key in self.unlinked:
-            (self.dev if table == "dev" else self.api)["correlation"][row] = self.flows.get(key, -1)
-        self.unlinked = []
-
-    def ranges(self) -> dict[str, np.ndarray]:
-        """The range columns whole (``name``: codes into ``rng_names.texts``)."""
-        p = self.rng_parts
-        out = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in p.items()}
-        for v in p.values():
-            v.clear()
-        return out
-
-
-def _cat_domain(range_cats: dict[str, str], cat: Any, cls: int) -> int:
-    if cls == _RANGE:
-        return DOMAINS.index(range_cats[cat])
-    return _D_PY if cls == _PY else _D_OP
-
-
-def _raw(v: Any) -> Any:
-    """A member as ``dict.get`` gives it: None when absent."""
-    return None if v is UNSET else v
-
-
-def _times(raws: list) -> tuple[np.ndarray, np.ndarray]:
-    """``literals_ns`` of raw literals, absent ones (``UNSET``) not ok."""
-    try:
-        return literals_ns(raws)
-    except TypeError:                           # some absent
-        ns, ok = literals_ns([b"" if r is UNSET else r for r in raws])
-        return ns, ok
+_X = frozenset({"X"})
+_ABSENT = frozenset({UNSET})
+_NO_ARGS = Args()
+COLUMNS = {"dev": ("start_ns", "dur_ns", "kind", "name", "device", "stream", "correlation", "bytes"),
+           "api": ("start_ns", "dur_ns", "pid", "tid", "name", "correlation"),
+           "rng": ("start_ns", "dur_ns", "pid", "tid", "name", "domain")}
 
 
 def _int(v: Any, default: int = -1) -> int:
@@ -280,3 +61,233 @@ def _int(v: Any, default: int = -1) -> int:
 def objects(values: list) -> np.ndarray:
     """``values`` as a 1-D object array (lists among them stay elements)."""
     return np.fromiter(values, dtype=object, count=len(values))
+
+
+def _ints(values: list, seen: dict) -> np.ndarray:
+    """``_int`` of each value (absent: -1), once per distinct value (``seen`` keeps them)."""
+    n = len(values)
+    if set(map(type, values)) <= {int}:
+        try:
+            return np.array(values, np.int64)
+        except OverflowError:
+            pass
+    for v in set(values) - seen.keys():
+        seen[v] = _int(None if v is UNSET else v)
+    out = np.fromiter(map(seen.__getitem__, values), np.int64, n)
+    if len(seen) > 1 << 16:
+        seen.clear()
+    return out
+
+
+def _absent(values: list) -> np.ndarray:
+    """Which values are absent (``UNSET``)."""
+    return np.fromiter(map(_ABSENT.__contains__, values), bool, len(values))
+
+
+def _or_raw(values: list, fallback: list) -> list:
+    """``values``, each absent one replaced by ``fallback``'s (``args.get("device", ev.get("pid"))``)."""
+    if not _absent(values).any():
+        return values
+    return [f if v is UNSET else v for v, f in zip(values, fallback)]
+
+
+def _raws(values: list) -> list:
+    """Members as ``dict.get`` gives them: None where absent."""
+    return [None if v is UNSET else v for v in values] if _absent(values).any() else values
+
+
+class _Names:
+    """Distinct names of one table: raw value -> code of its text (``name_text``); texts unique."""
+
+    def __init__(self) -> None:
+        self.raw: dict[Any, int] = {}
+        self.code: dict[str, int] = {}
+
+    def codes(self, raw: list) -> np.ndarray:
+        for v in set(raw) - self.raw.keys():
+            t = "" if v is UNSET else name_text(v)
+            self.raw[v] = self.code.setdefault(t, len(self.code))
+        return np.fromiter(map(self.raw.__getitem__, raw), np.int64, len(raw))
+
+    @property
+    def texts(self) -> list[str]:
+        return list(self.code)
+
+
+def _exact_ns(raw: Any) -> int:
+    """One raw literal's ns as the streaming parser and ``us_to_ns`` give it; ``Fallback`` when they
+    would raise or the ns pass int64."""
+    try:
+        ns = us_to_ns(json.loads(bytes(raw), parse_float=_parse_float))
+    except (ValueError, TypeError, OverflowError, RecursionError):
+        raise Fallback("a time value that is not a number") from None
+    if not _I64.min <= ns <= _I64.max:
+        raise Fallback("a time value out of range")
+    return ns
+
+
+def _ns(raws: list, absent: int | None) -> np.ndarray:
+    """int64 ns of raw literals; an absent one: ``absent`` (None: ``Fallback``, as a ``KeyError``)."""
+    try:
+        ns, ok = literals_ns(raws)
+    except TypeError:                           # some absent
+        ns, ok = literals_ns([b"" if r is UNSET else r for r in raws])
+    for j in np.flatnonzero(~ok).tolist():
+        raw = raws[j]
+        if raw is UNSET:
+            if absent is None:
+                raise Fallback("an event without ts")
+            ns[j] = absent
+        else:
+            ns[j] = _exact_ns(raw)
+    return ns
+
+
+class KinetoRows:
+    """The columns of a Kineto trace's device, API and range rows, added a batch at a time."""
+
+    def __init__(self, device_cats: dict[str, DeviceKind], api_cats: set[str], range_cats: dict[str, str],
+                 op_cats: set[str], flow_cats: set[str], is_stage: Callable[[str], bool], max_non_events: int) -> None:
+        self.device_cats, self.api_cats, self.range_cats = device_cats, api_cats, range_cats
+        self.op_cats, self.flow_cats, self.is_stage = op_cats, flow_cats, is_stage
+        self.max_non_events = max_non_events
+        self.cats: Counter = Counter()
+        self.thread_names: dict[str, str] = {}
+        self.n_events = self.non_events = 0
+        self.flows: dict[tuple, int] = {}
+        self.unlinked: list[tuple[str, int, tuple]] = []      # (table, row, flow key)
+        self.parts: dict[str, dict[str, list[np.ndarray]]] = {t: {c: [] for c in cols} for t, cols in COLUMNS.items()}
+        self.rows = dict.fromkeys(COLUMNS, 0)
+        self.names = {t: _Names() for t in COLUMNS}
+        self._class: dict[Any, int] = {}
+        self._stage: list[bool] = []
+        self._ints: dict[str, dict] = {k: {} for k in ("pid", "tid", "device", "stream", "corr", "bytes", "id")}
+
+    def _cat_class(self, cat: Any) -> int:
+        return (_DEV if cat in self.device_cats else _API if cat in self.api_cats
+                else _RANGE if cat in self.range_cats else _OP if cat in self.op_cats
+                else _PY if cat == "python_function" else _OTHER)
+
+    def add(self, evs: list[Event]) -> None:
+        """One batch of events, in file order."""
+        n = len(evs)
+        self.n_events += n
+        is_x = np.fromiter(map(_X.__contains__, [e.ph for e in evs]), bool, n)
+        if not is_x.all():
+            self._others([evs[i] for i in np.flatnonzero(~is_x).tolist()])
+            xs = [evs[i] for i in np.flatnonzero(is_x).tolist()]
+        else:
+            xs = evs
+        if not xs:
+            return
+        cats = [e.cat for e in xs]
+        counts = Counter(cats)
+        for c, k in counts.items():
+            self.cats["" if c is UNSET else c] += k
+        for c in counts.keys() - self._class.keys():
+            self._class[c] = self._cat_class("" if c is UNSET else c)
+        cls = np.fromiter(map(self._class.__getitem__, cats), np.int8, len(cats))
+        for kind, table in ((_DEV, "dev"), (_API, "api")):
+            take = np.flatnonzero(cls == kind)
+            if len(take):
+                self._device_or_api(table, [xs[j] for j in take.tolist()], [cats[j] for j in take.tolist()])
+        take = np.flatnonzero(cls >= _RANGE)
+        if len(take):
+            self._ranges([xs[j] for j in take.tolist()] if len(take) < len(xs) else xs, cls[take])
+
+    def _others(self, evs: list[Event]) -> None:
+        """Events that are not ``X``: no event at all (no ``ph``), flows, thread names."""
+        absent = int(_absent([e.ph for e in evs]).sum())
+        self.non_events += absent
+        if self.non_events > self.max_non_events:
+            raise Fallback("too many elements that are no event")
+        fl = [e for e in evs if (e.ph == "s" or e.ph == "f") and e.id is not UNSET and e.cat in self.flow_cats]
+        if fl:
+            ts = _ns([e.ts for e in fl], None)
+            keys = zip([e.ph for e in fl], _raws([e.pid for e in fl]), _raws([e.tid for e in fl]), ts.tolist())
+            self.flows.update(zip(keys, _ints([e.id for e in fl], self._ints["id"]).tolist()))
+        for e in evs:
+            if e.ph == "M" and e.name == "thread_name":
+                nm = e.args.name if isinstance(e.args, Args) else UNSET
+                if nm is not UNSET and nm:
+                    self.thread_names[f"{_raw(e.pid)}:{_raw(e.tid)}"] = str(nm)
+
+    def _device_or_api(self, table: str, evs: list[Event], cats: list) -> None:
+        m = len(evs)
+        row0 = self.rows[table]
+        start = _ns([e.ts for e in evs], None)
+        dur = _ns([e.dur for e in evs], 0)
+        args = [a if a.__class__ is Args else _NO_ARGS for a in [e.args for e in evs]]
+        corr_raw = [a.correlation for a in args]
+        unlinked = _absent(corr_raw)
+        pids, tids = [e.pid for e in evs], [e.tid for e in evs]
+        if unlinked.any():
+            ph = "f" if table == "dev" else "s"
+            for j in np.flatnonzero(unlinked).tolist():
+                self.unlinked.append((table, row0 + j, (ph, _raw(pids[j]), _raw(tids[j]), int(start[j]))))
+        cols = self.parts[table]
+        cols["start_ns"].append(start)
+        cols["dur_ns"].append(dur)
+        cols["name"].append(self.names[table].codes([e.name for e in evs]))
+        cols["correlation"].append(_ints(corr_raw, self._ints["corr"]))
+        if table == "dev":
+            kinds = {c: KINDS.index(self.device_cats[c].value) for c in set(cats)}
+            cols["kind"].append(np.fromiter(map(kinds.__getitem__, cats), np.int64, m))
+            cols["device"].append(_ints(_or_raw([a.device for a in args], pids), self._ints["device"]))
+            cols["stream"].append(_ints(_or_raw([a.stream for a in args], tids), self._ints["stream"]))
+            cols["bytes"].append(_ints([a.bytes for a in args], self._ints["bytes"]))
+        else:
+            cols["pid"].append(_ints(pids, self._ints["pid"]))
+            cols["tid"].append(_ints(tids, self._ints["tid"]))
+        self.rows[table] += m
+
+    def _ranges(self, evs: list[Event], cls: np.ndarray) -> None:
+        cols = self.parts["rng"]
+        cols["start_ns"].append(_ns([e.ts for e in evs], None))
+        cols["dur_ns"].append(_ns([e.dur for e in evs], 0))
+        cols["pid"].append(_ints([e.pid for e in evs], self._ints["pid"]))
+        cols["tid"].append(_ints([e.tid for e in evs], self._ints["tid"]))
+        names = self.names["rng"]
+        codes = names.codes([e.name for e in evs])
+        cols["name"].append(codes)
+        # the domain by category; an operator's by its name (a stage alias: the default domain)
+        dom = np.full(len(evs), _D_PY, np.int8)
+        dom[cls == _OP] = _D_OP
+        rng = np.flatnonzero(cls == _RANGE)
+        if len(rng):
+            by = {c: DOMAINS.index(self.range_cats[c]) for c in self.range_cats}
+            dom[rng] = np.fromiter((by[evs[j].cat] for j in rng.tolist()), np.int8, len(rng))
+        ops = np.flatnonzero(cls == _OP)
+        if len(ops):
+            texts = names.texts
+            self._stage += [self.is_stage(t) for t in texts[len(self._stage):]]
+            stage = np.asarray(self._stage, bool)
+            dom[ops] = np.where(stage[codes[ops]], _D_NONE, _D_OP)
+        cols["domain"].append(dom)
+        self.rows["rng"] += len(evs)
+
+    def finish(self) -> None:
+        """Flows linked to the rows without ``args.correlation``."""
+        if not self.unlinked:
+            return
+        for t in ("dev", "api"):
+            parts = self.parts[t]["correlation"]
+            parts[:] = [np.concatenate(parts)] if parts else []
+        for table, row, key in self.unlinked:
+            self.parts[table]["correlation"][0][row] = self.flows.get(key, -1)
+        self.unlinked = []
+
+    def table(self, name: str) -> dict[str, Any]:
+        """One table's columns whole (``name``: codes into ``names``; ``kind`` / ``domain``: codes
+        into ``KINDS`` / ``DOMAINS``), its parts let go."""
+        out: dict[str, Any] = {}
+        for k, v in self.parts[name].items():
+            out[k] = np.concatenate(v) if v else np.zeros(0, np.int64)
+            v.clear()
+        out["names"] = self.names[name].texts
+        return out
+
+
+def _raw(v: Any) -> Any:
+    """A member as ``dict.get`` gives it: None when absent."""
+    return None if v is UNSET else v

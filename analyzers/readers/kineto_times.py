@@ -23,65 +23,59 @@ import numpy as np
 
 #: the longest literal converted in bulk (an epoch µs with 3 to 6 decimals has 20 to 23)
 MAX_CHARS = 24
-_SEP = ord(",")
 _DOT = ord(".")
 _ZERO = ord("0")
 #: the largest whole part whose ns (with 1000 ns of decimals) fits int64
 _MAX_WHOLE = np.iinfo(np.int64).max // 1000 - 1
 _POW10 = np.array([10.0 ** k for k in range(16)])
+_POW10_INT = np.array([10 ** k for k in range(17)], np.int64)
 
 
 def literals_ns(raws: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
     """(int64 ns, bool ok) of each raw literal (bytes-like, no comma in it; ``b""`` for none)."""
     n = len(raws)
     ns = np.zeros(n, np.int64)
+    ok = np.zeros(n, bool)
     if not n:
-        return ns, np.zeros(0, bool)
-    text = np.frombuffer(b",".join(raws), np.uint8)
-    seps = np.flatnonzero(text == _SEP)
-    if len(seps) != n - 1 or not len(text):   # a comma in a literal (a string); none: one at a time
-        return ns, np.zeros(n, bool)
-    starts = np.empty(n, np.int64)
-    starts[0] = 0
-    starts[1:] = seps + 1
-    ends = np.empty(n, np.int64)
-    ends[:-1] = seps
-    ends[-1] = len(text)
-    lens = ends - starts
-    ok = (lens > 0) & (lens <= MAX_CHARS)
-    width = int(lens[ok].max()) if ok.any() else 1
-    cols = np.arange(width)
-    idx = starts[:, None] + cols[None, :]
-    inside = cols[None, :] < lens[:, None]
-    chars = np.where(inside, text[np.minimum(idx, len(text) - 1)], 0).astype(np.int16)
-    digit = (chars >= _ZERO) & (chars <= _ZERO + 9)
+        return ns, ok
+    parts = b",".join(raws).split(b",")
+    if len(parts) != n:                 # a comma inside a literal (a string): one at a time
+        return ns, ok
+    lens = np.fromiter(map(len, parts), np.int64, n)
+    chars = np.array(parts, dtype=f"S{MAX_CHARS}").view(np.uint8).reshape(n, MAX_CHARS)
+    width = int(min(MAX_CHARS, lens.max()))
+    chars = chars[:, :width]
+    inside = np.arange(width)[None, :] < lens[:, None]
     dot = chars == _DOT
+    digit = (chars - np.uint8(_ZERO)) <= 9
     n_dots = dot.sum(axis=1)
-    ok &= ((digit | dot) == inside).all(axis=1) & (n_dots <= 1) & digit[:, 0]
-    # where the dot is (the length when there is none), digits after it
-    at = np.where(n_dots == 1, np.argmax(dot, axis=1), lens)
-    ok &= ~((n_dots == 1) & (at == lens - 1))           # "12." is no JSON number
-    ok &= at <= 16                                      # whole part in int64 (bounded below)
-    d = np.where(digit, chars - _ZERO, 0).astype(np.int64)
-    whole = np.zeros(n, np.int64)
-    frac3 = np.zeros(n, np.int64)
-    every = np.zeros(n, np.int64)                       # all digits, the dot skipped (short floats)
-    up = np.zeros(n, bool)
-    for j in range(width):
-        dj = d[:, j]
-        before = j < at
-        whole = np.where(before, whole * 10 + dj, whole)
-        q = j - at - 1                                  # index among the decimals
-        frac3 += np.where((q >= 0) & (q < 3), dj * np.array([100, 10, 1])[np.clip(q, 0, 2)], 0)
-        up |= (q == 3) & (dj >= 5)
-        every = np.where(digit[:, j] & (j < 16), every * 10 + dj, every)
-    ok &= whole <= _MAX_WHOLE
-    is_float = n_dots == 1
-    short = is_float & (lens <= 15)
-    ns = np.where(is_float, whole * 1000 + frac3 + up, whole * 1000)
-    if short.any():
-        k = (lens - at - 1)[short]
-        val = every[short].astype(np.float64) / _POW10[k]
-        ns[short] = np.rint(val * 1000.0).astype(np.int64)
-    ns[~ok] = 0
+    good = ((digit | dot) == inside).all(axis=1) & (n_dots <= 1) & digit[:, 0] & (lens <= MAX_CHARS)
+    at = np.where(n_dots == 1, np.argmax(dot, axis=1), lens)          # the dot, or the end
+    good &= (at < lens - 1) | (n_dots == 0)                           # "12." is no JSON number
+    good &= at <= 16
+    # the literals of one shape (length, dot) have their digits in the same columns: a few shapes
+    shape = np.where(good, lens * 32 + at, -1)
+    kinds, inverse = np.unique(shape, return_inverse=True)
+    digits = chars - np.uint8(_ZERO)
+    for k, key in enumerate(kinds.tolist()):
+        if key < 0:
+            continue
+        rows = np.flatnonzero(inverse == k)
+        length, pos = divmod(key, 32)
+        d = digits[rows, :length].astype(np.int64)
+        whole = d[:, :pos] @ _POW10_INT[pos - 1::-1] if pos else np.zeros(len(rows), np.int64)
+        fits = whole <= _MAX_WHOLE
+        if pos == length:                                             # an int
+            v = whole * 1000
+        elif length <= 15:                                            # a short float: float(s)
+            every = np.concatenate([d[:, :pos], d[:, pos + 1:]], axis=1)
+            val = (every @ _POW10_INT[length - 2::-1]).astype(np.float64) / _POW10[length - 1 - pos]
+            v = np.rint(val * 1000.0).astype(np.int64)
+        else:                                                         # exact decimals
+            dec = d[:, pos + 1:pos + 4]
+            v = whole * 1000 + dec @ np.array([100, 10, 1][:dec.shape[1]], np.int64)
+            if length > pos + 4:
+                v += d[:, pos + 4] >= 5
+        ns[rows] = np.where(fits, v, 0)
+        ok[rows] = fits
     return ns, ok
