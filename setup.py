@@ -3,9 +3,11 @@
 ``srtscope.probes._fastrange`` (probes/_fastrange*.c, one module from four files sharing
 probes/_fastrange.h) is the probe ranges' hot path;
 ``srtscope.analyzers.readers._sqlite_pages`` (analyzers/readers/_sqlite_pages.c) decodes a big nsys
-export's tables from their SQLite pages. Both are optional: where one does not compile, the install
-goes on and its Python side takes the other path (``probes/ranges.py``'s pure Python stages; SQLite
-reading every table, ``analyzers/readers/sqlite_pages.py``).
+export's tables from their SQLite pages; ``srtscope.analyzers.readers._kineto_times``
+(analyzers/readers/_kineto_times.c) converts a Kineto trace's time literals to ns. All are optional:
+where one does not compile, the install goes on and its Python side takes the other path
+(``probes/ranges.py``'s pure Python stages; SQLite reading every table,
+``analyzers/readers/sqlite_pages.py``; numpy, ``analyzers/readers/kineto_times.py``).
 """
 from setuptools import Extension, setup
 
@@ -15,5 +17,7 @@ setup(ext_modules=[
                "probes/_fastrange_range.c"],
               depends=["probes/_fastrange.h"], optional=True),
     Extension("srtscope.analyzers.readers._sqlite_pages", ["analyzers/readers/_sqlite_pages.c"],
+              extra_compile_args=["-O2"], optional=True),
+    Extension("srtscope.analyzers.readers._kineto_times", ["analyzers/readers/_kineto_times.c"],
               extra_compile_args=["-O2"], optional=True),
 ])

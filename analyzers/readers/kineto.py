@@ -21,35 +21,27 @@ from __future__ import annotations
 import gzip
 import io
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers.model.names import api_kind, hip_to_cuda, strip_api_suffix
 from srtscope.analyzers.model.timeline import (
     GPU_DOMAIN,
     OP_DOMAIN,
     PYTHON_DOMAIN,
-    ApiKind,
-    DeviceInfo,
     DeviceKind,
-    SourceFormat,
     Timeline,
-    TimelineMeta,
-    Traced,
-    WarningCode,
 )
 from srtscope.analyzers.model.units import name_text
 from srtscope.analyzers.readers.errors import TraceError
 from srtscope.analyzers.readers.jsonstream import JsonStreamError, iter_trace, us_to_ns
+from srtscope.analyzers.readers.kineto_build import Facts, Frames, Tables, host_pid, kineto_meta
 from srtscope.analyzers.readers.kineto_columns import DOMAINS, KINDS, KinetoRows, objects
 from srtscope.analyzers.readers.kineto_columns import _int as _int
 from srtscope.analyzers.readers.kineto_stream import Fallback, event_batches
-from srtscope.analyzers.readers.labels import split_coded_labels
-from srtscope.analyzers.readers.stand_in import forward_stand_ins, note_stand_ins
+from srtscope.analyzers.readers.stand_in import forward_stand_ins
 from srtscope.probes.stages import resolve_stage
 
 _DEVICE_CATS = {"kernel": DeviceKind.KERNEL, "Kernel": DeviceKind.KERNEL,
@@ -58,12 +50,10 @@ _DEVICE_CATS = {"kernel": DeviceKind.KERNEL, "Kernel": DeviceKind.KERNEL,
 _API_CATS = {"cuda_runtime", "cuda_driver", "Runtime"}
 _RANGE_CATS = {"user_annotation": "", "gpu_user_annotation": GPU_DOMAIN}
 _OP_CATS = {"cpu_op", "Operator"}
-_LEGACY_CATS = {"Kernel", "Runtime", "Operator", "Memcpy", "Memset"}
 _FLOW_CATS = {"ac2g", "async"}
 #: elements of traceEvents that are no event (not an object, or without ``ph``) tolerated before
 #: the file is refused: a gzip bomb of ``0,`` ran for hours at ~1 µs per element, a real trace has none
 MAX_NON_EVENTS = 1_000_000
-KNOWN_SCHEMAS = {1}
 
 
 class _Cols:
@@ -99,11 +89,16 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
         return _read_exact(path, rank)
 
 
+def new_rows() -> KinetoRows:
+    """The batched reader's rows, with this module's mapping of categories."""
+    return KinetoRows(_DEVICE_CATS, _API_CATS, _RANGE_CATS, _OP_CATS, _FLOW_CATS,
+                      lambda name: resolve_stage(name) is not None, MAX_NON_EVENTS)
+
+
 def read_kineto_batched(path: Path, rank: int = 0) -> Timeline:
     """``read_kineto`` by the batched decoder alone: ``Fallback`` where it does not take the file."""
     header: dict[str, Any] = {}
-    rows = KinetoRows(_DEVICE_CATS, _API_CATS, _RANGE_CATS, _OP_CATS, _FLOW_CATS,
-                      lambda name: resolve_stage(name) is not None, MAX_NON_EVENTS)
+    rows = new_rows()
     try:
         for batch in event_batches(path, header.__setitem__):
             rows.add(batch)
@@ -222,143 +217,18 @@ def _ns(values: list, path: Path) -> np.ndarray:
         raise TraceError(path, f"an event's time is out of range or not a number ({exc})") from None
 
 
-@dataclass
-class Tables:
-    """A Kineto trace's device, API and range rows as int64 columns (``kineto_columns.COLUMNS``),
-    times in ns before the base time: ``name`` codes into the distinct ``names``, a device's
-    ``kind`` and a range's ``domain`` codes into ``KINDS`` / ``DOMAINS``."""
-
-    dev: dict[str, Any]
-    api: dict[str, Any]
-    rng: dict[str, Any]
-
-
-def _categorical(codes: np.ndarray, values: list[str]) -> pd.Categorical:
-    """``pd.Categorical`` of ``values[codes]``: its categories the values used, sorted."""
-    used = np.bincount(codes, minlength=len(values)) > 0
-    vals = np.asarray(values, dtype=object)
-    cats = sorted(vals[used].tolist())
-    pos = {c: i for i, c in enumerate(cats)}
-    lut = np.fromiter((pos.get(v, -1) for v in values), np.int64, len(values))
-    return pd.Categorical.from_codes(lut[codes], categories=cats)
-
-
-def _host_pid(pids: np.ndarray) -> tuple[int, int]:
-    """(the most common pid, earliest first where counts tie; distinct pids) of the API rows."""
-    if not len(pids):
-        return -1, 0
-    uniq, first, counts = np.unique(pids, return_index=True, return_counts=True)
-    return int(pids[first[counts == counts.max()].min()]), len(uniq)
-
-
 def _build(path: Path, header: dict[str, Any], t: Tables, cats: Counter, thread_names: dict[str, str],
            n_events: int, rank: int) -> Timeline:
-    base = header.get("baseTimeNanoseconds")
-    base_ns = _int(base, 0) if base is not None else 0
-    dist = di if isinstance(di := header.get("distributedInfo"), dict) else {}
-    file_rank = _int(dist.get("rank"), rank) if "rank" in dist else rank
-    world = _int(dist.get("world_size"), 1) if "world_size" in dist else 1
-
-    api_pids = np.asarray(t.api["pid"], np.int64)
-    host_pid, n_pids = _host_pid(api_pids)
-
-    def times(c: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-        s = c["start_ns"] + np.int64(base_ns)
-        return s, s + np.maximum(c["dur_ns"], 0)
-
-    device = api_df = ranges = None
-    if len(t.dev["start_ns"]):
-        s, e = times(t.dev)
-        c = t.dev
-        device = pd.DataFrame({"start_ns": s, "end_ns": e, "kind": _categorical(c["kind"], KINDS),
-                               "name": _categorical(c["name"], c["names"]), "device": c["device"],
-                               "stream": c["stream"], "pid": host_pid,
-                               "correlation": c["correlation"], "rank": file_rank,
-                               "bytes": c["bytes"]})
-    if len(t.api["start_ns"]):
-        s, e = times(t.api)
-        c = t.api
-        raw = _categorical(c["name"], c["names"])
-        mapped = np.asarray([strip_api_suffix(hip_to_cuda(n)) for n in raw.categories], dtype=object)
-        kind_lut = np.asarray([api_kind(n).value for n in mapped], dtype=object)
-        names = pd.Categorical(mapped[raw.codes])
-        kinds = pd.Categorical(kind_lut[raw.codes], categories=[k.value for k in ApiKind])
-        api_df = pd.DataFrame({"start_ns": s, "end_ns": e, "pid": c["pid"], "tid": c["tid"],
-                               "name": names, "kind": kinds, "correlation": c["correlation"],
-                               "rank": file_rank})
-    if len(t.rng["start_ns"]):
-        s, e = times(t.rng)
-        c = t.rng
-        names, attrs = split_coded_labels(c["name"], c["names"])
-        ranges = pd.DataFrame({"start_ns": s, "end_ns": e, "pid": c["pid"], "tid": c["tid"],
-                               "name": names, "domain": _categorical(c["domain"], DOMAINS),
-                               "attrs": attrs, "rank": file_rank})
-
+    fr = Frames.of(header, rank, host_pid(np.asarray(t.api["pid"], np.int64)))
+    device = fr.device(t.dev) if len(t.dev["start_ns"]) else None
+    api_df = fr.api(t.api) if len(t.api["start_ns"]) else None
+    ranges = fr.ranges(t.rng) if len(t.rng["start_ns"]) else None
     # a CPU run of an engine of ours, captured by torch.profiler: no device activity and no CUDA
     # calls. NOTE: with CUDA calls but no kernels, kernel tracing failed: no stand-ins then.
-    stand_in = device is None and api_df is None and len(stand := forward_stand_ins(ranges, file_rank)) > 0
-    if stand_in:
+    stand = forward_stand_ins(ranges, fr.rank) if device is None and api_df is None else None
+    if stand is not None and len(stand):
         device = stand
-    schema = header.get("schemaVersion")
-    meta = TimelineMeta(format=SourceFormat.KINETO, sources=[str(path)], ranks=[file_rank],
-                        world_size=max(world, 1))
-    props = dp if isinstance(dp := header.get("deviceProperties"), list) else []
-    by_id = {}
-    for p in props:
-        if isinstance(p, dict) and "id" in p:
-            by_id[_int(p.get("id"))] = DeviceInfo(_int(p.get("id")), str(p.get("name", "")),
-                                                  _int(p.get("numSms"), 0),
-                                                  _int(p.get("totalGlobalMem"), 0))
-    used = sorted(set(device["device"].unique().tolist())) if device is not None else []
-    meta.devices = [by_id.get(i, DeviceInfo(i)) for i in used]
-    runtime_ver = header.get("cuda_runtime_version", header.get("hip_runtime_version"))
-    meta.tool_version = f"kineto schema {schema}" + (f", runtime {runtime_ver}" if runtime_ver else "")
-    spans = [(t["start_ns"].min(), t["end_ns"].max()) for t in (device, api_df, ranges)
-             if t is not None and len(t)]
-    meta.window_start_ns = int(min(a for a, _ in spans))
-    meta.window_end_ns = int(max(b for _, b in spans))
-    legacy = bool(_LEGACY_CATS & set(cats))
-    n_kern = int((device["kind"] == DeviceKind.KERNEL.value).sum()) if device is not None else 0
-    graph_corr = (api_df.loc[api_df["kind"] == ApiKind.GRAPH_LAUNCH.value, "correlation"]
-                  if api_df is not None else pd.Series([], dtype=np.int64))
-    graph_kernels = int((device["correlation"].isin(set(graph_corr.tolist()))
-                         & (device["kind"] == DeviceKind.KERNEL.value)).sum()) \
-        if device is not None and len(graph_corr) else 0
-    meta.extra.update({
-        "kineto.schema_version": schema, "kineto.legacy_2021": legacy,
-        "kineto.events": n_events, "kineto.categories": dict(cats),
-        "kineto.thread_names": thread_names, "kineto.base_time_ns": base_ns,
-        # per rank too: a merge of several ranks' files keeps one ``kineto.base_time_ns`` only
-        f"kineto.base_time_ns.rank{file_rank}": base_ns,
-        "kineto.distributed": {k: v for k, v in dist.items() if k != "pg_config"},
-        "kineto.graph_launches": int(len(graph_corr)), "kineto.graph_kernels": graph_kernels,
-        "kineto.rocm": "roctracer_version" in header or "hip_runtime_version" in header,
-    })
-    if stand_in:
-        note_stand_ins(meta, device)
-    if n_kern:
-        meta.traced.add(Traced.KERNELS)
-    if not stand_in and device is not None and (device["kind"] != DeviceKind.KERNEL.value).any():
-        meta.traced.add(Traced.MEMCPY)
-    if api_df is not None:
-        meta.traced.add(Traced.API)
-    if ranges is not None:
-        meta.traced.add(Traced.NVTX)
-    if graph_kernels:
-        meta.traced.add(Traced.GRAPH_NODES)
-    if not n_kern and not stand_in:
-        meta.warn(WarningCode.NO_KERNELS, "no kernel events (profiler without CUDA activities?)")
-    if api_df is None:
-        meta.warn(WarningCode.NO_API, "no CUDA runtime events")
-    # NOTE: the domain's categories are the domains used (``_categorical``)
-    if ranges is None or not {"", GPU_DOMAIN} & set(ranges["domain"].cat.categories.tolist()):
-        meta.warn(WarningCode.NO_NVTX, "no user annotations (record_function) or stage ranges")
-    if len(graph_corr) and not graph_kernels:
-        meta.warn(WarningCode.GRAPH_NOT_PER_NODE,
-                  f"{len(graph_corr)} graph launch(es) but no kernel carries their correlation")
-    if n_pids > 1:
-        meta.warn(WarningCode.MULTI_PROCESS, f"CUDA API calls from {n_pids} processes; "
-                  f"device rows attributed to pid {host_pid}")
-    if schema not in KNOWN_SCHEMAS:
-        meta.warn(WarningCode.UNKNOWN_SCHEMA, f"Kineto schemaVersion {schema!r} not seen in testing")
+    else:
+        stand = None
+    meta = kineto_meta(path, header, fr, Facts.of(device, api_df), ranges, cats, thread_names, n_events, stand)
     return Timeline.build(meta, device=device, api=api_df, ranges=ranges)

@@ -162,6 +162,7 @@ class KinetoRows:
         self._class: dict[Any, int] = {}
         self._stage: list[bool] = []
         self._ints: dict[str, dict] = {k: {} for k in ("pid", "tid", "device", "stream", "corr", "bytes", "id")}
+        self._api_pids: dict[int, int] = {}      # pid -> API rows, in order of first appearance
 
     def _cat_class(self, cat: Any) -> int:
         return (_DEV if cat in self.device_cats else _API if cat in self.api_cats
@@ -237,7 +238,12 @@ class KinetoRows:
             cols["stream"].append(_ints(_or_raw([a.stream for a in args], tids), self._ints["stream"]))
             cols["bytes"].append(_ints([a.bytes for a in args], self._ints["bytes"]))
         else:
-            cols["pid"].append(_ints(pids, self._ints["pid"]))
+            pid = _ints(pids, self._ints["pid"])
+            uniq, first, counts = np.unique(pid, return_index=True, return_counts=True)
+            for i in np.argsort(first, kind="stable").tolist():
+                p = int(uniq[i])
+                self._api_pids[p] = self._api_pids.get(p, 0) + int(counts[i])
+            cols["pid"].append(pid)
             cols["tid"].append(_ints(tids, self._ints["tid"]))
         self.rows[table] += m
 
@@ -265,6 +271,18 @@ class KinetoRows:
             dom[ops] = np.where(stage[codes[ops]], _D_NONE, _D_OP)
         cols["domain"].append(dom)
         self.rows["rng"] += len(evs)
+
+    def host(self) -> tuple[int, int]:
+        """(the most common pid of the API rows, the earliest first where counts tie; distinct
+        pids): ``kineto_build.host_pid`` of all API rows, whatever was taken of them."""
+        if not self._api_pids:
+            return -1, 0
+        most = max(self._api_pids.values())
+        return next(p for p, c in self._api_pids.items() if c == most), len(self._api_pids)
+
+    def held(self, table: str) -> int:
+        """Rows of ``table`` gathered and not yet taken (``table``)."""
+        return sum(len(a) for a in self.parts[table]["start_ns"])
 
     def finish(self) -> None:
         """Flows linked to the rows without ``args.correlation``."""
