@@ -106,13 +106,13 @@ def _members(text: bytes, on_header: Callable[[str, Any], None]) -> None:
         on_header(k, v)
 
 
-def event_batches(path: Path, on_header: Callable[[str, Any], None], block: int = BLOCK) -> Iterator[list[Event]]:
-    """The events of ``path``'s ``traceEvents`` in batches (a block's worth each); the other
-    top-level members to ``on_header(key, value)`` (``traceEvents`` -> ``STREAMED``). ``Fallback``
-    for what the module doc lists."""
+def event_batches(path: Path, on_header: Callable[[str, Any], None], block: int | None = None) -> Iterator[list[Event]]:
+    """The events of ``path``'s ``traceEvents`` in batches (a block's worth each, ``BLOCK`` bytes by
+    default); the other top-level members to ``on_header(key, value)`` (``traceEvents`` ->
+    ``STREAMED``). ``Fallback`` for what the module doc lists."""
     try:
         with open_bytes(path) as fh:
-            yield from _batches(fh, on_header, block)
+            yield from _batches(fh, on_header, BLOCK if block is None else block)
     except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
         raise Fallback(f"{type(exc).__name__}: {exc}") from None
 

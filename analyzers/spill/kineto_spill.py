@@ -93,11 +93,11 @@ def _flush(rows, table: str, spool: TimeSpool, fr0: Frames, facts: Facts) -> Non
 
 
 def read_kineto_spilled(path: str | Path, rank: int = 0, *, folder: str | Path,
-                        chunk_rows: int = DEFAULT_CHUNK_ROWS) -> KinetoSpilled:
+                        chunk_rows: int = DEFAULT_CHUNK_ROWS, flush_rows: int = FLUSH_ROWS) -> KinetoSpilled:
     """Read one Kineto trace as ``read_kineto`` does, its device and API rows spilled to ``folder``
-    (made if missing) in buckets of at most ``chunk_rows`` rows. ``NotWindowable`` for what the
-    module doc lists; the read's own errors as ``read_kineto``'s; on any error the files written so
-    far are removed."""
+    (made if missing) in buckets of at most ``chunk_rows`` rows, every ``flush_rows`` rows.
+    ``NotWindowable`` for what the module doc lists; the read's own errors as ``read_kineto``'s; on
+    any error the files written so far are removed."""
     path, folder = Path(path), Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     device = TimeSpool(folder, "device", chunk_rows, narrow=ID_COLUMNS)
@@ -115,7 +115,7 @@ def read_kineto_spilled(path: str | Path, rank: int = 0, *, folder: str | Path,
                 if rows.unlinked:
                     raise NotWindowable("rows linked to their launch by flows only (no args.correlation)")
                 for table, spool in (("dev", device), ("api", api)):
-                    if rows.held(table) >= FLUSH_ROWS:
+                    if rows.held(table) >= flush_rows:
                         _flush(rows, table, spool, fr0, facts)
         except (Fallback, TypeError) as exc:
             raise NotWindowable(f"not read in batches ({exc})") from None
