@@ -88,19 +88,27 @@ class Frames:
                    _int(dist.get("rank"), rank) if "rank" in dist else rank,
                    _int(dist.get("world_size"), 1) if "world_size" in dist else 1, pid, n)
 
-    def times(self, c: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    def times(self, c: dict[str, Any]) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+        """(the columns in ascending start, ties in file order: ``validate_table``'s stable sort,
+        done here on int64 columns and codes, not on the DataFrame's categoricals and objects;
+        start_ns, end_ns)."""
         s = c["start_ns"] + np.int64(self.base_ns)
-        return s, s + np.maximum(c["dur_ns"], 0)
+        e = s + np.maximum(c["dur_ns"], 0)
+        if len(s) > 1 and not (s[1:] >= s[:-1]).all():
+            o = np.argsort(s, kind="stable")
+            c = {k: (v[o] if isinstance(v, np.ndarray) and len(v) == len(o) else v) for k, v in c.items()}
+            s, e = s[o], e[o]
+        return c, s, e
 
     def device(self, c: dict[str, Any]) -> pd.DataFrame:
-        s, e = self.times(c)
+        c, s, e = self.times(c)
         return pd.DataFrame({"start_ns": s, "end_ns": e, "kind": categorical(c["kind"], KINDS),
                              "name": categorical(c["name"], c["names"]), "device": c["device"],
                              "stream": c["stream"], "pid": self.host_pid,
                              "correlation": c["correlation"], "rank": self.rank, "bytes": c["bytes"]})
 
     def api(self, c: dict[str, Any]) -> pd.DataFrame:
-        s, e = self.times(c)
+        c, s, e = self.times(c)
         raw = categorical(c["name"], c["names"])
         mapped = np.asarray([strip_api_suffix(hip_to_cuda(n)) for n in raw.categories], dtype=object)
         kind_lut = np.asarray([api_kind(n).value for n in mapped], dtype=object)
@@ -110,7 +118,7 @@ class Frames:
                              "name": names, "kind": kinds, "correlation": c["correlation"], "rank": self.rank})
 
     def ranges(self, c: dict[str, Any]) -> pd.DataFrame:
-        s, e = self.times(c)
+        c, s, e = self.times(c)
         names, attrs = split_coded_labels(c["name"], c["names"])
         return pd.DataFrame({"start_ns": s, "end_ns": e, "pid": c["pid"], "tid": c["tid"],
                              "name": names, "domain": categorical(c["domain"], DOMAINS),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -56,6 +57,14 @@ def _int(v: Any, default: int = -1) -> int:
         digits = v.rsplit(" ", 1)[-1]
         return int(digits) if digits.lstrip("-").isdigit() else default
     return default
+
+
+def _get(member: str, items: list) -> list:
+    """``[x.member for x in items]`` in a C loop (``attrgetter`` mapped: ~2x faster)."""
+    return list(map(_GETTERS.get(member) or _GETTERS.setdefault(member, attrgetter(member)), items))
+
+
+_GETTERS: dict[str, Any] = {}
 
 
 def objects(values: list) -> np.ndarray:
@@ -173,15 +182,15 @@ class KinetoRows:
         """One batch of events, in file order."""
         n = len(evs)
         self.n_events += n
-        is_x = np.fromiter(map(_X.__contains__, [e.ph for e in evs]), bool, n)
+        is_x = np.fromiter(map(_X.__contains__, _get("ph", evs)), bool, n)
         if not is_x.all():
             self._others([evs[i] for i in np.flatnonzero(~is_x).tolist()])
-            xs = [evs[i] for i in np.flatnonzero(is_x).tolist()]
+            xs = list(map(evs.__getitem__, np.flatnonzero(is_x).tolist()))
         else:
             xs = evs
         if not xs:
             return
-        cats = [e.cat for e in xs]
+        cats = _get("cat", xs)
         counts = Counter(cats)
         for c, k in counts.items():
             self.cats["" if c is UNSET else c] += k
@@ -191,22 +200,23 @@ class KinetoRows:
         for kind, table in ((_DEV, "dev"), (_API, "api")):
             take = np.flatnonzero(cls == kind)
             if len(take):
-                self._device_or_api(table, [xs[j] for j in take.tolist()], [cats[j] for j in take.tolist()])
+                at = take.tolist()
+                self._device_or_api(table, list(map(xs.__getitem__, at)), list(map(cats.__getitem__, at)))
         take = np.flatnonzero(cls >= _RANGE)
         if len(take):
-            self._ranges([xs[j] for j in take.tolist()] if len(take) < len(xs) else xs, cls[take])
+            self._ranges(list(map(xs.__getitem__, take.tolist())) if len(take) < len(xs) else xs, cls[take])
 
     def _others(self, evs: list[Event]) -> None:
         """Events that are not ``X``: no event at all (no ``ph``), flows, thread names."""
-        absent = int(_absent([e.ph for e in evs]).sum())
+        absent = int(_absent(_get("ph", evs)).sum())
         self.non_events += absent
         if self.non_events > self.max_non_events:
             raise Fallback("too many elements that are no event")
         fl = [e for e in evs if (e.ph == "s" or e.ph == "f") and e.id is not UNSET and e.cat in self.flow_cats]
         if fl:
-            ts = _ns([e.ts for e in fl], None)
-            keys = zip([e.ph for e in fl], _raws([e.pid for e in fl]), _raws([e.tid for e in fl]), ts.tolist())
-            self.flows.update(zip(keys, _ints([e.id for e in fl], self._ints["id"]).tolist()))
+            ts = _ns(_get("ts", fl), None)
+            keys = zip(_get("ph", fl), _raws(_get("pid", fl)), _raws(_get("tid", fl)), ts.tolist())
+            self.flows.update(zip(keys, _ints(_get("id", fl), self._ints["id"]).tolist()))
         for e in evs:
             if e.ph == "M" and e.name == "thread_name":
                 nm = e.args.name if isinstance(e.args, Args) else UNSET
@@ -216,12 +226,12 @@ class KinetoRows:
     def _device_or_api(self, table: str, evs: list[Event], cats: list) -> None:
         m = len(evs)
         row0 = self.rows[table]
-        start = _ns([e.ts for e in evs], None)
-        dur = _ns([e.dur for e in evs], 0)
-        args = [a if a.__class__ is Args else _NO_ARGS for a in [e.args for e in evs]]
-        corr_raw = [a.correlation for a in args]
+        start = _ns(_get("ts", evs), None)
+        dur = _ns(_get("dur", evs), 0)
+        args = [a if a.__class__ is Args else _NO_ARGS for a in _get("args", evs)]
+        corr_raw = _get("correlation", args)
         unlinked = _absent(corr_raw)
-        pids, tids = [e.pid for e in evs], [e.tid for e in evs]
+        pids, tids = _get("pid", evs), _get("tid", evs)
         if unlinked.any():
             ph = "f" if table == "dev" else "s"
             for j in np.flatnonzero(unlinked).tolist():
@@ -229,14 +239,14 @@ class KinetoRows:
         cols = self.parts[table]
         cols["start_ns"].append(start)
         cols["dur_ns"].append(dur)
-        cols["name"].append(self.names[table].codes([e.name for e in evs]))
+        cols["name"].append(self.names[table].codes(_get("name", evs)))
         cols["correlation"].append(_ints(corr_raw, self._ints["corr"]))
         if table == "dev":
             kinds = {c: KINDS.index(self.device_cats[c].value) for c in set(cats)}
             cols["kind"].append(np.fromiter(map(kinds.__getitem__, cats), np.int64, m))
-            cols["device"].append(_ints(_or_raw([a.device for a in args], pids), self._ints["device"]))
-            cols["stream"].append(_ints(_or_raw([a.stream for a in args], tids), self._ints["stream"]))
-            cols["bytes"].append(_ints([a.bytes for a in args], self._ints["bytes"]))
+            cols["device"].append(_ints(_or_raw(_get("device", args), pids), self._ints["device"]))
+            cols["stream"].append(_ints(_or_raw(_get("stream", args), tids), self._ints["stream"]))
+            cols["bytes"].append(_ints(_get("bytes", args), self._ints["bytes"]))
         else:
             pid = _ints(pids, self._ints["pid"])
             uniq, first, counts = np.unique(pid, return_index=True, return_counts=True)
@@ -249,12 +259,12 @@ class KinetoRows:
 
     def _ranges(self, evs: list[Event], cls: np.ndarray) -> None:
         cols = self.parts["rng"]
-        cols["start_ns"].append(_ns([e.ts for e in evs], None))
-        cols["dur_ns"].append(_ns([e.dur for e in evs], 0))
-        cols["pid"].append(_ints([e.pid for e in evs], self._ints["pid"]))
-        cols["tid"].append(_ints([e.tid for e in evs], self._ints["tid"]))
+        cols["start_ns"].append(_ns(_get("ts", evs), None))
+        cols["dur_ns"].append(_ns(_get("dur", evs), 0))
+        cols["pid"].append(_ints(_get("pid", evs), self._ints["pid"]))
+        cols["tid"].append(_ints(_get("tid", evs), self._ints["tid"]))
         names = self.names["rng"]
-        codes = names.codes([e.name for e in evs])
+        codes = names.codes(_get("name", evs))
         cols["name"].append(codes)
         # the domain by category; an operator's by its name (a stage alias: the default domain)
         dom = np.full(len(evs), _D_PY, np.int8)

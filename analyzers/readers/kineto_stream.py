@@ -177,9 +177,9 @@ def _cut(buf: bytes) -> tuple[list[Event], int] | None:
     """(events before the last boundary of ``buf`` that decodes, where they end), or None after
     ``CUT_TRIES`` boundaries that do not (one inside an event's nested value)."""
     hi = len(buf)
-    opens = buf.count(b"{")
-    if opens > MAX_OPENS:               # tiny elements: fewer a batch (each a struct in memory)
-        hi = max(1, int(hi * MAX_OPENS / opens))
+    sample = min(hi, 1 << 16)           # counted in full only where a sample says the block is dense
+    if buf.count(b"{", 0, sample) * (hi / sample) > MAX_OPENS / 2 and (opens := buf.count(b"{")) > MAX_OPENS:
+        hi = max(1, int(hi * MAX_OPENS / opens))    # tiny elements: fewer a batch (each a struct in memory)
     tail, tries = max(0, hi - (1 << 16)), 0
     while tries < CUT_TRIES:
         ends = [m.start() + 1 for m in _BOUNDARY.finditer(buf, tail, hi)]
