@@ -11,55 +11,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
-#define MAX_CHARS 24
-#define MAX_WHOLE (INT64_MAX / 1000 - 1)
-
-static int convert(const char *s, Py_ssize_t n, int64_t *out) {
-    if (n <= 0 || n > MAX_CHARS || s[0] < '0' || s[0] > '9')
-        return 0;
-    Py_ssize_t dot = -1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (c == '.') {
-            if (dot >= 0) return 0;
-            dot = i;
-        } else if (c < '0' || c > '9') {
-            return 0;
-        }
-    }
-    Py_ssize_t at = dot < 0 ? n : dot;
-    if (dot >= 0 && dot == n - 1) return 0;          /* "12." is no JSON number */
-    if (at > 16) return 0;
-    int64_t whole = 0;
-    for (Py_ssize_t i = 0; i < at; i++) whole = whole * 10 + (s[i] - '0');
-    if (whole > MAX_WHOLE) return 0;
-    if (dot < 0) {
-        *out = whole * 1000;
-        return 1;
-    }
-    if (n <= 15) {
-        char buf[MAX_CHARS + 1];
-        memcpy(buf, s, (size_t)n);
-        buf[n] = 0;
-        double v = strtod(buf, NULL);
-        *out = (int64_t)nearbyint(v * 1000.0);
-        return 1;
-    }
-    int64_t frac = 0;
-    Py_ssize_t k;
-    for (k = 0; k < 3; k++) {
-        Py_ssize_t i = dot + 1 + k;
-        frac = frac * 10 + (i < n ? s[i] - '0' : 0);
-    }
-    Py_ssize_t r = dot + 4;
-    *out = whole * 1000 + frac + ((r < n && s[r] >= '5') ? 1 : 0);
-    return 1;
-}
+#include "_kineto_literal.h"
 
 static PyObject *literals_ns(PyObject *self, PyObject *args) {
     PyObject *raws;
@@ -88,7 +40,7 @@ static PyObject *literals_ns(PyObject *self, PyObject *args) {
             continue;
         }
         int64_t v;
-        if (convert((const char *)b.buf, b.len, &v)) {
+        if (kineto_literal_ns((const char *)b.buf, (long)b.len, &v)) {
             ns[i] = v;
             ok[i] = 1;
             good++;

@@ -33,6 +33,7 @@ from srtscope.analyzers.model.timeline import (
     PYTHON_DOMAIN,
     DeviceKind,
     Timeline,
+    validate_table,
 )
 from srtscope.analyzers.model.units import name_text
 from srtscope.analyzers.readers.errors import TraceError
@@ -231,4 +232,6 @@ def _build(path: Path, header: dict[str, Any], t: Tables, cats: Counter, thread_
     else:
         stand = None
     meta = kineto_meta(path, header, fr, Facts.of(device, api_df), ranges, cats, thread_names, n_events, stand)
-    return Timeline.build(meta, device=device, api=api_df, ranges=ranges)
+    # NOTE: ``Timeline.build`` without its copy: these tables' arrays are this read's alone
+    return Timeline(validate_table(device, "device", copy=False), validate_table(api_df, "api", copy=False),
+                    validate_table(ranges, "ranges", copy=False), validate_table(None, "counters"), meta)

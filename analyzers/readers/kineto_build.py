@@ -96,8 +96,10 @@ class Frames:
         e = s + np.maximum(c["dur_ns"], 0)
         if len(s) > 1 and not (s[1:] >= s[:-1]).all():
             o = np.argsort(s, kind="stable")
-            c = {k: (v[o] if isinstance(v, np.ndarray) and len(v) == len(o) else v) for k, v in c.items()}
             s, e = s[o], e[o]
+            for k, v in list(c.items()):        # NOTE: in place, a column at a time: one column's copy held
+                if isinstance(v, np.ndarray) and len(v) == len(o) and k not in ("start_ns", "dur_ns"):
+                    c[k] = v[o]
         return c, s, e
 
     def device(self, c: dict[str, Any]) -> pd.DataFrame:
@@ -105,7 +107,8 @@ class Frames:
         return pd.DataFrame({"start_ns": s, "end_ns": e, "kind": categorical(c["kind"], KINDS),
                              "name": categorical(c["name"], c["names"]), "device": c["device"],
                              "stream": c["stream"], "pid": self.host_pid,
-                             "correlation": c["correlation"], "rank": self.rank, "bytes": c["bytes"]})
+                             "correlation": c["correlation"], "rank": self.rank, "bytes": c["bytes"]},
+                            copy=False)
 
     def api(self, c: dict[str, Any]) -> pd.DataFrame:
         c, s, e = self.times(c)
@@ -115,14 +118,15 @@ class Frames:
         names = pd.Categorical(mapped[raw.codes])
         kinds = pd.Categorical(kind_lut[raw.codes], categories=[k.value for k in ApiKind])
         return pd.DataFrame({"start_ns": s, "end_ns": e, "pid": c["pid"], "tid": c["tid"],
-                             "name": names, "kind": kinds, "correlation": c["correlation"], "rank": self.rank})
+                             "name": names, "kind": kinds, "correlation": c["correlation"], "rank": self.rank},
+                            copy=False)
 
     def ranges(self, c: dict[str, Any]) -> pd.DataFrame:
         c, s, e = self.times(c)
         names, attrs = split_coded_labels(c["name"], c["names"])
         return pd.DataFrame({"start_ns": s, "end_ns": e, "pid": c["pid"], "tid": c["tid"],
                              "name": names, "domain": categorical(c["domain"], DOMAINS),
-                             "attrs": attrs, "rank": self.rank})
+                             "attrs": attrs, "rank": self.rank}, copy=False)
 
 
 @dataclass

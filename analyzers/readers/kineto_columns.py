@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, is_
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,11 @@ from srtscope.analyzers.readers.jsonstream import _parse_float, us_to_ns
 from srtscope.analyzers.readers.kineto_stream import Args, Event, Fallback
 from srtscope.analyzers.readers.kineto_times import literals_ns
 
+try:
+    from srtscope.analyzers.readers import _kineto_fields as _FC
+except ImportError:         # not built (optional in setup.py): a pass a member
+    _FC = None  # type: ignore[assignment]
+
 #: range domains by code (a range table's ``domain`` holds these codes)
 DOMAINS = ["", GPU_DOMAIN, OP_DOMAIN, PYTHON_DOMAIN]
 #: device kinds by code (a device table's ``kind`` holds these codes)
@@ -38,7 +44,6 @@ _D_NONE, _D_GPU, _D_OP, _D_PY = range(4)
 _OTHER, _DEV, _API, _RANGE, _OP, _PY = range(6)
 _I64 = np.iinfo(np.int64)
 _X = frozenset({"X"})
-_ABSENT = frozenset({UNSET})
 _NO_ARGS = Args()
 COLUMNS = {"dev": ("start_ns", "dur_ns", "kind", "name", "device", "stream", "correlation", "bytes"),
            "api": ("start_ns", "dur_ns", "pid", "tid", "name", "correlation"),
@@ -90,7 +95,7 @@ def _ints(values: list, seen: dict) -> np.ndarray:
 
 def _absent(values: list) -> np.ndarray:
     """Which values are absent (``UNSET``)."""
-    return np.fromiter(map(_ABSENT.__contains__, values), bool, len(values))
+    return np.fromiter(map(is_, values, repeat(UNSET)), bool, len(values))
 
 
 def _or_raw(values: list, fallback: list) -> list:
@@ -152,6 +157,60 @@ def _ns(raws: list, absent: int | None) -> np.ndarray:
     return ns
 
 
+class _Fields:
+    """The members of a batch's events (``_fields``): ``x`` where ``ph`` is ``"X"``; ``ts`` /
+    ``dur`` ns with their state (0: absent, 1: converted, 2: to decode alone); the others as lists."""
+
+    __slots__ = ("x", "ts", "ts_state", "dur", "dur_state", "cats", "names", "pids", "tids")
+
+    def __init__(self, n: int) -> None:
+        self.x = np.empty(n, np.uint8)
+        self.ts, self.dur = np.empty(n, np.int64), np.empty(n, np.int64)
+        self.ts_state, self.dur_state = np.empty(n, np.uint8), np.empty(n, np.uint8)
+        self.cats: list = []
+        self.names: list = []
+        self.pids: list = []
+        self.tids: list = []
+
+
+def _fields(evs: list[Event]) -> _Fields:
+    """Every event's members: in one C pass over the structs (``_kineto_fields.c``) where it was
+    built, else a pass a member."""
+    f = _Fields(len(evs))
+    if _FC is not None:
+        f.cats, f.names, f.pids, f.tids = _FC.fields(evs, UNSET, f.x, f.ts, f.ts_state, f.dur, f.dur_state)
+    else:
+        f.x[:] = np.fromiter(map(_X.__contains__, _get("ph", evs)), bool, len(evs))
+        for raws, ns, st in ((_get("ts", evs), f.ts, f.ts_state), (_get("dur", evs), f.dur, f.dur_state)):
+            got, ok = literals_ns([b"" if r is UNSET else r for r in raws])
+            ns[:] = got
+            st[:] = np.where(ok, 1, np.where(_absent(raws), 0, 2))
+        f.cats, f.names, f.pids, f.tids = (_get(m, evs) for m in ("cat", "name", "pid", "tid"))
+    f.x = f.x.view(bool)
+    return f
+
+
+def _picker(at: list[int]) -> Callable[[list], list]:
+    return lambda lst: list(map(lst.__getitem__, at))
+
+
+def _exact(ns: np.ndarray, state: np.ndarray, rows: np.ndarray | None, pick: Callable[[list], list],
+           xs: list[Event], take: np.ndarray, member: str) -> np.ndarray:
+    """The ns of ``rows`` (None: all), those the bulk did not convert decoded alone: an absent
+    ``ts`` is ``Fallback`` (the exact reader's ``KeyError``), an absent ``dur`` 0."""
+    out = ns.copy() if rows is None else ns[rows]
+    st = state if rows is None else state[rows]
+    for j in np.flatnonzero(st != 1).tolist():
+        raw = getattr(xs[int(take[j])], member)
+        if raw is UNSET:
+            if member == "ts":
+                raise Fallback("an event without ts")
+            out[j] = 0
+        else:
+            out[j] = _exact_ns(raw)
+    return out
+
+
 class KinetoRows:
     """The columns of a Kineto trace's device, API and range rows, added a batch at a time."""
 
@@ -182,15 +241,16 @@ class KinetoRows:
         """One batch of events, in file order."""
         n = len(evs)
         self.n_events += n
-        is_x = np.fromiter(map(_X.__contains__, _get("ph", evs)), bool, n)
-        if not is_x.all():
-            self._others([evs[i] for i in np.flatnonzero(~is_x).tolist()])
-            xs = list(map(evs.__getitem__, np.flatnonzero(is_x).tolist()))
+        f = _fields(evs)
+        if f.x.all():
+            xi: list[int] | None = None
+            xs, cats = evs, f.cats
         else:
-            xs = evs
+            self._others(list(map(evs.__getitem__, np.flatnonzero(~f.x).tolist())))
+            xi = np.flatnonzero(f.x).tolist()
+            xs, cats = list(map(evs.__getitem__, xi)), list(map(f.cats.__getitem__, xi))
         if not xs:
             return
-        cats = _get("cat", xs)
         counts = Counter(cats)
         for c, k in counts.items():
             self.cats["" if c is UNSET else c] += k
@@ -204,7 +264,8 @@ class KinetoRows:
                 self._device_or_api(table, list(map(xs.__getitem__, at)), list(map(cats.__getitem__, at)))
         take = np.flatnonzero(cls >= _RANGE)
         if len(take):
-            self._ranges(list(map(xs.__getitem__, take.tolist())) if len(take) < len(xs) else xs, cls[take])
+            rows = take if xi is None else np.asarray(xi, np.int64)[take]
+            self._ranges(f, None if len(rows) == n else rows, cls[take], xs, take)
 
     def _others(self, evs: list[Event]) -> None:
         """Events that are not ``X``: no event at all (no ``ph``), flows, thread names."""
@@ -257,22 +318,25 @@ class KinetoRows:
             cols["tid"].append(_ints(tids, self._ints["tid"]))
         self.rows[table] += m
 
-    def _ranges(self, evs: list[Event], cls: np.ndarray) -> None:
+    def _ranges(self, f: _Fields, rows: np.ndarray | None, cls: np.ndarray, xs: list[Event], take: np.ndarray) -> None:
+        """The range rows: ``rows`` of the batch (None: all of it), ``cls`` their classes, ``xs[take]``
+        their events."""
         cols = self.parts["rng"]
-        cols["start_ns"].append(_ns(_get("ts", evs), None))
-        cols["dur_ns"].append(_ns(_get("dur", evs), 0))
-        cols["pid"].append(_ints(_get("pid", evs), self._ints["pid"]))
-        cols["tid"].append(_ints(_get("tid", evs), self._ints["tid"]))
+        pick = (lambda lst: lst) if rows is None else _picker(rows.tolist())
+        cols["start_ns"].append(_exact(f.ts, f.ts_state, rows, pick, xs, take, "ts"))
+        cols["dur_ns"].append(_exact(f.dur, f.dur_state, rows, pick, xs, take, "dur"))
+        cols["pid"].append(_ints(pick(f.pids), self._ints["pid"]))
+        cols["tid"].append(_ints(pick(f.tids), self._ints["tid"]))
         names = self.names["rng"]
-        codes = names.codes(_get("name", evs))
+        codes = names.codes(pick(f.names))
         cols["name"].append(codes)
         # the domain by category; an operator's by its name (a stage alias: the default domain)
-        dom = np.full(len(evs), _D_PY, np.int8)
+        dom = np.full(len(cls), _D_PY, np.int8)
         dom[cls == _OP] = _D_OP
         rng = np.flatnonzero(cls == _RANGE)
         if len(rng):
             by = {c: DOMAINS.index(self.range_cats[c]) for c in self.range_cats}
-            dom[rng] = np.fromiter((by[evs[j].cat] for j in rng.tolist()), np.int8, len(rng))
+            dom[rng] = np.fromiter((by[xs[j].cat] for j in take[rng].tolist()), np.int8, len(rng))
         ops = np.flatnonzero(cls == _OP)
         if len(ops):
             texts = names.texts
@@ -280,7 +344,7 @@ class KinetoRows:
             stage = np.asarray(self._stage, bool)
             dom[ops] = np.where(stage[codes[ops]], _D_NONE, _D_OP)
         cols["domain"].append(dom)
-        self.rows["rng"] += len(evs)
+        self.rows["rng"] += len(cls)
 
     def host(self) -> tuple[int, int]:
         """(the most common pid of the API rows, the earliest first where counts tie; distinct

@@ -61,7 +61,7 @@ def literals_ns_numpy(raws: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
         return ns, ok
     lens = np.fromiter(map(len, parts), np.int64, n)
     chars = np.array(parts, dtype=f"S{MAX_CHARS}").view(np.uint8).reshape(n, MAX_CHARS)
-    width = int(min(MAX_CHARS, lens.max()))
+    width = max(1, int(min(MAX_CHARS, lens.max())))
     chars = chars[:, :width]
     inside = np.arange(width)[None, :] < lens[:, None]
     dot = chars == _DOT

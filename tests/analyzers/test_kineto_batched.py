@@ -87,7 +87,7 @@ QUIRKS = """{"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU", "
 
 
 @pytest.mark.parametrize("gz", [True, False], ids=["gzip", "plain"])
-def test_quirks_read_in_batches_as_the_exact_reader_reads_them(tmp_path: Path, gz: bool) -> None:
+def test_quirks_read_in_batches_as_the_exact_reader_reads_them(tmp_path: Path, gz: bool, monkeypatch) -> None:
     """Decimal strings, exponents, ns decimals past 15 characters, flows standing in for
     ``args.correlation``, ``"stream 7"``, absent and null members, elements that are no event, a
     time that is not a number in a category nobody reads, the header after ``traceEvents``."""
@@ -99,6 +99,11 @@ def test_quirks_read_in_batches_as_the_exact_reader_reads_them(tmp_path: Path, g
     assert got.meta.extra["kineto.thread_names"] == {"1:2": "main"}
     assert got.meta.extra["kineto.events"] == 18 and got.meta.extra["kineto.categories"][""] == 1
     assert int(got.device["start_ns"].iloc[-1]) == 1_695_835_543_008_415_124 + 1_000_000_000
+    import srtscope.analyzers.readers.kineto_columns as kcols
+    import srtscope.analyzers.readers.kineto_times as ktimes
+    monkeypatch.setattr(kcols, "_FC", None)                  # without the C extensions: the same
+    monkeypatch.setattr(ktimes, "_C", None)
+    _same(read_kineto_batched(p), got)
 
 
 @pytest.mark.parametrize("doc, says", [
@@ -180,3 +185,14 @@ def test_kineto_over_the_budget_is_diagnosed_in_windows(stacks: Path) -> None:
     assert got.diagnosis.to_json() == whole and not got.cut
     assert any("diagnosis in windows holds" in n for n in notes), notes
     assert whole["steps"]["count"] >= 5 and whole["bubbles"]["count"] > 0
+
+
+@pytest.mark.parametrize("path", KINETO[:3] + KINETO[-2:], ids=lambda p: p.name)
+def test_without_the_c_extensions_the_same_timeline(path: Path, small_blocks, monkeypatch) -> None:
+    """Where ``_kineto_fields`` / ``_kineto_times`` were not built, numpy and C-level maps do it."""
+    import srtscope.analyzers.readers.kineto_columns as kcols
+    import srtscope.analyzers.readers.kineto_times as ktimes
+    with_c = read_kineto_batched(path)
+    monkeypatch.setattr(kcols, "_FC", None)
+    monkeypatch.setattr(ktimes, "_C", None)
+    _same(read_kineto_batched(path), with_c)
