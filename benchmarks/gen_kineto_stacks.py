@@ -41,7 +41,7 @@ _FLOW = ('  {\n    "ph": "%s", "id": %d, "pid": %d, "tid": %d, "ts": %.3f,\n'
 
 def generate(out: Path, events: int, frames: int = 30, layers: int = 32, seed: int = 0) -> dict:
     """Write the trace; returns what it holds (events, steps, bytes, seconds)."""
-    from isal import igzip     # fast to write 20 M events; any gzip reader reads it
+    from isal import igzip  # fast to write 20 M events; any gzip reader reads it
 
     rng = np.random.default_rng(seed)
     names = [f"{FILES[i % len(FILES)]}({100 + 7 * i}): {FUNCS[i % len(FUNCS)]}" for i in range(4 * frames)]

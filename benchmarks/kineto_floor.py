@@ -87,6 +87,11 @@ def measure(path: Path, runs: int, budget: str | None) -> dict:
     return out
 
 
+def _x(a: float | None, b: float | None) -> str:
+    """a / b, as "1.23x"."""
+    return "-" if not a or not b else f"{a / b:.2f}x"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, nargs="*", default=[1_000_000, 5_000_000, 20_000_000])
@@ -103,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         r = measure(path, args.runs, args.budget or None)
         results[label] = {"path": str(path), "bytes": path.stat().st_size, **r}
 
-        def cell(k: str) -> str:
+        def cell(k: str, r: dict = r) -> str:
             m = r.get(k)
             if not m or m["wall_s"] is None:
                 return "-" if not m else f"failed: {m['failed']}"
@@ -111,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
 
         f, fl = r["first"], r["floor"]
         rows.append([label, cell("first"), cell("second"), cell("budget"), cell("floor"), cell("zcat"),
-                     C.ratio(f["wall_s"], fl["wall_s"]), C.ratio(f["cpu_s"], fl["cpu_s"]),
-                     C.ratio(r["second"]["wall_s"], f["wall_s"])])
+                     _x(f["wall_s"], fl["wall_s"]), _x(f["cpu_s"], fl["cpu_s"]),
+                     _x(r.get("second", {}).get("wall_s"), f["wall_s"])])
         print(rows[-1], flush=True)
     print(C.table(["trace", "first look", "second look", f"--memory-budget {args.budget}", "floor", "zcat",
                    "first/floor wall", "first/floor cpu", "second/first"], rows))

@@ -55,7 +55,8 @@ def categorical(codes: np.ndarray, values: list[str]) -> pd.Categorical:
     cats = sorted(vals[used].tolist())
     pos = {c: i for i, c in enumerate(cats)}
     lut = np.fromiter((pos.get(v, -1) for v in values), np.int64, len(values))
-    return pd.Categorical.from_codes(lut[codes], categories=cats)
+    # pandas-stubs wants an Index for categories; a list works at runtime (as labels.py)
+    return pd.Categorical.from_codes(lut[codes], categories=cats)  # type: ignore[call-overload]
 
 
 def host_pid(pids: np.ndarray) -> tuple[int, int]:
