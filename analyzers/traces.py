@@ -2,8 +2,9 @@
 
     got = diagnose_traces(["run.sqlite"], DiagnoseParams(), 2 << 30)   # got.diagnosis, got.cut
 
-- One nsys export, no step range, its whole read's estimated peak (``readers/memory_estimate.py``)
-  over the budget: read once into time buckets on disk (``spill/nsys_spill.py``, in a private
+- One nsys export or Kineto trace, no step range, its whole read's estimated peak
+  (``readers/memory_estimate.py``) over the budget: read once into time buckets on disk
+  (``spill/nsys_spill.py``, ``spill/kineto_spill.py``, in a private
   folder under ``$TMPDIR``, ``spill/spill_folder.py``, removed after) and diagnosed window by window
   (``pipeline/stream.py``): the same Diagnosis as a whole read, with the memory of one window; one
   walk or two (``walks``), the windows sized again after the first pass (``resized``). A trace the
@@ -27,7 +28,7 @@ import stat
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -284,7 +285,8 @@ def plan_reads(paths: list[Path], budget_bytes: int | None, params: DiagnosePara
 
 
 def over_budget(path: Path, budget_bytes: int) -> bool:
-    """Whether ``path`` is an nsys export whose whole read's estimated peak is over the budget."""
+    """Whether ``path`` is an nsys export or a Kineto trace whose whole read's estimated peak is
+    over the budget."""
     from srtscope.analyzers.model.timeline import SourceFormat
     from srtscope.analyzers.readers import detect_format_quiet
     from srtscope.analyzers.readers.memory_estimate import estimate_quiet
@@ -293,7 +295,7 @@ def over_budget(path: Path, budget_bytes: int) -> bool:
         fmt = detect_format_quiet(path) if path.is_file() else None
     except OSError:
         return False                    # the read says what is wrong
-    if fmt is not SourceFormat.NSYS_SQLITE:
+    if fmt not in (SourceFormat.NSYS_SQLITE, SourceFormat.KINETO):
         return False
     est = estimate_quiet(path, fmt)
     return est is not None and est.peak_bytes > budget_bytes
@@ -372,10 +374,11 @@ def resized(budget_bytes: int, export_bytes: int,
 
 
 def _in_windows(path: Path, params: DiagnoseParams, budget_bytes: int, hooks: ReadHooks) -> Diagnosis | None:
-    """The whole-trace Diagnosis of one nsys export within ``budget_bytes``, or None where the
+    """The whole-trace Diagnosis of one nsys export or Kineto trace within ``budget_bytes``, or None where the
     windowed path does not cover the trace or there is no room to spill (a note says why)."""
     from srtscope.analyzers.pipeline.stream import NotWindowable, diagnose_streamed
     from srtscope.analyzers.readers import rank_from_name, read_spilled
+    from srtscope.analyzers.readers.memory_estimate import json_text_bytes
     from srtscope.analyzers.spill.spill_folder import spill_folder, sweep_stale
 
     def note(line: str) -> None:
@@ -387,6 +390,7 @@ def _in_windows(path: Path, params: DiagnoseParams, budget_bytes: int, hooks: Re
             hooks.progress(fraction, f"{what} {path.name}")
 
     size = path.stat().st_size
+    kineto = _is_kineto(path)
     tmp = Path(tempfile.gettempdir())
     sweep_stale(tmp, note)              # a killed run's spill: its space counts as free
     free = shutil.disk_usage(tmp).free
@@ -401,8 +405,11 @@ def _in_windows(path: Path, params: DiagnoseParams, budget_bytes: int, hooks: Re
             said.append(True)
             note(f"{path.name}: what a diagnosis in windows holds at this size, ~{need >> 20} MiB, "
                  f"passes --memory-budget {budget_bytes >> 20} MiB")
-    rows, workers = walks(budget_bytes, size)
-    need = modelled_peak(size, rows, workers)
+    # NOTE: the window model's size is an export's bytes; a Kineto trace's text holds ~2.5x the
+    # bytes of an export of the same rows (its ranges are held whole in both)
+    model_bytes = int(json_text_bytes(path) / 2.5) if kineto else size
+    rows, workers = walks(budget_bytes, model_bytes)
+    need = modelled_peak(model_bytes, rows, workers)
     if need > budget_bytes:
         over(need)
     rank = rank_from_name(path) or 0
@@ -414,7 +421,7 @@ def _in_windows(path: Path, params: DiagnoseParams, budget_bytes: int, hooks: Re
     with stack:
         try:
             tick(0.0, "reading")
-            with _scanned(path, tick, hooks.check):
+            with nullcontext() if kineto else _scanned(path, tick, hooks.check):
                 src = read_spilled(path, rank, folder)
 
             def progress(f: float) -> None:
@@ -423,7 +430,7 @@ def _in_windows(path: Path, params: DiagnoseParams, budget_bytes: int, hooks: Re
                 tick(0.5 + 0.5 * f, "diagnosing in windows")
             with src:
                 return diagnose_streamed(src, params, rows, workers=workers, progress=progress,
-                                         resize=resized(budget_bytes, size, over))
+                                         resize=resized(budget_bytes, model_bytes, over))
         except NotWindowable as exc:
             note(f"{path.name}: not diagnosed whole in windows ({exc})")
             return None
@@ -431,6 +438,12 @@ def _in_windows(path: Path, params: DiagnoseParams, budget_bytes: int, hooks: Re
             raise SpillError(spill_failed(path, folder, tmp, exc)) from None
         finally:
             tick(1.0, "read")
+
+
+def _is_kineto(path: Path) -> bool:
+    from srtscope.analyzers.model.timeline import SourceFormat
+    from srtscope.analyzers.readers import detect_format_quiet
+    return detect_format_quiet(path) is SourceFormat.KINETO
 
 
 @contextmanager

@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from srtscope.analyzers.model.columns import isin
+
 
 class SourceFormat(str, Enum):
     NSYS_SQLITE = "nsys-sqlite"
@@ -313,13 +315,13 @@ class Timeline:
         frames are read by the host-activity model (``analyses/host_activity.py``) as layers of their own.
         """
         rg = self.ranges
-        derived = np.isin(rg["domain"].to_numpy(), DERIVED_DOMAINS)
+        derived = isin(rg["domain"], DERIVED_DOMAINS)     # by category where it is one: no object array
         return rg[~derived].reset_index(drop=True) if derived.any() else rg
 
     def domain_ranges(self, domain: str) -> pd.DataFrame:
         """The ranges of one derived domain (``OP_DOMAIN``, ``PYTHON_DOMAIN``)."""
         rg = self.ranges
-        m = rg["domain"].to_numpy() == domain
+        m = isin(rg["domain"], [domain])
         return rg[m].reset_index(drop=True) if m.any() else rg.iloc[:0]
 
     @property

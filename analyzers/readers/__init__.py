@@ -84,12 +84,19 @@ def read_one(path: str | Path, rank: int = 0, allow_no_kernels: bool = False, ca
 
 
 def read_spilled(path: str | Path, rank: int, folder: str | Path) -> SpilledTrace:
-    """An nsys export read as ``read_one`` reads it, its device and API tables spilled to ``folder``
-    (``nsys_spill.read_nsys_spilled``) for a diagnosis in windows: the same ``TraceError`` as
-    ``read_one``'s for the same file; an ``OSError`` (the spill's writes) passes as it is."""
+    """An nsys export or a Kineto trace read as ``read_one`` reads it, its device and API tables
+    spilled to ``folder`` (``nsys_spill.read_nsys_spilled``, ``kineto_spill.read_kineto_spilled``)
+    for a diagnosis in windows: the same ``TraceError`` as ``read_one``'s for the same file; an
+    ``OSError`` (the spill's writes) and ``NotWindowable`` (a Kineto trace the spill does not take)
+    pass as they are."""
+    from srtscope.analyzers.pipeline.first_pass import NotWindowable
     from srtscope.analyzers.spill.nsys_spill import SpilledTrace, read_nsys_spilled
 
     path = Path(path)
+    if detect_format(path) is SourceFormat.KINETO:
+        from srtscope.analyzers.spill.kineto_spill import read_kineto_spilled
+        return ingest(path, lambda: read_kineto_spilled(path, rank, folder=folder), SpilledTrace.extent,
+                      passing=(OSError, NotWindowable))
     return ingest(path, lambda: read_nsys_spilled(path, rank, folder=folder), SpilledTrace.extent,
                   passing=(OSError,))
 

@@ -27,26 +27,24 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers.model.names import api_kind, hip_to_cuda, strip_api_suffix
 from srtscope.analyzers.model.timeline import (
     GPU_DOMAIN,
     OP_DOMAIN,
     PYTHON_DOMAIN,
-    ApiKind,
-    DeviceInfo,
     DeviceKind,
-    SourceFormat,
     Timeline,
-    TimelineMeta,
-    Traced,
     WarningCode,
+    validate_table,
 )
 from srtscope.analyzers.model.units import name_text
 from srtscope.analyzers.readers.errors import TraceError
 from srtscope.analyzers.readers.jsonstream import JsonStreamError, iter_trace, us_to_ns
-from srtscope.analyzers.readers.labels import split_labels
+from srtscope.analyzers.readers.kineto_build import Facts, Frames, Tables, host_pid, kineto_meta
+from srtscope.analyzers.readers.kineto_columns import DOMAINS, KINDS, KinetoRows, objects
+from srtscope.analyzers.readers.kineto_columns import _int as _int
+from srtscope.analyzers.readers.kineto_stream import Fallback, event_batches
 from srtscope.analyzers.readers.profiler_stop import cut_open_at_stop, stop_message
-from srtscope.analyzers.readers.stand_in import forward_stand_ins, note_stand_ins
+from srtscope.analyzers.readers.stand_in import forward_stand_ins
 from srtscope.probes.stages import resolve_stage
 
 _DEVICE_CATS = {"kernel": DeviceKind.KERNEL, "Kernel": DeviceKind.KERNEL,
@@ -55,26 +53,10 @@ _DEVICE_CATS = {"kernel": DeviceKind.KERNEL, "Kernel": DeviceKind.KERNEL,
 _API_CATS = {"cuda_runtime", "cuda_driver", "Runtime"}
 _RANGE_CATS = {"user_annotation": "", "gpu_user_annotation": GPU_DOMAIN}
 _OP_CATS = {"cpu_op", "Operator"}
-_LEGACY_CATS = {"Kernel", "Runtime", "Operator", "Memcpy", "Memset"}
 _FLOW_CATS = {"ac2g", "async"}
 #: elements of traceEvents that are no event (not an object, or without ``ph``) tolerated before
 #: the file is refused: a gzip bomb of ``0,`` ran for hours at ~1 µs per element, a real trace has none
 MAX_NON_EVENTS = 1_000_000
-KNOWN_SCHEMAS = {1}
-
-
-def _int(v: Any, default: int = -1) -> int:
-    """Ints, numeric strings and ``"stream 7"``-style strings -> int."""
-    if isinstance(v, bool) or v is None:
-        return default
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float):
-        return int(v)
-    if isinstance(v, str):
-        digits = v.rsplit(" ", 1)[-1]
-        return int(digits) if digits.lstrip("-").isdigit() else default
-    return default
 
 
 class _Cols:
@@ -99,8 +81,42 @@ def _open_text(path: Path) -> io.TextIOWrapper:
 
 
 def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
-    """Read one Kineto trace. ``rank`` is used when the trace has no ``distributedInfo.rank``."""
+    """Read one Kineto trace. ``rank`` is used when the trace has no ``distributedInfo.rank``.
+
+    Batched (``kineto_stream`` + ``kineto_columns``); a file that path does not take as it expects
+    is read again by the exact streaming reader (``jsonstream``), whose answer or error stands."""
     path = Path(path)
+    try:
+        return read_kineto_batched(path, rank)
+    except Fallback:
+        return _read_exact(path, rank)
+
+
+def new_rows() -> KinetoRows:
+    """The batched reader's rows, with this module's mapping of categories."""
+    return KinetoRows(_DEVICE_CATS, _API_CATS, _RANGE_CATS, _OP_CATS, _FLOW_CATS,
+                      lambda name: resolve_stage(name) is not None, MAX_NON_EVENTS)
+
+
+def read_kineto_batched(path: Path, rank: int = 0) -> Timeline:
+    """``read_kineto`` by the batched decoder alone: ``Fallback`` where it does not take the file."""
+    header: dict[str, Any] = {}
+    rows = new_rows()
+    try:
+        for batch in event_batches(path, header.__setitem__):
+            rows.add(batch)
+    except TypeError as exc:            # a member of a type no comparison takes: the exact reader says
+        raise Fallback(str(exc)) from None
+    rows.finish()
+    if sum(rows.rows.values()) == 0:
+        raise TraceError(path, f"Kineto trace holds no GPU, CUDA API or annotation events "
+                               f"({rows.n_events} events)")
+    tables = Tables(rows.table("dev"), rows.table("api"), rows.table("rng"))
+    return _build(path, header, tables, rows.cats, rows.thread_names, rows.n_events, rank, rows.stop_ns)
+
+
+def _read_exact(path: Path, rank: int) -> Timeline:
+    """The streaming reader (``jsonstream``), event by event: every quirk and error as it was."""
     header: dict[str, Any] = {}
     dev = _Cols("start", "dur", "kind", "name", "device", "stream", "correlation", "bytes")
     api = _Cols("start", "dur", "pid", "tid", "name", "correlation")
@@ -177,134 +193,72 @@ def read_kineto(path: str | Path, rank: int = 0) -> Timeline:
     if len(dev) + len(api) + len(rng) == 0:
         raise TraceError(path, f"Kineto trace holds no GPU, CUDA API or annotation events "
                                f"({n_events} events)")
-    return _build(path, header, dev, api, rng, cats, thread_names, n_events, rank, stop[-1] if stop else None)
+    t = Tables(_coded(dev, path, {"kind": KINDS}), _coded(api, path, {}), _coded(rng, path, {"domain": DOMAINS}))
+    return _build(path, header, t, cats, thread_names, n_events, rank, stop_time(stop[-1]) if stop else None)
 
 
-def _times(cols: _Cols, base_ns: int, path: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
+def stop_time(value: Any) -> int | None:
+    """The profiler's ``Record Window End`` time, ns (without the trace's base time); None when it
+    is no time."""
     try:
-        start = np.fromiter((us_to_ns(v) for v in cols.cols["start"]), np.int64, len(cols)) + np.int64(base_ns)
-        dur = np.fromiter((us_to_ns(v) for v in cols.cols["dur"]), np.int64, len(cols))
+        return us_to_ns(value)
+    except (OverflowError, TypeError, ValueError):
+        return None
+
+
+def cut_at_stop(ranges: pd.DataFrame | None, stop_ns: int | None,
+                base_ns: int) -> tuple[pd.DataFrame | None, list[tuple[str, int]]]:
+    """``ranges`` less the trailing ranges still open at the profiler's stop (``profiler_stop``),
+    and those cut; ``stop_ns`` without the base time ``base_ns``."""
+    if ranges is None or stop_ns is None:
+        return ranges, []
+    return cut_open_at_stop(ranges, stop_ns + base_ns)
+
+
+def _coded(cols: _Cols, path: Path, fixed: dict[str, list[str]]) -> dict[str, Any]:
+    """One table's column lists as ``Tables`` holds them: times in ns, names coded, the ``fixed``
+    columns as codes into their lists."""
+    c = cols.cols
+    out: dict[str, Any] = {"start_ns": _ns(c["start"], path), "dur_ns": _ns(c["dur"], path)}
+    for k, v in c.items():
+        if k in ("start", "dur"):
+            continue
+        if k == "name":
+            codes, names = pd.factorize(objects(v), use_na_sentinel=False)
+            out["name"], out["names"] = np.asarray(codes, np.int64), [str(x) for x in names]
+        elif k in fixed:
+            out[k] = np.fromiter((fixed[k].index(x) for x in v), np.int64, len(v))
+        else:
+            out[k] = np.asarray(v, np.int64)
+    return out
+
+
+def _ns(values: list, path: Path) -> np.ndarray:
+    """µs values -> int64 ns (``TraceError`` for one out of range or not a number)."""
+    try:
+        return np.fromiter((us_to_ns(v) for v in values), np.int64, len(values))
     except (OverflowError, ValueError) as exc:
-        raise TraceError(path or "<kineto>", f"an event's time is out of range or not a number ({exc})") from None
-    return start, start + np.maximum(dur, 0)
+        raise TraceError(path, f"an event's time is out of range or not a number ({exc})") from None
 
 
-def _build(path: Path, header: dict[str, Any], dev: _Cols, api: _Cols, rng: _Cols,
-           cats: Counter, thread_names: dict[str, str], n_events: int, rank: int,
-           stop_us: Any = None) -> Timeline:
-    """The Timeline of the parsed columns; ``stop_us``: the profiler's ``Record Window End`` (the
+def _build(path: Path, header: dict[str, Any], t: Tables, cats: Counter, thread_names: dict[str, str],
+           n_events: int, rank: int, stop_ns: int | None = None) -> Timeline:
+    """The Timeline of the read's tables; ``stop_ns``: the profiler's ``Record Window End`` (the
     trailing ranges still open then are cut, ``profiler_stop``)."""
-    base = header.get("baseTimeNanoseconds")
-    base_ns = _int(base, 0) if base is not None else 0
-    dist = di if isinstance(di := header.get("distributedInfo"), dict) else {}
-    file_rank = _int(dist.get("rank"), rank) if "rank" in dist else rank
-    world = _int(dist.get("world_size"), 1) if "world_size" in dist else 1
-
-    host_pids = Counter(api.cols["pid"])
-    host_pid = host_pids.most_common(1)[0][0] if host_pids else -1
-
-    device = api_df = ranges = None
-    if len(dev):
-        s, e = _times(dev, base_ns, path)
-        c = dev.cols
-        device = pd.DataFrame({"start_ns": s, "end_ns": e, "kind": pd.Categorical(c["kind"]),
-                               "name": pd.Categorical(c["name"]), "device": c["device"],
-                               "stream": c["stream"], "pid": host_pid,
-                               "correlation": c["correlation"], "rank": file_rank,
-                               "bytes": c["bytes"]})
-    if len(api):
-        s, e = _times(api, base_ns, path)
-        c = api.cols
-        raw = pd.Categorical(c["name"])
-        mapped = np.asarray([strip_api_suffix(hip_to_cuda(n)) for n in raw.categories], dtype=object)
-        kind_lut = np.asarray([api_kind(n).value for n in mapped], dtype=object)
-        names = pd.Categorical(mapped[raw.codes])
-        kinds = pd.Categorical(kind_lut[raw.codes], categories=[k.value for k in ApiKind])
-        api_df = pd.DataFrame({"start_ns": s, "end_ns": e, "pid": c["pid"], "tid": c["tid"],
-                               "name": names, "kind": kinds, "correlation": c["correlation"],
-                               "rank": file_rank})
-    if len(rng):
-        s, e = _times(rng, base_ns, path)
-        c = rng.cols
-        names, attrs = split_labels(c["name"])
-        ranges = pd.DataFrame({"start_ns": s, "end_ns": e, "pid": c["pid"], "tid": c["tid"],
-                               "name": names, "domain": pd.Categorical(c["domain"]),
-                               "attrs": attrs, "rank": file_rank})
-    cut: list[tuple[str, int]] = []
-    if ranges is not None and stop_us is not None:
-        try:
-            stop_ns = us_to_ns(stop_us) + base_ns
-        except (OverflowError, TypeError, ValueError):
-            stop_ns = None
-        if stop_ns is not None:
-            ranges, cut = cut_open_at_stop(ranges, stop_ns)
-
+    fr = Frames.of(header, rank, host_pid(np.asarray(t.api["pid"], np.int64)))
+    device = fr.device(t.dev) if len(t.dev["start_ns"]) else None
+    api_df = fr.api(t.api) if len(t.api["start_ns"]) else None
+    ranges, cut = cut_at_stop(fr.ranges(t.rng) if len(t.rng["start_ns"]) else None, stop_ns, fr.base_ns)
     # a CPU run of an engine of ours, captured by torch.profiler: no device activity and no CUDA
     # calls. NOTE: with CUDA calls but no kernels, kernel tracing failed: no stand-ins then.
-    stand_in = device is None and api_df is None and len(stand := forward_stand_ins(ranges, file_rank)) > 0
-    if stand_in:
+    stand = forward_stand_ins(ranges, fr.rank) if device is None and api_df is None else None
+    if stand is not None and len(stand):
         device = stand
-    schema = header.get("schemaVersion")
-    meta = TimelineMeta(format=SourceFormat.KINETO, sources=[str(path)], ranks=[file_rank],
-                        world_size=max(world, 1))
-    props = dp if isinstance(dp := header.get("deviceProperties"), list) else []
-    by_id = {}
-    for p in props:
-        if isinstance(p, dict) and "id" in p:
-            by_id[_int(p.get("id"))] = DeviceInfo(_int(p.get("id")), str(p.get("name", "")),
-                                                  _int(p.get("numSms"), 0),
-                                                  _int(p.get("totalGlobalMem"), 0))
-    used = sorted(set(device["device"].unique().tolist())) if device is not None else []
-    meta.devices = [by_id.get(i, DeviceInfo(i)) for i in used]
-    runtime_ver = header.get("cuda_runtime_version", header.get("hip_runtime_version"))
-    meta.tool_version = f"kineto schema {schema}" + (f", runtime {runtime_ver}" if runtime_ver else "")
-    spans = [(t["start_ns"].min(), t["end_ns"].max()) for t in (device, api_df, ranges)
-             if t is not None and len(t)]
-    meta.window_start_ns = int(min(a for a, _ in spans))
-    meta.window_end_ns = int(max(b for _, b in spans))
-    legacy = bool(_LEGACY_CATS & set(cats))
-    n_kern = int((device["kind"] == DeviceKind.KERNEL.value).sum()) if device is not None else 0
-    graph_corr = (api_df.loc[api_df["kind"] == ApiKind.GRAPH_LAUNCH.value, "correlation"]
-                  if api_df is not None else pd.Series([], dtype=np.int64))
-    graph_kernels = int((device["correlation"].isin(set(graph_corr.tolist()))
-                         & (device["kind"] == DeviceKind.KERNEL.value)).sum()) \
-        if device is not None and len(graph_corr) else 0
-    meta.extra.update({
-        "kineto.schema_version": schema, "kineto.legacy_2021": legacy,
-        "kineto.events": n_events, "kineto.categories": dict(cats),
-        "kineto.thread_names": thread_names, "kineto.base_time_ns": base_ns,
-        # per rank too: a merge of several ranks' files keeps one ``kineto.base_time_ns`` only
-        f"kineto.base_time_ns.rank{file_rank}": base_ns,
-        "kineto.distributed": {k: v for k, v in dist.items() if k != "pg_config"},
-        "kineto.graph_launches": int(len(graph_corr)), "kineto.graph_kernels": graph_kernels,
-        "kineto.rocm": "roctracer_version" in header or "hip_runtime_version" in header,
-    })
-    if stand_in:
-        note_stand_ins(meta, device)
-    if n_kern:
-        meta.traced.add(Traced.KERNELS)
-    if not stand_in and device is not None and (device["kind"] != DeviceKind.KERNEL.value).any():
-        meta.traced.add(Traced.MEMCPY)
-    if api_df is not None:
-        meta.traced.add(Traced.API)
-    if ranges is not None:
-        meta.traced.add(Traced.NVTX)
-    if graph_kernels:
-        meta.traced.add(Traced.GRAPH_NODES)
-    if not n_kern and not stand_in:
-        meta.warn(WarningCode.NO_KERNELS, "no kernel events (profiler without CUDA activities?)")
-    if api_df is None:
-        meta.warn(WarningCode.NO_API, "no CUDA runtime events")
-    if ranges is None or not np.isin(ranges["domain"].astype(str).to_numpy(), ["", GPU_DOMAIN]).any():
-        meta.warn(WarningCode.NO_NVTX, "no user annotations (record_function) or stage ranges")
-    if len(graph_corr) and not graph_kernels:
-        meta.warn(WarningCode.GRAPH_NOT_PER_NODE,
-                  f"{len(graph_corr)} graph launch(es) but no kernel carries their correlation")
-    if len(host_pids) > 1:
-        meta.warn(WarningCode.MULTI_PROCESS, f"CUDA API calls from {len(host_pids)} processes; "
-                  f"device rows attributed to pid {host_pid}")
+    else:
+        stand = None
+    meta = kineto_meta(path, header, fr, Facts.of(device, api_df), ranges, cats, thread_names, n_events, stand)
     if cut:
         meta.warn(WarningCode.PROFILER_STOP, stop_message(cut))
-    if schema not in KNOWN_SCHEMAS:
-        meta.warn(WarningCode.UNKNOWN_SCHEMA, f"Kineto schemaVersion {schema!r} not seen in testing")
-    return Timeline.build(meta, device=device, api=api_df, ranges=ranges)
+    # NOTE: ``Timeline.build`` without its copy: these tables' arrays are this read's alone
+    return Timeline(validate_table(device, "device", copy=False), validate_table(api_df, "api", copy=False),
+                    validate_table(ranges, "ranges", copy=False), validate_table(None, "counters"), meta)

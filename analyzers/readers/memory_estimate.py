@@ -23,6 +23,11 @@ Calibration (2026-12-02, 06:35-06:50 UTC, 2 cores shared, python 3.11; peak RSS 
   bytes per byte of JSON over a base of ~136 MiB; the 7 real Kineto traces (up to 35 MB of JSON):
   136-166 MiB. 150 MiB + 2.5 bytes per byte: 808 MiB (1.11x) on the large one, 1.1-1.5x on the
   small ones (where the base is all there is).
+- Kineto JSON read in batches (2026-12-07, ``benchmarks/kineto_floor.py``): 323 / 1341 / 1393 MiB for
+  267 MB / 1.83 GB / 1.87 GB of JSON with Python stacks, ~0.7 bytes per byte over the base; the
+  coefficient is left at 2.5 (conservative) until kernel-heavy traces are measured again.
+  NOTE: a gzip file's text size is its trailer's modulo 4 GiB: a 20 M-event trace of ~5.4 GB reads
+  as 1.1 GB.
 """
 from __future__ import annotations
 
