@@ -436,7 +436,7 @@ def _summary(cause: Cause, share: float, bubbles: BubbleResult, comm: CommResult
                 f"device idles, {share:.0f}% of lost time" + tail)
     una = causes.get(Cause.HOST_UNATTRIBUTED.value, 0)
     user = next(iter(bubbles.by_user_range.items()), None)
-    hint = (f"; {_pct(user[1], lost):.0f}% of lost time {_inside(user[0])}"
+    hint = (f"; {_pct(user[1], lost):.0f}% of lost time {_inside(user[0])}, which names no stage"
             if user is not None and user[1] >= 0.1 * una
             else "; add NVTX ranges (or record_function) around the host work to name it")
     return (f"host-bound, unannotated: device idle {bubble_pct:.0f}% of the window while the launching "
@@ -447,8 +447,8 @@ def _summary(cause: Cause, share: float, bubbles: BubbleResult, comm: CommResult
 def _inside(label: str) -> str:
     """Where unattributed time lay: a range of the trace's own, or a Python function of the program."""
     if label.endswith(PYTHON_LABEL):
-        return f"in the Python function {clip_text(label[:-len(PYTHON_LABEL)], 60)!r}, which names no stage"
-    return f"inside the trace's own range {clip_text(label, 60)!r}, which names no stage"
+        return f"in the Python function {clip_text(label[:-len(PYTHON_LABEL)], 60)!r}"
+    return f"inside the trace's own range {clip_text(label, 60)!r}"
 
 
 def _evidence(bubbles: BubbleResult, comm: CommResult, eager: EagerResult, top_kernels: pd.DataFrame,
@@ -497,7 +497,7 @@ def _evidence(bubbles: BubbleResult, comm: CommResult, eager: EagerResult, top_k
     user = next(iter(bubbles.by_user_range.items()), None)
     una = bubbles.by_class.get("unattributed", 0)
     if user is not None and una and user[1] >= 0.1 * una:
-        ev.append(Finding("user_range", f"host {_inside(user[0])} during {_pct(user[1], lost):.0f}% "
+        ev.append(Finding("user_range", f"host {_inside(user[0])} (no stage) during {_pct(user[1], lost):.0f}% "
                           "of lost time", user[1], "ns"))
     if len(top_kernels):
         k = top_kernels.iloc[0]
