@@ -52,8 +52,8 @@ from srtscope.analyzers.analyses.losses import WARMUP_FACTOR, StepLosses
 from srtscope.analyzers.model.results import BubbleResult, CommResult, Coverage, DeviceResult, EagerResult, StepsResult
 from srtscope.analyzers.model.timeline import SourceFormat, TimelineMeta, WarningCode
 from srtscope.analyzers.model.units import clip_text, fmt_ns, plural
+from srtscope.analyzers.model.verdicts import Advice, Finding, Verdict, WhatIf
 from srtscope.analyzers.model.verdicts import Bottleneck as BottleneckName
-from srtscope.analyzers.model.verdicts import Finding, Verdict, WhatIf
 from srtscope.analyzers.model.vocab import Bottleneck, Cause, World
 
 _ADEQUACY = (WarningCode.NO_NVTX, WarningCode.GRAPH_NOT_PER_NODE, WarningCode.LOW_NVTX_COVERAGE,
@@ -219,9 +219,10 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
                           best.saved_ns, "ns"))
 
     def verdict(b: str, cause: Cause, conf: float, summary: str, healthy: bool = False,
-                lines: tuple[str, str, str] = ("", "", "")) -> Verdict:
+                lines: tuple[str, str, str] = ("", "", ""), advice: tuple[Advice, ...] | None = None) -> Verdict:
         return Verdict(cast(BottleneckName, b), round(min(max(conf, 0.0), cap, 1.0), 3), summary, tuple(ev),
                        tuple(notes), healthy, scores, cause.value, causes,
+                       advice if advice is not None else
                        advice_for(cause, causes, eager, comm, device, window, world, healthy), *lines)
 
     if window == 0:
@@ -260,7 +261,10 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
                    "active window")
         lines = ("no dominant bottleneck", f"no single fix gives more than {100 * share:.0f}% of the step",
                  _alternatives(Cause.COMPUTE, causes, lost, what_if, "", 0.0, ""))
-        return verdict("kernel", Cause.COMPUTE, conf, summary, True, lines)
+        spread_advice = (Advice(Cause.COMPUTE.value, "No single cause dominates the step: " + text +
+                                ". None is worth a fix on its own; the what-if table gives what removing each "
+                                "would save."),)
+        return verdict("kernel", Cause.COMPUTE, conf, summary, True, lines, spread_advice)
     worth, why = _worth_fixing(causes, what_if, losses, lost, window)
     if worth is not None:
         cause = Cause(worth)
