@@ -17,14 +17,12 @@ flow may come after the row is on disk), no device rows (a CPU capture's stand-i
 """
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers.model.timeline import ID_COLUMNS, WIDE_IDS_ENV, WarningCode, validate_table
+from srtscope.analyzers.model.timeline import ID_COLUMNS, WarningCode, validate_table
 from srtscope.analyzers.pipeline.first_pass import NotWindowable
 from srtscope.analyzers.readers.kineto import cut_at_stop, new_rows
 from srtscope.analyzers.readers.kineto_build import Facts, Frames, kineto_meta
@@ -35,7 +33,6 @@ from srtscope.analyzers.spill.time_spool import TimeSpool
 
 #: device or API rows gathered before they go to the spool (a DataFrame of them in memory)
 FLUSH_ROWS = 1 << 18
-_I32 = np.iinfo(np.int32)
 
 
 class KinetoSpilled(SpilledTrace):
@@ -46,36 +43,16 @@ class KinetoSpilled(SpilledTrace):
         super().__init__(device=device, api=api, rank_pids=[], rank=frames.rank, **kw)
         self.frames, self.facts = frames, facts
 
-    def _read_frames(self, spool: TimeSpool, table: str) -> Iterator[pd.DataFrame]:
-        if not spool.buckets:
-            return
-        cats = {c: spool.categories(c) for c in ("kind", "name")}
-        luts = {c: spool.lookup(c, v) for c, v in cats.items()}
-        dtypes = {c: pd.CategoricalDtype(v) for c, v in cats.items()}
-        wide = os.environ.get(WIDE_IDS_ENV) == "1"
-        narrow = {c for c, (lo, hi) in spool.id_range.items()
-                  if not wide and c in ID_COLUMNS and _I32.min <= lo and hi <= _I32.max}
+    def _finish_columns(self, table: str, chunk: dict[str, np.ndarray], cols: dict, wide: bool) -> None:
+        """What a chunk's columns lack, in place: times past the trace's base time, the host pid of
+        the device rows, the rank."""
         fr = self.frames
-        offset = 0
-        for chunk in spool.chunks():
-            cols: dict = {}
-            for k, v in chunk.items():
-                if k in cats:
-                    cols[k] = pd.Categorical.from_codes(luts[k][v], dtype=dtypes[k], validate=False)
-                elif k in ("start_ns", "end_ns"):
-                    cols[k] = v + np.int64(fr.base_ns)
-                elif k in ID_COLUMNS:
-                    cols[k] = v.astype(np.int32 if k in narrow else np.int64, copy=False)
-                else:
-                    cols[k] = v
-            n = len(chunk["start_ns"])
-            if table == "device":
-                cols["pid"] = np.full(n, fr.host_pid, np.int64)
-            cols["rank"] = np.full(n, fr.rank, np.int64 if wide else np.int32)
-            df = validate_table(pd.DataFrame(cols, copy=False), table, copy=False)
-            df.index = pd.RangeIndex(offset, offset + n)
-            offset += n
-            yield df
+        n = len(chunk["start_ns"])
+        cols["start_ns"] = chunk["start_ns"] + np.int64(fr.base_ns)
+        cols["end_ns"] = chunk["end_ns"] + np.int64(fr.base_ns)
+        if table == "device":
+            cols["pid"] = np.full(n, fr.host_pid, np.int64)
+        cols["rank"] = np.full(n, fr.rank, np.int64 if wide else np.int32)
 
 
 def _flush(rows, table: str, spool: TimeSpool, fr0: Frames, facts: Facts) -> None:

@@ -336,13 +336,17 @@ class SpilledTrace:
                     cols[k] = v.astype(np.int32 if k in narrow else np.int64, copy=False)
                 else:
                     cols[k] = v
-            rank = _ranks(chunk["pid"], self._rank_pids, self._rank)
-            cols["rank"] = rank if wide else rank.astype(np.int32)
+            self._finish_columns(table, chunk, cols, wide)
             df = validate_table(pd.DataFrame(cols, copy=False), table, copy=False)
             n = len(df)
             df.index = pd.RangeIndex(offset, offset + n)
             offset += n
             yield df
+
+    def _finish_columns(self, table: str, chunk: dict[str, np.ndarray], cols: dict, wide: bool) -> None:
+        """What a chunk's columns lack, in place: each row's rank (from its pid)."""
+        rank = _ranks(chunk["pid"], self._rank_pids, self._rank)
+        cols["rank"] = rank if wide else rank.astype(np.int32)
 
     def close(self) -> None:
         """Delete the files the read wrote: both tables' whatever the first raised; then its
