@@ -375,14 +375,21 @@ def resolve_stage(name: str) -> Stage | None:
     return None
 
 
-def resolve_stages(names: Sequence[str]) -> list[Stage | None]:
+def forward_engines(names: Sequence[str]) -> set[str]:
+    """The engines whose FORWARD ranges are among a trace's range names (``resolve_stages``)."""
+    return {e.engine for n in names if n and (e := engine_name(n)) is not None and e.role is NameRole.FORWARD}
+
+
+def resolve_stages(names: Sequence[str], forward: set[str] | None = None) -> list[Stage | None]:
     """``resolve_stage`` of each of a trace's distinct range names, in that trace: where it holds an
     engine's FORWARD ranges (SGLang 0.5.23's ``step[...]``), that engine's EXECUTE ranges that declare
     ``around_forward`` take that stage (their time outside the forward: SGLang's ``run_batch`` is
-    the ``ForwardBatch`` build there, not the model's work)."""
+    the ``ForwardBatch`` build there, not the model's work). ``forward``: those engines, when the
+    names are a part of the trace's (a window's: ``forward_engines`` of the whole trace)."""
     stages = [resolve_stage(n) for n in names]
     rows = [engine_name(n) if n else None for n in names]
-    forward = {e.engine for e in rows if e is not None and e.role is NameRole.FORWARD}
+    if forward is None:
+        forward = {e.engine for e in rows if e is not None and e.role is NameRole.FORWARD}
     if not forward:
         return stages
     return [e.around_forward if e is not None and e.around_forward is not None and e.engine in forward else st

@@ -43,8 +43,9 @@ class DeviceSets:
     not given. ``keys``: the (rank, device) pairs with device rows, sorted.
     """
 
-    def __init__(self, tl: Timeline, comm: np.ndarray | None = None) -> None:
+    def __init__(self, tl: Timeline, comm: np.ndarray | None = None, graph_calls: pd.DataFrame | None = None) -> None:
         self.tl = tl
+        self._graph_calls = graph_calls     # (rank, pid, correlation) of graph launches outside ``tl``
         dev = tl.device
         self.s, self.e = dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy()
         self._comm = comm
@@ -106,7 +107,7 @@ class DeviceSets:
         or correlated to a graph launch call."""
         got = self._masks.get("graph")
         if got is None:
-            got = self._masks["graph"] = graph_rows(self.tl)
+            got = self._masks["graph"] = graph_rows(self.tl, self._graph_calls)
         return got
 
     def graph_spans(self, key: Key) -> iv.IntervalSet:
@@ -216,16 +217,22 @@ class DeviceSets:
         return out
 
 
-def graph_rows(tl: Timeline) -> np.ndarray:
+def graph_rows(tl: Timeline, graph_calls: pd.DataFrame | None = None) -> np.ndarray:
     """Device rows that ran inside a CUDA graph (graph id/node set, a graph row, or correlated to a
-    graph launch call)."""
+    graph launch call: of ``tl``, or of ``graph_calls``, (rank, pid, correlation) of launches made
+    before ``tl``'s rows: a window's)."""
     dev = tl.device
     m = ((dev["graph_id"].to_numpy() >= 0) | (dev["graph_node"].to_numpy() >= 0)
          | isin(dev["kind"], [DeviceKind.GRAPH]))
     api = tl.api
-    if len(api) and len(dev):
-        sel = isin(api["kind"], [ApiKind.GRAPH_LAUNCH]) & (api["correlation"].to_numpy() >= 0)
-        g = api.loc[sel, ["rank", "pid", "correlation"]].drop_duplicates() if sel.any() else api.iloc[:0]
+    if (len(api) or (graph_calls is not None and len(graph_calls))) and len(dev):
+        sel = isin(api["kind"], [ApiKind.GRAPH_LAUNCH]) & (api["correlation"].to_numpy() >= 0) \
+            if len(api) else np.zeros(0, bool)
+        g = api.loc[sel, ["rank", "pid", "correlation"]] if sel.any() else api.iloc[:0][["rank", "pid", "correlation"]]
+        if graph_calls is not None and len(graph_calls):
+            g = pd.concat([g.astype(np.int64), graph_calls[["rank", "pid", "correlation"]].astype(np.int64)],
+                          ignore_index=True)
+        g = g[g["correlation"].to_numpy() >= 0].drop_duplicates()
         if len(g):
             key = dev[["rank", "pid", "correlation"]].reset_index().merge(g, on=["rank", "pid", "correlation"])
             m[key["index"].to_numpy()] = True

@@ -39,7 +39,7 @@ from srtscope.analyzers.model.columns import isin, str_codes
 from srtscope.analyzers.model.names import HostWork, host_work
 from srtscope.analyzers.model.timeline import OP_DOMAIN, PYTHON_DOMAIN, ApiKind, Timeline
 from srtscope.analyzers.model.vocab import BubbleClass, Cause
-from srtscope.probes.stages import StageClass, engine_function, resolve_stage
+from srtscope.probes.stages import StageClass, engine_function, forward_engines, resolve_stage
 
 
 class Activity(str, Enum):
@@ -114,11 +114,14 @@ class ThreadLayers:
 class HostActivity:
     """The host-activity model of one trace; per-thread layers are built on first use and kept."""
 
-    def __init__(self, tl: Timeline, rule: BurstRule | None = None) -> None:
+    def __init__(self, tl: Timeline, rule: BurstRule | None = None, forward: set[str] | None = None) -> None:
+        """``forward``: the engines with forward ranges in the whole trace, where ``tl`` is a window."""
         self.tl = tl
         self.rule = rule or BurstRule()
         rg, api = tl.host_ranges, tl.api
-        self.stage_names, self.stage_codes, self.stage_classes = stage_names(rg)
+        self.forward = forward if forward is not None else \
+            forward_engines([str(n) for n in str_codes(rg["name"])[1]] if len(rg) else [])
+        self.stage_names, self.stage_codes, self.stage_classes = stage_names(rg, self.forward)
         self.ops = tl.domain_ranges(OP_DOMAIN)
         self.frames = tl.domain_ranges(PYTHON_DOMAIN)
         self._rg_work = _work_of(rg)

@@ -30,15 +30,17 @@ class BurstRule:
             raise ValueError(f"bad launch-burst rule: gap_ns={self.gap_ns}, min_launches={self.min_launches}")
 
 
-def stage_names(ranges: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def stage_names(ranges: pd.DataFrame, forward: set[str] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(names, codes per range row, class per name) for the ranges that are non-container stages.
 
     codes is -1 for ranges that are not stages (unknown names and ``loop.step`` containers).
+    ``forward``: the engines with forward ranges in the whole trace (``stages.forward_engines``),
+    when ``ranges`` are a window's.
     """
     if len(ranges) == 0:
         return np.zeros(0, object), np.zeros(0, np.int64), np.zeros(0, object)
     codes, names = str_codes(ranges["name"])
-    stages = resolve_stages([str(n) for n in names])
+    stages = resolve_stages([str(n) for n in names], forward)
     is_stage = np.array([s is not None and s.cls in _STAGE_CLASSES for s in stages], dtype=bool)
     ok = np.zeros(len(codes), dtype=bool)
     known = codes >= 0                      # -1: missing name

@@ -38,10 +38,10 @@ from srtscope.analyzers.analyses.kernels import kernels_part
 from srtscope.analyzers.analyses.losses import StepLosses, step_losses
 from srtscope.analyzers.analyses.overview import bins_part
 from srtscope.analyzers.analyses.step_index import StepIndex
-from srtscope.analyzers.model.columns import rows_where
+from srtscope.analyzers.model.columns import isin, rows_where
 from srtscope.analyzers.model.params import DiagnoseParams
 from srtscope.analyzers.model.results import CommResult
-from srtscope.analyzers.model.timeline import Timeline
+from srtscope.analyzers.model.timeline import ApiKind, Timeline
 
 Key = tuple[int, int]
 _MIN, _MAX = int(np.iinfo(np.int64).min) // 2, int(np.iinfo(np.int64).max) // 2
@@ -90,6 +90,22 @@ class Calls:
             {c: np.zeros(0, np.int64) for c in CALL_COLUMNS})
 
 
+    def graph_launches(self) -> pd.DataFrame:
+        """(rank, pid, correlation) of the graph launch calls a window's device rows may belong to:
+        a replay's kernels run long after its launch, in windows that do not hold the call."""
+        parts = []
+        for df, m in ((self.carried, None), (self.new, self.new_mask)):
+            if df is None or not len(df):
+                continue
+            g = df["graph"].to_numpy(bool) if "graph" in df else isin(df["kind"], [ApiKind.GRAPH_LAUNCH])
+            if m is not None:
+                g = g & m
+            if g.any():
+                parts.append(pd.DataFrame({c: df[c].to_numpy()[g] for c in ("rank", "pid", "correlation")}))
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+            {c: np.zeros(0, np.int64) for c in ("rank", "pid", "correlation")})
+
+
 #: what ``attribution.launch_calls`` reads of a call
 CALL_COLUMNS = ("rank", "pid", "tid", "correlation", "end_ns")
 
@@ -123,7 +139,7 @@ class Context:
         """The device sets of a window's rows, each device's active window the whole trace's."""
         if tlw is self.whole and self.whole_sets is not None:
             return self.whole_sets
-        sets = DeviceSets(tlw)
+        sets = DeviceSets(tlw, graph_calls=self.calls.graph_launches())
         sets._bounds.update(self.bounds)
         return sets
 
@@ -132,7 +148,7 @@ class Context:
         names, helpers); the trace's own where the window holds it all."""
         if tlw is self.whole:
             return self.model
-        m = HostActivity(tlw, rule)
+        m = HostActivity(tlw, rule, forward=self.model.forward)
         m._bursts.update(self.model._bursts)
         m.whole_evidence, m.whole_helpers = self.evidence, self.helpers
         return m
