@@ -258,10 +258,18 @@ ENGINE_STEP_FRAMES: tuple[EngineFrame, ...] = (
 
 def step_frame(frame: str) -> EngineFrame | None:
     """The ``ENGINE_STEP_FRAMES`` row a Python frame name (``"path/file.py(123): func"``) is, or None."""
+    return engine_frame(frame, ENGINE_STEP_FRAMES)
+
+
+def engine_frame(frame: str, rows: tuple[EngineFrame, ...] = ()) -> EngineFrame | None:
+    """The row of ``rows`` (default ``ENGINE_FRAMES``) a Python frame name (``"path/file.py(123):
+    func"``) is: its function, under the engine's own module; None for a bare name or no row."""
     path, sep, func = frame.rpartition("): ")
     if not sep:
         return None
-    return next((f for f in ENGINE_STEP_FRAMES if f.function == func.strip() and f.module in path), None)
+    func = func.strip()
+    cands = _FRAMES_BY_FUNC.get(func, ()) if not rows else (f for f in rows if f.function == func)
+    return next((f for f in cands if f.module in path), None)
 
 
 _EXACT: dict[str, EngineName] = {e.name: e for e in ENGINE_NAMES if not e.name.endswith("*")}
@@ -306,14 +314,10 @@ def engine_function(frame: str) -> Stage | None:
     """
     if not frame:
         return None
-    path, sep, func = frame.rpartition("): ")
-    if not sep:
+    if "): " not in frame:
         return ENGINE_FUNCTIONS.get(frame.strip())
-    func = func.strip()
-    for f in _FRAMES_BY_FUNC.get(func, ()):
-        if f.module in path:
-            return f.stage
-    return None
+    f = engine_frame(frame)
+    return f.stage if f is not None else None
 
 
 _FRAMES_BY_FUNC: dict[str, tuple[EngineFrame, ...]] = {}

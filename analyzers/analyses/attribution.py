@@ -139,7 +139,7 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = _DEFAULT_RU
                             return_inverse=True)
     ucodes = fam.reshape(-1)[rcodes]
     user_ns = np.zeros(len(unames), np.int64)
-    fcodes, fnames = python_functions(model.frames)
+    fcodes, fnames = model.program_functions
     frame_ns = np.zeros(len(fnames), np.int64)
     f_s, f_e = model.frames["start_ns"].to_numpy(), model.frames["end_ns"].to_numpy()
     engine = model.has_engine_evidence
@@ -228,23 +228,6 @@ def attribute(tl: Timeline, queries: pd.DataFrame, rule: BurstRule = _DEFAULT_RU
 
 #: the suffix of a Python function's name among the user ranges (``attribute``)
 PYTHON_LABEL = " (Python)"
-#: frames that name no function of the program: the interpreter's calls into C, the profiler's own
-_NOT_PROGRAM = ("<built-in", "<method", "torch/profiler/", "torch/autograd/profiler")
-
-
-def python_functions(frames: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per Python frame row, the code of its function's name (-1: a built-in or the profiler's own),
-    and the names: ``"path/file.py(123): normalize"`` -> ``normalize``."""
-    if len(frames) == 0:
-        return np.zeros(0, np.int64), np.zeros(0, object)
-    codes, names = str_codes(frames["name"])
-    funcs = [("" if any(m in str(n) for m in _NOT_PROGRAM) else str(n).rpartition("): ")[2].strip())
-             for n in names]
-    uniq, inv = np.unique(np.array(funcs + [""], dtype=object), return_inverse=True)
-    lut = inv.reshape(-1).astype(np.int64)
-    empty = int(np.flatnonzero(uniq == "")[0])
-    lut = np.where(lut == empty, -1, lut)
-    return lut[codes], uniq
 
 
 _STAGE_CAUSE = {BubbleClass.SCHEDULER.value: Cause.SCHED_CPU, BubbleClass.PREP.value: Cause.BATCH_PREP,

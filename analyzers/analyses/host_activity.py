@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -160,6 +161,12 @@ class HostActivity:
         if self.whole_helpers is not None:
             return {k: self.whole_helpers[k] for k in keys if k in self.whole_helpers}
         return stage_threads(self.tl.host_ranges, self.stage_codes, keys)
+
+    @cached_property
+    def program_functions(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per Python frame row, the code of the program's function it is (``python_functions``),
+        and the names: once per model, whatever asks."""
+        return python_functions(self.frames)
 
     @property
     def has_python_frames(self) -> bool:
@@ -363,3 +370,22 @@ def _frame_work(frames: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     w_lut = np.array(work + [""], dtype=object)
     e_lut = np.array(eng + [-1], dtype=np.int64)
     return w_lut[codes], e_lut[codes]
+
+
+#: frames that name no function of the program: the interpreter's calls into C, the profiler's own
+_NOT_PROGRAM = ("<built-in", "<method", "torch/profiler/", "torch/autograd/profiler")
+
+
+def python_functions(frames: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per Python frame row, the code of its function's name (-1: a built-in or the profiler's own),
+    and the names: ``"path/file.py(123): normalize"`` -> ``normalize``."""
+    if len(frames) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, object)
+    codes, names = str_codes(frames["name"])
+    funcs = [("" if any(m in str(n) for m in _NOT_PROGRAM) else str(n).rpartition("): ")[2].strip())
+             for n in names]
+    uniq, inv = np.unique(np.array(funcs + [""], dtype=object), return_inverse=True)
+    lut = inv.reshape(-1).astype(np.int64)
+    empty = int(np.flatnonzero(uniq == "")[0])
+    lut = np.where(lut == empty, -1, lut)
+    return lut[codes], uniq

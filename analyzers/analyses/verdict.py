@@ -23,11 +23,11 @@ A class's score is the sum of its causes; scheduler or prep can only score with 
 Healthy: the steps' idle device time (bubbles, tiny gaps, and the steps' host time before the
 device's first or after its last activity: a step holds all of its time) and each of exposed
 communication and exposed copies under ``healthy_pct`` of the active window and those edges:
-``kernel`` / ``compute``. No dominant bottleneck (``_no_dominant``), also ``kernel`` / ``compute``
+``kernel`` / ``compute``. No dominant bottleneck (``dominance.no_dominant``), also ``kernel`` / ``compute``
 and healthy: the steps hold most of the lost time, and the largest cause loses under
-``DOMINANT_STEP_SHARE`` of the mean step and under ``DOMINANT_RATIO`` x the next cause, or it is
-the engine's scheduling or batch preparation under ``STAGE_STEP_SHARE`` of the mean step, lost
-steadily step after step (``_steady``) — a clean engine spends that on its stages every step, which
+``dominance.DOMINANT_STEP_SHARE`` of the mean step and under ``DOMINANT_RATIO`` x the next cause, or
+it is the engine's scheduling or batch preparation under ``STAGE_STEP_SHARE`` of the mean step, lost
+steadily step after step (``dominance.steady``) — a clean engine spends that on its stages every step, which
 names no bottleneck; an intermittent stall of the same mean is a fault.
 A what-if saving under ``NEGLIGIBLE_STEP_SHARE`` of the mean step never names its cause over one
 that lost more.
@@ -41,12 +41,12 @@ from __future__ import annotations
 
 from typing import cast
 
-import numpy as np
 import pandas as pd
 
 from srtscope.analyzers.analyses.advice import advice_for
 from srtscope.analyzers.analyses.attribution import PYTHON_LABEL
 from srtscope.analyzers.analyses.comm import lateness
+from srtscope.analyzers.analyses.dominance import STAGE_STEP_SHARE, no_dominant
 from srtscope.analyzers.analyses.io_frames import IoWork
 from srtscope.analyzers.analyses.losses import WARMUP_FACTOR, StepLosses
 from srtscope.analyzers.model.results import BubbleResult, CommResult, Coverage, DeviceResult, EagerResult, StepsResult
@@ -142,13 +142,6 @@ WHATIF_RANK_SHARE = 0.5
 WORTH_STEP_SHARE = 0.02
 #: a what-if saving under this share of the mean step never names the cause over one that lost more
 NEGLIGIBLE_STEP_SHARE = 0.05
-#: no dominant bottleneck: the largest cause loses under this share of the mean step ...
-DOMINANT_STEP_SHARE = 0.15
-#: ... and under this many times the next cause's loss
-DOMINANT_RATIO = 2.0
-#: the engine's own stages (scheduling, batch preparation) under this share of the mean step are its
-#: normal rhythm, whatever the next cause: a clean engine spends that much on them every step
-STAGE_STEP_SHARE = 0.25
 #: the headline names the class's share too when it exceeds the cause's by this many points
 CLASS_NOTE_POINTS = 5.0
 
@@ -253,7 +246,7 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
             summary += f"; time goes to kernels (top: {top_name})"
         lines = (f"healthy, device busy {_pct(bubbles.busy_ns, window):.0f}%", "only faster kernels help", "")
         return verdict("kernel", Cause.COMPUTE, conf, summary, True, lines)
-    spread = _no_dominant(losses, lost)
+    spread = no_dominant(losses, lost)
     if spread is not None:
         text, share, ratio = spread
         conf = (0.5 + 0.3 * max(0.0, 1 - share / STAGE_STEP_SHARE)) * adequacy
@@ -300,49 +293,6 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
                                   ", ".join(f"{int(s)} (rank {int(r)})" for s, r in zip(ex["step"], ex["rank"])),
                                   int(ex[col].sum()), "ns"))
     return verdict(top, cause, conf, summary, lines=lines)
-
-
-def _no_dominant(losses: StepLosses | None, lost: int) -> tuple[str, float, float] | None:
-    """(what the step loses, the largest cause's share of the mean step, its ratio to the next) when
-    no cause dominates the step: the largest loses under ``DOMINANT_STEP_SHARE`` of the mean step and
-    under ``DOMINANT_RATIO`` x the next; None when one does, or with no steps to tell (a clean engine
-    still loses a little to each of its stages: that names no bottleneck)."""
-    if losses is None or not losses.n or not losses.predictable:
-        return None
-    keep = ~losses.warmup
-    step = int(losses.wall[keep].sum()) // max(int(keep.sum()), 1)
-    per = sorted(losses.mean_lost().items(), key=lambda kv: -kv[1])
-    if not step or not per:
-        return None
-    # the steps' view judges only where they hold most of the lost time (not a cold start left out)
-    in_steps = sum(int(losses.device_lost(c)[keep].sum()) for c in losses.lost)
-    if in_steps < 0.5 * lost:
-        return None
-    top, top_ns = per[0]
-    nxt_name, nxt = per[1] if len(per) > 1 else ("", 0)
-    share = top_ns / step
-    spread = share < DOMINANT_STEP_SHARE and top_ns < DOMINANT_RATIO * nxt
-    stage = top in (Cause.SCHED_CPU.value, Cause.BATCH_PREP.value) and share < STAGE_STEP_SHARE \
-        and _steady(losses.device_lost(Cause(top))[keep], float(np.median(losses.wall[keep])))
-    if not spread and not stage:
-        return None
-    text = f"the largest cause, {top}, loses {fmt_ns(top_ns)} of the {fmt_ns(step)} mean step ({100 * share:.0f}%)"
-    text += (f", under {DOMINANT_RATIO:g}x the next ({nxt_name} {fmt_ns(nxt)})" if spread else
-             f", what the engine's {'scheduling' if top == Cause.SCHED_CPU.value else 'batch preparation'} "
-             f"costs every step (under {100 * STAGE_STEP_SHARE:.0f}%)")
-    return text, share, top_ns / nxt if nxt else float("inf")
-
-
-def _steady(per_step: np.ndarray, median_step_ns: float) -> bool:
-    """Whether a cause's loss comes step after step, as an engine's own stage time does: under a
-    quarter of it in stalls — steps losing over ``WARMUP_FACTOR`` x its median and more than a whole
-    median step. An intermittent stall is concentrated in a few steps, each longer than an ordinary
-    step: a fault, not the engine's rhythm; shorter spikes are a busy host's jitter."""
-    total = int(per_step.sum())
-    if not total:
-        return True
-    stall = per_step > max(WARMUP_FACTOR * float(np.median(per_step)), median_step_ns)
-    return int(per_step[stall].sum()) < 0.25 * total
 
 
 #: other causes under this share of lost time are left off the alternatives line (percent)

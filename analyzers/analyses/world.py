@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from srtscope.analyzers.model.columns import str_codes
 from srtscope.analyzers.model.timeline import OP_DOMAIN, PYTHON_DOMAIN, SourceFormat, Timeline
 from srtscope.analyzers.model.vocab import World
-from srtscope.probes.stages import ENGINE_FRAMES, Stage, engine_name, step_frame
+from srtscope.probes.stages import Stage, engine_frame, engine_name, step_frame
 
 _OWN_STAGES = frozenset(s.value for s in Stage)
 #: names only PyTorch writes: operators, its profiler's annotations, its kernels' namespaces
@@ -30,10 +30,9 @@ def trace_world(tl: Timeline, kernel_names: Iterable[str] = ()) -> World:
     py = tl.domain_ranges(PYTHON_DOMAIN)
     frames = [str(n) for n in str_codes(py["name"])[1]] if len(py) else []
     for f in frames:
-        step = step_frame(f)
-        got = step.engine if step is not None else _engine_frame(f)
+        got = step_frame(f) or engine_frame(f)
         if got is not None:
-            engines.add(got)
+            engines.add(got.engine)
     # a capture of a real engine under ``--instrument`` names its stages as srtscope's own
     probe = tl.meta.extra.get("probe.meta")
     instrumented = probe.get("instrumented") if isinstance(probe, dict) else None
@@ -56,10 +55,3 @@ def trace_world(tl: Timeline, kernel_names: Iterable[str] = ()) -> World:
         return World.PYTORCH
     return World.NATIVE
 
-
-def _engine_frame(frame: str) -> str | None:
-    """The engine whose ``ENGINE_FRAMES`` function a frame name is, or None."""
-    path, sep, func = frame.rpartition("): ")
-    if not sep:
-        return None
-    return next((f.engine for f in ENGINE_FRAMES if f.function == func.strip() and f.module in path), None)

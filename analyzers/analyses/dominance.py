@@ -1,0 +1,67 @@
+"""No dominant bottleneck: when the steps' lost time names no cause worth a fix on its own.
+
+A clean engine still loses a little to each of its stages every step; that names no bottleneck.
+``no_dominant`` says so (the verdict is then healthy, ``kernel`` / ``compute``) when the steps hold
+most of the lost time and either the largest cause loses under ``DOMINANT_STEP_SHARE`` of the mean
+step and under ``DOMINANT_RATIO`` x the next, or it is the engine's own scheduling or batch
+preparation under ``STAGE_STEP_SHARE`` of the mean step, lost step after step (``steady``): an
+intermittent stall of the same mean is a fault.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from srtscope.analyzers.analyses.losses import WARMUP_FACTOR, StepLosses
+from srtscope.analyzers.model.units import fmt_ns
+from srtscope.analyzers.model.vocab import Cause
+
+#: no dominant bottleneck: the largest cause loses under this share of the mean step ...
+DOMINANT_STEP_SHARE = 0.15
+#: ... and under this many times the next cause's loss
+DOMINANT_RATIO = 2.0
+#: the engine's own stages (scheduling, batch preparation) under this share of the mean step are its
+#: normal rhythm, whatever the next cause: a clean engine spends that much on them every step
+STAGE_STEP_SHARE = 0.25
+
+
+def no_dominant(losses: StepLosses | None, lost: int) -> tuple[str, float, float] | None:
+    """(what the step loses, the largest cause's share of the mean step, its ratio to the next) when
+    no cause dominates the step: the largest loses under ``DOMINANT_STEP_SHARE`` of the mean step and
+    under ``DOMINANT_RATIO`` x the next; None when one does, or with no steps to tell (a clean engine
+    still loses a little to each of its stages: that names no bottleneck)."""
+    if losses is None or not losses.n or not losses.predictable:
+        return None
+    keep = ~losses.warmup
+    step = int(losses.wall[keep].sum()) // max(int(keep.sum()), 1)
+    per = sorted(losses.mean_lost().items(), key=lambda kv: -kv[1])
+    if not step or not per:
+        return None
+    # the steps' view judges only where they hold most of the lost time (not a cold start left out)
+    in_steps = sum(int(losses.device_lost(c)[keep].sum()) for c in losses.lost)
+    if in_steps < 0.5 * lost:
+        return None
+    top, top_ns = per[0]
+    nxt_name, nxt = per[1] if len(per) > 1 else ("", 0)
+    share = top_ns / step
+    spread = share < DOMINANT_STEP_SHARE and top_ns < DOMINANT_RATIO * nxt
+    stage = top in (Cause.SCHED_CPU.value, Cause.BATCH_PREP.value) and share < STAGE_STEP_SHARE \
+        and steady(losses.device_lost(Cause(top))[keep], float(np.median(losses.wall[keep])))
+    if not spread and not stage:
+        return None
+    text = f"the largest cause, {top}, loses {fmt_ns(top_ns)} of the {fmt_ns(step)} mean step ({100 * share:.0f}%)"
+    text += (f", under {DOMINANT_RATIO:g}x the next ({nxt_name} {fmt_ns(nxt)})" if spread else
+             f", what the engine's {'scheduling' if top == Cause.SCHED_CPU.value else 'batch preparation'} "
+             f"costs every step (under {100 * STAGE_STEP_SHARE:.0f}%)")
+    return text, share, top_ns / nxt if nxt else float("inf")
+
+
+def steady(per_step: np.ndarray, median_step_ns: float) -> bool:
+    """Whether a cause's loss comes step after step, as an engine's own stage time does: under a
+    quarter of it in stalls — steps losing over ``WARMUP_FACTOR`` x its median and more than a whole
+    median step. An intermittent stall is concentrated in a few steps, each longer than an ordinary
+    step: a fault, not the engine's rhythm; shorter spikes are a busy host's jitter."""
+    total = int(per_step.sum())
+    if not total:
+        return True
+    stall = per_step > max(WARMUP_FACTOR * float(np.median(per_step)), median_step_ns)
+    return int(per_step[stall].sum()) < 0.25 * total
