@@ -245,12 +245,19 @@ def _comm_ranks(tl: Timeline) -> set[int]:
 def _user_ranges(acc: np.ndarray, rows: tuple, explained: tuple, queries: tuple) -> None:
     """Add to ``acc[label]`` the query time inside each innermost user range that no stage range,
     sync or launch burst explains."""
-    ss, se, sl = innermost_segments(*rows)          # disjoint
     sets = [x for x in explained if len(x[0])]
     why = iv.union(np.concatenate([x[0] for x in sets]), np.concatenate([x[1] for x in sets])) \
         if sets else iv.empty()
     unexplained = iv.subtract(iv.union(*queries), why)
-    if len(ss) and len(unexplained[0]):
+    if not len(unexplained[0]):
+        return
+    # NOTE: the innermost range at a moment is one of those open then: the rows that miss the
+    # unexplained time (most of a trace's Python frames, for a few bubbles) are left out first
+    s, e, lab = rows
+    near = (e > unexplained[0][0]) & (s < unexplained[1][-1])
+    near[near] = iv.touches(unexplained, s[near], e[near])
+    ss, se, sl = innermost_segments(s[near], e[near], lab[near])          # disjoint
+    if len(ss):
         np.add.at(acc, sl, iv.overlap(unexplained, ss, se))
 
 

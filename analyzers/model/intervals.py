@@ -156,6 +156,19 @@ def overlap(iv: IntervalSet, q_starts, q_ends) -> np.ndarray:
     return np.maximum(covered_upto(iv, qe) - covered_upto(iv, qs), 0)
 
 
+def touches(iv: IntervalSet, q_starts: np.ndarray, q_ends: np.ndarray) -> np.ndarray:
+    """Per query interval, whether it overlaps the normal-form set ``iv`` (a positive overlap): one
+    search a query, where ``overlap`` takes two and its sums."""
+    s, e = iv
+    qs, qe = _as_i64(q_starts), _as_i64(q_ends)
+    if len(s) == 0:
+        return np.zeros(qs.shape, bool)
+    i = np.searchsorted(e, qs, side="right")          # the first interval ending past the query's start
+    ok = i < len(s)
+    ok[ok] = np.maximum(s[i[ok]], qs[ok]) < qe[ok]
+    return ok
+
+
 def _points(iv: IntervalSet) -> np.ndarray:
     """A normal-form set as its strictly increasing boundaries ``s0, e0, s1, e1, ...``."""
     out = np.empty(2 * len(iv[0]), dtype=np.int64)
