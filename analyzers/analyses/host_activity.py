@@ -100,6 +100,38 @@ _ENGINE_ACTIVITY = {StageClass.SCHEDULER: Activity.ENGINE_SCHEDULER, StageClass.
 
 Key = tuple[int, int, int]   # (rank, pid, tid)
 
+
+@dataclass(frozen=True)
+class DomainRows:
+    """The rows of one derived domain of a trace's ranges (operators, Python frames), by position:
+    millions of frames are not copied out of the ranges.
+
+    NOTE: a column (``rows["start_ns"]``) is the whole table's, and a row id (``positions``, the
+    model's per-thread rows, the per-row work arrays) is a position in the whole table."""
+
+    table: pd.DataFrame
+    positions: np.ndarray           # ascending
+
+    @classmethod
+    def of(cls, ranges: pd.DataFrame, domain: str) -> DomainRows:
+        pos = np.flatnonzero(isin(ranges["domain"], [domain])) if len(ranges) else np.zeros(0, np.int64)
+        return cls(ranges, pos)
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, column: str) -> pd.Series:
+        return self.table[column]
+
+    def by_thread(self, keys: list[Key]) -> dict[Key, np.ndarray]:
+        """``rows_by_thread`` of these rows: positions in the whole table."""
+        if not len(self.positions):
+            return {}
+        ids = self.table[["rank", "pid", "tid"]]
+        whole = len(self.positions) == len(self.table)
+        got = rows_by_thread(ids if whole else ids.iloc[self.positions], keys)
+        return got if whole else {k: self.positions[v] for k, v in got.items()}
+
 @dataclass(frozen=True)
 class ThreadLayers:
     """One thread's activity: disjoint interval sets per activity (priority already applied), the
@@ -123,11 +155,11 @@ class HostActivity:
         self.forward = forward if forward is not None else \
             forward_engines([str(n) for n in str_codes(rg["name"])[1]] if len(rg) else [])
         self.stage_names, self.stage_codes, self.stage_classes = stage_names(rg, self.forward)
-        self.ops = tl.domain_ranges(OP_DOMAIN)
-        self.frames = tl.domain_ranges(PYTHON_DOMAIN)
+        self.ops = DomainRows.of(tl.ranges, OP_DOMAIN)
+        self.frames = DomainRows.of(tl.ranges, PYTHON_DOMAIN)
         self._rg_work = _work_of(rg)
-        self._op_work = _work_of(self.ops)
-        self._frame_work = _frame_work(self.frames)
+        self._op_work = _work_of(self.ops.table) if len(self.ops) else _work_of(rg.iloc[:0])
+        self._frame_work = _frame_work(self.frames.table) if len(self.frames) else _frame_work(rg.iloc[:0])
         self._is_launch = isin(api["kind"], [ApiKind.LAUNCH, ApiKind.GRAPH_LAUNCH]) if len(api) \
             else np.zeros(0, bool)
         self._blocking = blocking_mask(api)
@@ -154,7 +186,7 @@ class HostActivity:
         """Stage ranges or engine frames anywhere in the trace: scheduler/prep can be named."""
         if self.whole_evidence is not None:
             return self.whole_evidence
-        return bool((self.stage_codes >= 0).any()) or bool((self._frame_work[1] >= 0).any())
+        return bool((self.stage_codes >= 0).any()) or bool((self._frame_work[1][self.frames.positions] >= 0).any())
 
     def helper_threads(self, keys: list[Key]) -> dict[Key, Key]:
         """``stage_threads`` of ``keys`` over the trace's ranges (or the whole trace's, when given)."""
@@ -164,9 +196,9 @@ class HostActivity:
 
     @cached_property
     def program_functions(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per Python frame row, the code of the program's function it is (``python_functions``),
-        and the names: once per model, whatever asks."""
-        return python_functions(self.frames)
+        """Per Python frame row (a position in the trace's ranges, ``DomainRows``), the code of the
+        program's function it is (``python_functions``), and the names: once per model, whatever asks."""
+        return python_functions(self.frames.table) if len(self.frames) else python_functions(self.frames.table.iloc[:0])
 
     @property
     def has_python_frames(self) -> bool:
@@ -179,7 +211,7 @@ class HostActivity:
             have = self._rows.setdefault(name, {})
             todo = [k for k in keys if k not in have]
             if todo:
-                got = rows_by_thread(df, todo)
+                got = df.by_thread(todo) if isinstance(df, DomainRows) else rows_by_thread(df, todo)
                 for k in todo:
                     have[k] = got.get(k, np.zeros(0, np.int64))
 
@@ -323,7 +355,7 @@ def _calls(s: np.ndarray, e: np.ndarray, rows: np.ndarray, mask: np.ndarray) -> 
 def _named(s: np.ndarray, e: np.ndarray, rows: np.ndarray, work: np.ndarray, want: HostWork) -> iv.IntervalSet:
     if len(rows) == 0:
         return iv.empty()
-    r = rows[work[rows] == want.value]
+    r = rows[work_is(work, rows, want)]
     return iv.union(s[r], e[r]) if len(r) else iv.empty()
 
 
@@ -336,13 +368,23 @@ def _union_all(sets: list[iv.IntervalSet]) -> iv.IntervalSet:
     return iv.union(*_cat([x for x in sets if len(x[0])])) if any(len(x[0]) for x in sets) else iv.empty()
 
 
+#: a ``HostWork``'s code in the per-row work arrays (``_work_of``, ``_frame_work``); -1: a stage's row
+WORK_CODES = {w: np.int8(i) for i, w in enumerate(HostWork)}
+
+
+def work_is(work: np.ndarray, rows: np.ndarray, want: HostWork) -> np.ndarray:
+    """Which of ``rows`` a per-row work array (``_work_of``, ``_frame_work``) says are ``want``."""
+    return work[rows] == WORK_CODES[want]
+
+
 def _work_of(ranges: pd.DataFrame) -> np.ndarray:
-    """``HostWork`` value per range row (classified once per distinct name); stage ranges are ''."""
+    """``HostWork`` code (``WORK_CODES``) per range row (classified once per distinct name); stage
+    ranges are -1. int8: one byte a row of millions of operators."""
     if len(ranges) == 0:
-        return np.zeros(0, object)
+        return np.zeros(0, np.int8)
     codes, names = str_codes(ranges["name"])
-    lut = np.array([("" if resolve_stage(str(n)) is not None else host_work(str(n)).value) for n in names]
-                   + [""], dtype=object)
+    lut = np.array([(-1 if resolve_stage(str(n)) is not None else WORK_CODES[host_work(str(n))]) for n in names]
+                   + [-1], dtype=np.int8)
     return lut[codes]
 
 
@@ -351,13 +393,14 @@ _MODULE_FRAME = ("nn.Module:", "torch/nn/modules/", "torch/nn/functional", "torc
 
 
 def _frame_work(frames: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per Python frame row: (HostWork value, engine stage-class code or -1). The stage-class code
-    indexes ``StageClass`` values: a frame of a known engine function carries that stage's class."""
+    """Per Python frame row: (HostWork code, ``WORK_CODES``, -1 for an engine function; engine
+    stage-class code or -1), int8. The stage-class code indexes ``StageClass`` values: a frame of a
+    known engine function carries that stage's class."""
     if len(frames) == 0:
-        return np.zeros(0, object), np.zeros(0, np.int64)
+        return np.zeros(0, np.int8), np.zeros(0, np.int8)
     codes, names = str_codes(frames["name"])
     classes = _STAGE_CLASS_LIST
-    work: list[str] = []
+    work: list[int] = []
     eng: list[int] = []
     for n in map(str, names):
         st = engine_function(n)
@@ -366,9 +409,9 @@ def _frame_work(frames: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         w = host_work(func)
         if w is HostWork.NONE and (n.startswith(_MODULE_FRAME[0]) or any(m in n for m in _MODULE_FRAME[1:])):
             w = HostWork.MODEL_OP
-        work.append("" if st is not None else w.value)
-    w_lut = np.array(work + [""], dtype=object)
-    e_lut = np.array(eng + [-1], dtype=np.int64)
+        work.append(-1 if st is not None else WORK_CODES[w])
+    w_lut = np.array(work + [-1], dtype=np.int8)
+    e_lut = np.array(eng + [-1], dtype=np.int8)
     return w_lut[codes], e_lut[codes]
 
 
@@ -385,7 +428,7 @@ def python_functions(frames: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     funcs = [("" if any(m in str(n) for m in _NOT_PROGRAM) else str(n).rpartition("): ")[2].strip())
              for n in names]
     uniq, inv = np.unique(np.array(funcs + [""], dtype=object), return_inverse=True)
-    lut = inv.reshape(-1).astype(np.int64)
+    lut = inv.reshape(-1).astype(np.int32)
     empty = int(np.flatnonzero(uniq == "")[0])
-    lut = np.where(lut == empty, -1, lut)
+    lut = np.where(lut == empty, np.int32(-1), lut)
     return lut[codes], uniq

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers.analyses.host_activity import HostActivity
+from srtscope.analyzers.analyses.host_activity import HostActivity, work_is
 from srtscope.analyzers.analyses.host_threads import innermost_segments
 from srtscope.analyzers.model import intervals as iv
 from srtscope.analyzers.model.columns import str_codes
@@ -83,7 +83,7 @@ def io_work(tl: Timeline, model: HostActivity, pieces: pd.DataFrame, top: int = 
             s.append(rs[near])
             e.append(re_[near])
             names.append(np.array([_label(str(c)) for c in cats], dtype=object)[codes])
-            io.append(work[rows] == HostWork.IO.value)
+            io.append(work_is(work, rows, HostWork.IO))
         if not s or not np.concatenate(io).any():
             continue
         S, E, N, IO = np.concatenate(s), np.concatenate(e), np.concatenate(names), np.concatenate(io)

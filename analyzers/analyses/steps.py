@@ -287,7 +287,7 @@ def _frame_steps(tl: Timeline) -> pd.DataFrame:
     """Steps from an engine's once-a-step function in Python frames (``stages.ENGINE_STEP_FRAMES``,
     the most telling kind present): each top-level call opens a step that runs to the next call,
     per rank on the thread with the most of them; at least two calls. Empty when none."""
-    py = tl.domain_ranges(PYTHON_DOMAIN)
+    py = tl.domain_ranges(PYTHON_DOMAIN, lambda n: step_frame(n) is not None)    # the few step frames
     if len(py) == 0:
         return pd.DataFrame()
     codes, names = str_codes(py["name"])

@@ -27,8 +27,7 @@ def trace_world(tl: Timeline, kernel_names: Iterable[str] = ()) -> World:
     rg = tl.host_ranges
     names = [str(n) for n in str_codes(rg["name"])[1]] if len(rg) else []
     engines = {e.engine for n in names if (e := engine_name(n)) is not None}
-    py = tl.domain_ranges(PYTHON_DOMAIN)
-    frames = [str(n) for n in str_codes(py["name"])[1]] if len(py) else []
+    frames = tl.domain_names(PYTHON_DOMAIN)
     for f in frames:
         got = step_frame(f) or engine_frame(f)
         if got is not None:
@@ -49,7 +48,7 @@ def trace_world(tl: Timeline, kernel_names: Iterable[str] = ()) -> World:
         return World.SRTSCOPE
     if "sglang" in engines:
         return World.SGLANG
-    if tl.meta.format is SourceFormat.KINETO or frames or len(tl.domain_ranges(OP_DOMAIN)):
+    if tl.meta.format is SourceFormat.KINETO or frames or tl.domain_names(OP_DOMAIN):
         return World.PYTORCH
     if any(m in n for n in [*names, *kernel_names] for m in _TORCH_MARKS):
         return World.PYTORCH

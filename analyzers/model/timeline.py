@@ -16,6 +16,7 @@ NOTE: -1 stands for "unknown" in integer columns (graph_id, graph_node, correlat
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
@@ -24,7 +25,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from srtscope.analyzers.model.columns import isin
+from srtscope.analyzers.model.columns import isin, str_codes
 
 
 class SourceFormat(str, Enum):
@@ -318,11 +319,25 @@ class Timeline:
         derived = isin(rg["domain"], DERIVED_DOMAINS)     # by category where it is one: no object array
         return rg[~derived].reset_index(drop=True) if derived.any() else rg
 
-    def domain_ranges(self, domain: str) -> pd.DataFrame:
-        """The ranges of one derived domain (``OP_DOMAIN``, ``PYTHON_DOMAIN``)."""
+    def domain_ranges(self, domain: str, names: Callable[[str], bool] | None = None) -> pd.DataFrame:
+        """The ranges of one derived domain (``OP_DOMAIN``, ``PYTHON_DOMAIN``); with ``names``, only
+        those whose name it accepts (asked once per distinct name). NOTE: a copy of the rows: ask
+        for the few that are wanted, not millions of frames to pick from."""
         rg = self.ranges
-        m = isin(rg["domain"], [domain])
+        m = isin(rg["domain"], [domain]) if len(rg) else np.zeros(0, bool)
+        if names is not None and m.any():
+            codes, labels = str_codes(rg["name"])
+            m = m & np.array([names(str(x)) for x in labels] + [False], dtype=bool)[codes]
         return rg[m].reset_index(drop=True) if m.any() else rg.iloc[:0]
+
+    def domain_names(self, domain: str) -> list[str]:
+        """The distinct names of one derived domain's ranges, sorted (no copy of its rows)."""
+        rg = self.ranges
+        m = isin(rg["domain"], [domain]) if len(rg) else np.zeros(0, bool)
+        if not m.any():
+            return []
+        codes, labels = str_codes(rg["name"])
+        return [str(x) for x in labels[np.unique(codes[m])]]
 
     @property
     def span_ns(self) -> tuple[int, int]:
