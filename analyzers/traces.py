@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from srtscope.analyzers.pipeline.forked import available
+from srtscope.analyzers.pipeline.forked import available, resident_bytes
 
 if TYPE_CHECKING:
     from srtscope.analyzers.model.params import DiagnoseParams
@@ -63,6 +63,9 @@ TRIMMED_BASE_BYTES, TRIMMED_PER_GB_BYTES, TWO_WALK_ROW_BYTES = 250 << 20, 50 << 
 #: row's: fitted on 10 GB walked once, 3 GB walked twice and a 2 GB export of two ranks (146, 72
 #: and 209 MiB; 221-300 B a row)
 PART_STEP_BYTES, WINDOW_BYTES, MEASURED_ROW_BYTES = 1300, 200 << 20, 300
+#: a window's range row (its copy of the row, the host-activity model's codes and thread rows, the
+#: attribution's temporaries), bytes: a Kineto trace with stacks holds ~30 Python frames a device row
+RANGE_ROW_BYTES = 150
 #: the reduction's matching of the collectives, bytes a collective row (234 MiB over 2.85 M)
 MATCH_ROW_BYTES = 90
 MIN_ROWS, MAX_ROWS = 100_000, 4_000_000
@@ -309,8 +312,14 @@ def window_rows(budget_bytes: int, export_bytes: int, processes: int = 1, first:
     part, row = _held_and_row(export_bytes, processes)
     rows = (budget_bytes / processes - part) / row
     if first is not None:
-        rows = min(rows, (budget_bytes / processes - _measured_part(first, processes)) / MEASURED_ROW_BYTES)
+        rows = min(rows, (budget_bytes / processes - _measured_part(first, processes)) / _measured_row(first))
     return int(min(MAX_ROWS, max(MIN_ROWS, rows)))
+
+
+def _measured_row(first: Held) -> float:
+    """A window's bytes a device row: its own and its share of the ranges, which windows hold in
+    proportion (millions of Python frames around a few hundred thousand kernels)."""
+    return MEASURED_ROW_BYTES + RANGE_ROW_BYTES * first.range_rows / max(first.device_rows, 1)
 
 
 def modelled_peak(export_bytes: int, rows: int, processes: int = 1, first: Held | None = None) -> int:
@@ -319,7 +328,7 @@ def modelled_peak(export_bytes: int, rows: int, processes: int = 1, first: Held 
     if first is None:
         part, row = _held_and_row(export_bytes, processes)
         return int(processes * (part + rows * row))
-    return int(max(processes * (_measured_part(first, processes) + rows * MEASURED_ROW_BYTES),
+    return int(max(processes * (_measured_part(first, processes) + rows * _measured_row(first)),
                    reduction_peak(first)))
 
 
@@ -410,7 +419,9 @@ def _in_windows(path: Path, params: DiagnoseParams, budget_bytes: int, hooks: Re
     model_bytes = int(json_text_bytes(path) / 2.5) if kineto else size
     rows, workers = walks(budget_bytes, model_bytes)
     need = modelled_peak(model_bytes, rows, workers)
-    if need > budget_bytes:
+    # NOTE: said from the size alone only where the first pass cannot measure what it holds
+    # (``resized`` says it then): a Kineto trace's size tells little of its rows
+    if need > budget_bytes and resident_bytes() is None:
         over(need)
     rank = rank_from_name(path) or 0
     stack = ExitStack()

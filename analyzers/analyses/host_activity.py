@@ -115,7 +115,7 @@ class DomainRows:
     @classmethod
     def of(cls, ranges: pd.DataFrame, domain: str) -> DomainRows:
         pos = np.flatnonzero(isin(ranges["domain"], [domain])) if len(ranges) else np.zeros(0, np.int64)
-        return cls(ranges, pos)
+        return cls(ranges, pos.astype(np.int32) if len(ranges) <= np.iinfo(np.int32).max else pos)
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -155,11 +155,7 @@ class HostActivity:
         self.forward = forward if forward is not None else \
             forward_engines([str(n) for n in str_codes(rg["name"])[1]] if len(rg) else [])
         self.stage_names, self.stage_codes, self.stage_classes = stage_names(rg, self.forward)
-        self.ops = DomainRows.of(tl.ranges, OP_DOMAIN)
-        self.frames = DomainRows.of(tl.ranges, PYTHON_DOMAIN)
         self._rg_work = _work_of(rg)
-        self._op_work = _work_of(self.ops.table) if len(self.ops) else _work_of(rg.iloc[:0])
-        self._frame_work = _frame_work(self.frames.table) if len(self.frames) else _frame_work(rg.iloc[:0])
         self._is_launch = isin(api["kind"], [ApiKind.LAUNCH, ApiKind.GRAPH_LAUNCH]) if len(api) \
             else np.zeros(0, bool)
         self._blocking = blocking_mask(api)
@@ -176,6 +172,24 @@ class HostActivity:
         self.whole_evidence: bool | None = None
         self.whole_helpers: dict[Key, Key] | None = None
 
+    # NOTE: the operators and frames (and what their names say) when first asked: a model of a whole
+    # trace read in windows asks only whether engine frames are there
+    @cached_property
+    def ops(self) -> DomainRows:
+        return DomainRows.of(self.tl.ranges, OP_DOMAIN)
+
+    @cached_property
+    def frames(self) -> DomainRows:
+        return DomainRows.of(self.tl.ranges, PYTHON_DOMAIN)
+
+    @cached_property
+    def _op_work(self) -> np.ndarray:
+        return _work_of(self.tl.ranges if len(self.ops) else self.tl.ranges.iloc[:0])
+
+    @cached_property
+    def _frame_work(self) -> tuple[np.ndarray, np.ndarray]:
+        return _frame_work(self.tl.ranges if len(self.frames) else self.tl.ranges.iloc[:0])
+
     @property
     def cold_calls(self) -> np.ndarray:
         """Mask of the API rows that are start-up cost (``cold_mask``), computed once."""
@@ -186,7 +200,10 @@ class HostActivity:
         """Stage ranges or engine frames anywhere in the trace: scheduler/prep can be named."""
         if self.whole_evidence is not None:
             return self.whole_evidence
-        return bool((self.stage_codes >= 0).any()) or bool((self._frame_work[1][self.frames.positions] >= 0).any())
+        if (self.stage_codes >= 0).any():
+            return True
+        eng = self._frame_work[1] >= 0            # per range row: only a frame's counts
+        return bool(eng.any()) and bool((eng & isin(self.tl.ranges["domain"], [PYTHON_DOMAIN])).any())
 
     def helper_threads(self, keys: list[Key]) -> dict[Key, Key]:
         """``stage_threads`` of ``keys`` over the trace's ranges (or the whole trace's, when given)."""
@@ -198,7 +215,7 @@ class HostActivity:
     def program_functions(self) -> tuple[np.ndarray, np.ndarray]:
         """Per Python frame row (a position in the trace's ranges, ``DomainRows``), the code of the
         program's function it is (``python_functions``), and the names: once per model, whatever asks."""
-        return python_functions(self.frames.table) if len(self.frames) else python_functions(self.frames.table.iloc[:0])
+        return python_functions(self.tl.ranges if len(self.frames) else self.tl.ranges.iloc[:0])
 
     @property
     def has_python_frames(self) -> bool:

@@ -14,7 +14,8 @@ import pandas as pd
 
 
 def str_codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """(codes int64 per row, sorted distinct strings) — as ``pd.Categorical(col.astype(str))``."""
+    """(codes per row, sorted distinct strings) — as ``pd.Categorical(col.astype(str))``. The codes
+    are the narrowest integers that hold them (int8 to int64): cast before arithmetic on them."""
     if not isinstance(col.dtype, pd.CategoricalDtype):
         cat = pd.Categorical(col.astype(str))
         return np.asarray(cat.codes, dtype=np.int64), np.asarray(cat.categories, dtype=object)
@@ -27,10 +28,10 @@ def str_codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
         used = np.r_[counts[:n], counts[-1]] > 0                    # observed values only
         codes = raw                                                 # lut[-1]: the 'nan' label
     else:
-        codes = np.where(raw < 0, n, raw).astype(np.int64)
+        codes = np.where(raw < 0, n, raw)                          # int32 (pandas' widest codes): 4 bytes a row
         used = np.bincount(codes, minlength=len(labels)) > 0
     cats, remap = np.unique(np.asarray(labels, dtype=object)[used], return_inverse=True)
-    lut = np.full(len(labels), -1, dtype=np.int64)
+    lut = np.full(len(labels), -1, dtype=np.int64 if len(labels) > np.iinfo(np.int32).max else np.int32)
     lut[used] = np.asarray(remap, dtype=np.int64).reshape(-1)
     return lut[codes], np.asarray(cats, dtype=object)
 

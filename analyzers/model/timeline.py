@@ -157,10 +157,10 @@ SCHEMAS: dict[str, tuple[Column, ...]] = {
     "counters": COUNTER_COLUMNS,
 }
 
-#: Integer id columns (declared int64) that may be held as int32 when every value fits: ids, never
-#: times or byte counts. Readers of large files narrow them (``narrow_ids``), 4 bytes a row each;
+#: Integer id columns (declared int64) that may be held as int32 when every value fits: ids and the
+#: nesting depth, never times or byte counts. Readers of large files narrow them (``narrow_ids``), 4 bytes a row each;
 #: code reading them must not compute ids or keys in their own dtype (cast to int64 first).
-ID_COLUMNS = frozenset({"device", "stream", "pid", "tid", "correlation", "graph_id", "graph_node", "rank"})
+ID_COLUMNS = frozenset({"device", "stream", "pid", "tid", "correlation", "graph_id", "graph_node", "rank", "depth"})
 #: test switch: "1" keeps every id column int64 (the layout before ``narrow_ids``; same results)
 WIDE_IDS_ENV = "SRTSCOPE_WIDE_IDS"
 _I32 = np.iinfo(np.int32)
@@ -224,6 +224,8 @@ def validate_table(df: pd.DataFrame | None, table: str, copy: bool = True) -> pd
         else:
             if c.dtype == "object":
                 out[c.name] = np.full(n, c.default, dtype=object)
+            elif c.name in ID_COLUMNS and n and os.environ.get(WIDE_IDS_ENV) != "1":
+                out[c.name] = np.full(n, c.default, dtype=np.int32)     # a default id: 4 bytes a row
             else:
                 out[c.name] = np.full(n, c.default, dtype=c.dtype)
     res = pd.DataFrame(out, copy=copy)

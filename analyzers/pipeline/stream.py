@@ -108,6 +108,8 @@ class Held:
     resident_bytes: int                 # this process's, its heap trimmed
     steps: int                          # of every rank
     collectives: int                    # rows of every rank's collectives, held whole, matched at the end
+    range_rows: int = 0                 # the trace's ranges (held whole; a window copies its own)
+    device_rows: int = 0                # device rows before the last step's start: the windows' measure
 
 
 #: ``resize(held, rows, workers)``: after the first pass, the (rows a window, walks) to walk with
@@ -195,7 +197,8 @@ def _walked(src: ChunkSource, params: DiagnoseParams, max_rows: int, progress: C
     gc.collect()
     trim_heap()
     if resize is not None and (held := resident_bytes()) is not None:
-        max_rows, workers = resize(Held(held, len(steps), len(comm[1])), max_rows, workers)
+        dev_rows = int(rows_before[-1]) if len(rows_before) else 0
+        max_rows, workers = resize(Held(held, len(steps), len(comm[1]), len(src.ranges), dev_rows), max_rows, workers)
     windows = rank_windows(cut, plan(cut, rows_before, max_rows), ranks)
     del cut, rows_before
     if progress is not None:

@@ -28,6 +28,7 @@ from srtscope.analyzers.model.timeline import (
     TimelineMeta,
     Traced,
     WarningCode,
+    narrow_ids,
 )
 from srtscope.analyzers.readers.kineto_columns import DOMAINS, KINDS, _int
 from srtscope.analyzers.readers.labels import split_coded_labels
@@ -54,7 +55,9 @@ def categorical(codes: np.ndarray, values: list[str]) -> pd.Categorical:
     vals = np.asarray(values, dtype=object)
     cats = sorted(vals[used].tolist())
     pos = {c: i for i, c in enumerate(cats)}
-    lut = np.fromiter((pos.get(v, -1) for v in values), np.int64, len(values))
+    # NOTE: the codes in the narrowest type pandas keeps them in: no int64 copy of a column of millions
+    small = np.int8 if len(cats) < 127 else np.int16 if len(cats) < 32767 else np.int32
+    lut = np.fromiter((pos.get(v, -1) for v in values), small, len(values))
     # pandas-stubs wants an Index for categories; a list works at runtime (as labels.py)
     return pd.Categorical.from_codes(lut[codes], categories=cats)  # type: ignore[call-overload]
 
@@ -93,14 +96,19 @@ class Frames:
         """(the columns in ascending start, ties in file order: ``validate_table``'s stable sort,
         done here on int64 columns and codes, not on the DataFrame's categoricals and objects;
         start_ns, end_ns)."""
-        s = c["start_ns"] + np.int64(self.base_ns)
-        e = s + np.maximum(c["dur_ns"], 0)
+        # NOTE: in place (the read's own columns): no array of the table's length made here
+        s, e = c.pop("start_ns"), c.pop("dur_ns")
+        s += np.int64(self.base_ns)
+        np.maximum(e, 0, out=e)
+        e += s
         if len(s) > 1 and not (s[1:] >= s[:-1]).all():
             o = np.argsort(s, kind="stable")
             s, e = s[o], e[o]
             for k, v in list(c.items()):        # NOTE: in place, a column at a time: one column's copy held
                 if isinstance(v, np.ndarray) and len(v) == len(o) and k not in ("start_ns", "dur_ns"):
                     c[k] = v[o]
+                    del v
+            del o
         return c, s, e
 
     def device(self, c: dict[str, Any]) -> pd.DataFrame:
@@ -125,9 +133,12 @@ class Frames:
     def ranges(self, c: dict[str, Any]) -> pd.DataFrame:
         c, s, e = self.times(c)
         names, attrs = split_coded_labels(c["name"], c["names"])
-        return pd.DataFrame({"start_ns": s, "end_ns": e, "pid": c["pid"], "tid": c["tid"],
+        # NOTE: ids as int32 where they fit (``narrow_ids``): millions of Python frames, 4 bytes a column
+        ids = narrow_ids({"pid": c["pid"], "tid": c["tid"], "rank": np.array([self.rank], np.int64)})
+        return pd.DataFrame({"start_ns": s, "end_ns": e, "pid": ids["pid"], "tid": ids["tid"],
                              "name": names, "domain": categorical(c["domain"], DOMAINS),
-                             "attrs": attrs, "rank": self.rank}, copy=False)
+                             "attrs": attrs, "rank": np.full(len(s), ids["rank"][0], ids["rank"].dtype)},
+                            copy=False)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from msgspec import UNSET
 
-from srtscope.analyzers.model.timeline import GPU_DOMAIN, OP_DOMAIN, PYTHON_DOMAIN, DeviceKind
+from srtscope.analyzers.model.timeline import GPU_DOMAIN, OP_DOMAIN, PYTHON_DOMAIN, DeviceKind, narrow_ids
 from srtscope.analyzers.model.units import name_text
 from srtscope.analyzers.readers.jsonstream import _parse_float, us_to_ns
 from srtscope.analyzers.readers.kineto_stream import Args, Event, Fallback
@@ -121,7 +121,7 @@ class _Names:
         for v in set(raw) - self.raw.keys():
             t = "" if v is UNSET else name_text(v)
             self.raw[v] = self.code.setdefault(t, len(self.code))
-        return np.fromiter(map(self.raw.__getitem__, raw), np.int64, len(raw))
+        return np.fromiter(map(self.raw.__getitem__, raw), np.int32, len(raw))     # codes: 4 bytes a row
 
     @property
     def texts(self) -> list[str]:
@@ -223,6 +223,9 @@ class KinetoRows:
         self.thread_names: dict[str, str] = {}
         self.n_events = self.non_events = 0
         self.flows: dict[tuple, int] = {}
+        #: False: flows are not kept (a reader that refuses rows without ``args.correlation`` needs none:
+        #: a million flows of a long capture are ~200 MiB of dict)
+        self.keep_flows = True
         self.unlinked: list[tuple[str, int, tuple]] = []      # (table, row, flow key)
         self.stop_ns: int | None = None         # the profiler's Record Window End (no base time), ns
         self.parts: dict[str, dict[str, list[np.ndarray]]] = {t: {c: [] for c in cols} for t, cols in COLUMNS.items()}
@@ -275,7 +278,8 @@ class KinetoRows:
         self.non_events += absent
         if self.non_events > self.max_non_events:
             raise Fallback("too many elements that are no event")
-        fl = [e for e in evs if (e.ph == "s" or e.ph == "f") and e.id is not UNSET and e.cat in self.flow_cats]
+        fl = [e for e in evs if (e.ph == "s" or e.ph == "f") and e.id is not UNSET and e.cat in self.flow_cats] \
+            if self.keep_flows else []
         if fl:
             ts = _ns(_get("ts", fl), None)
             keys = zip(_get("ph", fl), _raws(_get("pid", fl)), _raws(_get("tid", fl)), ts.tolist())
@@ -329,8 +333,10 @@ class KinetoRows:
         pick = (lambda lst: lst) if rows is None else _picker(rows.tolist())
         cols["start_ns"].append(_exact(f.ts, f.ts_state, rows, pick, xs, take, "ts"))
         cols["dur_ns"].append(_exact(f.dur, f.dur_state, rows, pick, xs, take, "dur"))
-        cols["pid"].append(_ints(pick(f.pids), self._ints["pid"]))
-        cols["tid"].append(_ints(pick(f.tids), self._ints["tid"]))
+        # NOTE: ids narrowed as they come (``narrow_ids``): millions of frames held until the end
+        ids = narrow_ids({"pid": _ints(pick(f.pids), self._ints["pid"]), "tid": _ints(pick(f.tids), self._ints["tid"])})
+        cols["pid"].append(ids["pid"])
+        cols["tid"].append(ids["tid"])
         names = self.names["rng"]
         codes = names.codes(pick(f.names))
         cols["name"].append(codes)

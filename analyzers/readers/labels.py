@@ -50,7 +50,9 @@ def split_coded_labels(codes: np.ndarray, uniq: Sequence[str]) -> tuple[pd.Categ
     names = [p[0] for p in parsed]
     cats, name_codes = np.unique(np.asarray(names, dtype=object), return_inverse=True) \
         if names else (np.array([], dtype=object), np.zeros(0, np.int64))
-    code_map = np.asarray(name_codes, dtype=np.int64).reshape(-1)
+    # NOTE: the codes in the narrowest type pandas keeps them in: no wider copy of millions of rows
+    small = np.int8 if len(cats) < 127 else np.int16 if len(cats) < 32767 else np.int32
+    code_map = np.asarray(name_codes, dtype=small).reshape(-1)
     # pandas-stubs wants an Index for categories; a list works at runtime
     cat = pd.Categorical.from_codes(  # type: ignore[call-overload]
         code_map[codes] if len(codes) else np.zeros(0, np.int64), categories=list(cats))

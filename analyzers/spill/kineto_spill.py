@@ -86,6 +86,7 @@ def read_kineto_spilled(path: str | Path, rank: int = 0, *, folder: str | Path,
     facts = Facts()
     header: dict = {}
     rows = new_rows()
+    rows.keep_flows = False                 # a row linked by a flow only is NotWindowable: none is needed
     try:
         try:
             for batch in event_batches(path, header.__setitem__):
@@ -120,7 +121,7 @@ def read_kineto_spilled(path: str | Path, rank: int = 0, *, folder: str | Path,
     except BaseException:
         _remove_quietly(device, api)
         raise
-    ranges = validate_table(ranges, "ranges")
+    ranges = validate_table(ranges, "ranges", copy=False)      # this read's arrays alone: no copy
     return KinetoSpilled(fr, facts, device, api, meta=meta, ranges=ranges, counters=validate_table(None, "counters"),
                          one_device=len(facts.devices) <= 1, graph_launches=facts.graph_launches > 0,
                          spans=tuple(facts.spans.values()))
