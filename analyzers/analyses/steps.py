@@ -276,6 +276,30 @@ def _engine_step_attrs(tl: Timeline, w: pd.DataFrame) -> None:
     w["mode"], w["bs"], w["tokens"] = mode, bs, tokens
 
 
+def _schedule_modes(tl: Timeline, w: pd.DataFrame) -> None:
+    """Fill blank ``mode`` of steps from the first ``sched.schedule`` range inside each that carries one
+    (``capture --instrument`` sets it from the engine's own decision: SGLang's ``get_next_batch_to_run``
+    result, whose steps have no ``loop.step`` range to carry it)."""
+    rg = tl.host_ranges
+    mode = w["mode"].to_numpy().copy()
+    if len(rg) == 0 or len(w) == 0 or all(mode):
+        return
+    hit = np.flatnonzero(isin(rg["name"], [Stage.SCHED_SCHEDULE.value]))
+    got = _attr_str(rg["attrs"].to_numpy()[hit], "mode")
+    hit, got = hit[got != ""], got[got != ""]
+    if len(hit) == 0:
+        return
+    for rank, idx in w.groupby("rank").indices.items():
+        s, e = w["start_ns"].to_numpy()[idx], w["end_ns"].to_numpy()[idx]
+        on = rg["rank"].to_numpy()[hit] == rank
+        rs = rg["start_ns"].to_numpy()[hit][on]
+        pos = np.searchsorted(s, rs, side="right") - 1
+        for m, p, t0 in zip(got[on][::-1], pos[::-1], rs[::-1]):   # the first in each step wins
+            if p >= 0 and t0 < e[p] and not w["mode"].to_numpy()[idx[p]]:
+                mode[idx[p]] = m
+    w["mode"] = mode
+
+
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _VLLM_STEP = re.compile(r"^execute_.*(_context_|_generation_)")
 #: one marker a training or inference loop records once per iteration, the iteration's start first:
@@ -428,6 +452,7 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule(), sets: DeviceSets | Non
         w[c] = w[c].astype(np.int64)
     w = w.sort_values(["rank", "start_ns"], ignore_index=True)
     _engine_step_attrs(tl, w)
+    _schedule_modes(tl, w)
     ordinal = w.groupby("rank").cumcount().to_numpy()
     w["step"] = np.where(w["step"].to_numpy() >= 0, w["step"].to_numpy(), ordinal)
     n = len(w)

@@ -90,9 +90,9 @@ class _Control:
                     pass
             else:
                 time.sleep(self.delay_ns / 1e9)
-        took = time.perf_counter_ns() - t0
-        with open(self._log, "a") as f:
-            f.write(json.dumps({"fault": fault, "pid": os.getpid(), "ns": took}) + "\n")
+        t1 = time.perf_counter_ns()
+        with open(self._log, "a") as f:     # t0, t1: perf_counter_ns, a probe trace's clock
+            f.write(json.dumps({"fault": fault, "pid": os.getpid(), "ns": t1 - t0, "t0": t0, "t1": t1}) + "\n")
 
 
 def _wrap(ctl: _Control, owner: type, attr: str, fault: str, when=None) -> None:
@@ -147,6 +147,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tokens", type=int, default=16, help="tokens generated per request (= decode steps + 1)")
     p.add_argument("--prompt-len", type=int, default=24)
     p.add_argument("--port", type=int, default=30571)
+    p.add_argument("--profiler", choices=("sglang", "none"), default="sglang",
+                   help="sglang: SGLang's own profiler, a trace per run; none: no profiler (the driver runs under "
+                        "srtscope capture, which traces it whole)")
+    p.add_argument("--pause-s", type=float, default=0.5, help="idle time between runs (a whole-driver capture "
+                   "is cut into its runs at these pauses)")
     a = p.parse_args(argv)
     runs = []
     for r in (x.strip() for x in a.runs.split(",") if x.strip()):
@@ -155,8 +160,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
             p.error(f"--runs takes {', '.join(FAULTS)}, each optionally followed by k >= 2 (every k-th call); "
                     f"got {r!r}")
         runs.append((r, m.group(1), int(m.group(2) or 1)))
-    if not runs or a.delay_ms < 0 or a.every_delay_ms < 0 or a.requests < 1 or a.tokens < 2:
-        p.error("--runs non-empty, delays >= 0, --requests >= 1, --tokens >= 2")
+    if not runs or a.delay_ms < 0 or a.every_delay_ms < 0 or a.requests < 1 or a.tokens < 2 or a.pause_s < 0:
+        p.error("--runs non-empty, delays >= 0, --requests >= 1, --tokens >= 2, --pause-s >= 0")
     a.run_list = runs
     return a
 
@@ -296,13 +301,16 @@ def main(argv: list[str] | None = None) -> int:
             delay = a.delay_ms if every == 1 else a.every_delay_ms
             mark = log.stat().st_size
             run_dir = prof_dir / f"run{i:02d}"
-            eng.start_profile(str(run_dir), f"run{i:02d}_{name}")
+            time.sleep(a.pause_s)
+            if a.profiler == "sglang":
+                eng.start_profile(str(run_dir), f"run{i:02d}_{name}")
             set_fault(fault, every, delay)
             t = time.perf_counter()
             n_tok = eng.generate(prompts(i), sp)
             wall = time.perf_counter() - t
             set_fault("clean", 1, 0)
-            eng.stop_profile()
+            if a.profiler == "sglang":
+                eng.stop_profile()
             got = sorted(run_dir.glob("*.trace.json.gz"), key=lambda p: p.stat().st_mtime)
             trace = None
             if got:
@@ -315,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             runs.append({"run": i, "name": name, "fault": fault, "every": every,
                          "delay_ms": delay if fault != "clean" else 0.0, "fired": len(fired),
                          "inside_fault_ns": sum(x["ns"] for x in fired), "wall_s": round(wall, 4),
+                         "fires_ns": [[x["t0"], x["t1"]] for x in fired],
                          "tokens": n_tok, "trace": trace.name if trace else None})
             print(f"run {i:2d} {name:7s} fired {len(fired):3d}  inside {runs[-1]['inside_fault_ns'] / 1e6:8.1f} ms  "
                   f"wall {wall * 1e3:8.1f} ms  {n_tok} tokens  {trace.name if trace else 'NO TRACE'}", flush=True)
@@ -326,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
 
     manifest = {"sglang": version("sglang"), "torch": version("torch"), "mode": a.mode, "model": a.model,
                 "requests": a.requests, "tokens": a.tokens, "prompt_len": a.prompt_len,
-                "delay_kind": a.delay_kind, "profiler": "sglang torch profiler, activities CPU, no stacks",
+                "delay_kind": a.delay_kind,
+                "profiler": "sglang torch profiler, activities CPU, no stacks" if a.profiler == "sglang" else "none",
                 "load_s": round(load_s, 1), "cpus": os.cpu_count(),
                 "loadavg": [round(load_before, 1), round(os.getloadavg()[0], 1)],
                 "command": " ".join([Path(sys.executable).name, *sys.argv]), "runs": runs}
