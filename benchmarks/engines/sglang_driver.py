@@ -15,11 +15,12 @@ into the scheduler process's SGLang functions, inside SGLang's own scheduler ran
   ``get_next_batch_to_run`` (range ``scheduler.get_next_batch_to_run``), when work is queued or running;
 - ``prep``: inside ``ForwardBatch.init_new`` (its call of ``_init_num_token_non_padded``; in
   ``scheduler.run_batch``, before the forward ``step[...]``);
-- ``alloc``: ``ScheduleBatch.prepare_for_decode`` (KV slot allocation, inside ``get_next_batch_to_run``);
+- ``alloc``: ``alloc_for_decode`` as ``ScheduleBatch.prepare_for_decode`` calls it (KV slot allocation,
+  inside ``get_next_batch_to_run``);
 - ``result``: ``Scheduler.publish_load_snapshot``, the first call of ``process_batch_result``.
 Each sits in a callee of the function named, so that under ``capture --instrument sglang`` (which
 wraps ``get_next_batch_to_run``, ``init_new``, ``process_batch_result``, ``prepare_for_decode``) it
-lies inside the stage's range too (``alloc`` wraps ``prepare_for_decode`` itself: outside there).
+lies inside the stage's range too.
 SGLang runs its scheduler in a spawned process: this file is that process's ``__main__`` too, so the
 patches go in at import there (``SRTSCOPE_RIG_CONTROL`` set). The parent switches the active fault
 through a one-page control file. Each fire is a ``record_function("srtscope.rig.inject fault=...")``
@@ -112,7 +113,7 @@ def _wrap(ctl: _Control, owner: type, attr: str, fault: str, when=None) -> None:
 
 
 def _install_faults() -> None:
-    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang.srt.managers import schedule_batch
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
@@ -123,7 +124,7 @@ def _install_faults() -> None:
 
     _wrap(ctl, Scheduler, "process_pending_chunked_abort", "sched", busy)
     _wrap(ctl, ForwardBatch, "_init_num_token_non_padded", "prep")      # called by init_new only
-    _wrap(ctl, ScheduleBatch, "prepare_for_decode", "alloc")
+    _wrap(ctl, schedule_batch, "alloc_for_decode", "alloc")     # the KV slots, inside prepare_for_decode
     _wrap(ctl, Scheduler, "publish_load_snapshot", "result")
 
 
@@ -249,6 +250,22 @@ class _Server:
         self.log.close()
 
 
+def _end_children(wait_s: float = 120.0) -> None:
+    """SIGINT to this process's children (SGLang's scheduler and detokenizer), then wait for them:
+    ``Engine.shutdown`` SIGKILLs them, so nothing of theirs runs at exit — under ``srtscope capture
+    --backend torch`` the scheduler's own trace is written there (multiprocessing's exit finalizers,
+    which a KeyboardInterrupt still runs)."""
+    import psutil
+
+    kids = psutil.Process().children(recursive=False)
+    for k in kids:
+        try:
+            k.send_signal(signal.SIGINT)
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(kids, timeout=wait_s)
+
+
 def _serve_child(args: list[str]) -> int:
     """``python sglang_driver.py --serve-child ARGS``: ``python -m sglang.launch_server ARGS`` with this
     file as ``__main__`` (so its spawned scheduler process gets the faults)."""
@@ -327,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
                          "tokens": n_tok, "trace": trace.name if trace else None})
             print(f"run {i:2d} {name:7s} fired {len(fired):3d}  inside {runs[-1]['inside_fault_ns'] / 1e6:8.1f} ms  "
                   f"wall {wall * 1e3:8.1f} ms  {n_tok} tokens  {trace.name if trace else 'NO TRACE'}", flush=True)
+        if a.profiler == "none":
+            time.sleep(max(a.pause_s, 2.0))     # a probe capture's processes flush once more before shutdown
+            _end_children()
     finally:
         eng.close()
     shutil.rmtree(prof_dir, ignore_errors=True)

@@ -84,7 +84,9 @@ def run_driver(venv: Path, out: Path, a: argparse.Namespace, path: str) -> dict:
                  f"(make it: benchmarks/engines/setup_sglang.sh {venv})")
     out.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["OMP_NUM_THREADS"] = "1"
+    # the probe backend's processes flush every second: the driver's last pause holds one flush (SGLang's
+    # scheduler process is killed at shutdown, before an exit flush)
+    env.update({"OMP_NUM_THREADS": "1", "SRTSCOPE_PROBE_FLUSH_S": "1"})
     if path.startswith("sglang-"):
         cmd = _driver_cmd(venv, out, a, path, path.split("-")[1], "sglang")
     else:
@@ -118,16 +120,16 @@ def scheduler_trace(folder: Path) -> tuple[Path, Timeline] | None:
 
 
 def run_spans(per_step: list[dict], runs: int) -> list[tuple[int, int]]:
-    """(first, last) step index of each of the last ``runs`` runs: steps cut where one ends more than
-    ``RUN_GAP_NS`` before the next starts (the driver's pauses; the warm-up's steps come first)."""
+    """(first, last) step index of each of ``runs`` runs: steps cut where one ends more than
+    ``RUN_GAP_NS`` before the next starts (the driver's pauses), the warm-up's steps first."""
     groups: list[list[int]] = []
     for i, s in enumerate(per_step):
         if not groups or s["start_ns"] - (per_step[i - 1]["start_ns"] + per_step[i - 1]["wall_ns"]) > RUN_GAP_NS:
             groups.append([])
         groups[-1].append(i)
-    if len(groups) < runs:
-        sys.exit(f"sglang_rig: the capture holds {len(groups)} runs of steps, not {runs} and the warm-up")
-    return [(g[0], g[-1]) for g in groups[-runs:]]
+    if len(groups) != runs + 1:
+        sys.exit(f"sglang_rig: the capture holds {len(groups)} runs of steps, not the warm-up and {runs}")
+    return [(g[0], g[-1]) for g in groups[1:]]
 
 
 def diagnose_folder(folder: Path, manifest: dict) -> list[tuple[str, RunFigures]]:
