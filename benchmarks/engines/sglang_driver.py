@@ -257,7 +257,8 @@ def _end_children(wait_s: float = 120.0) -> None:
     which a KeyboardInterrupt still runs)."""
     import psutil
 
-    kids = psutil.Process().children(recursive=False)
+    kids = [k for k in psutil.Process().children(recursive=False)     # not multiprocessing's resource tracker
+            if not any("resource_tracker" in x for x in k.cmdline())]
     for k in kids:
         try:
             k.send_signal(signal.SIGINT)

@@ -49,6 +49,7 @@ from srtscope.analyzers.diagnose import diagnose
 from srtscope.analyzers.model.params import DiagnoseParams
 from srtscope.analyzers.model.timeline import Timeline
 from srtscope.analyzers.readers import load_timeline
+from srtscope.analyzers.readers.errors import TraceError
 
 HERE = Path(__file__).resolve().parent
 PATHS = ("sglang-offline", "sglang-server", "torch-instrument", "probe", "server-probe")
@@ -112,7 +113,10 @@ def scheduler_trace(folder: Path) -> tuple[Path, Timeline] | None:
     for p in sorted(folder.glob("capture*.json.gz")):
         if ".server" in p.name:
             continue
-        tl = load_timeline(p)
+        try:
+            tl = load_timeline(p)
+        except TraceError:          # a process with no forward (the driver's own: no device stand-in)
+            continue
         n = int(diagnose(tl, DiagnoseParams()).to_json()["steps"]["count"]) if len(tl.host_ranges) else 0
         if best is None or n > best[0]:
             best = (n, p, tl)
