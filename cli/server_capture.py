@@ -287,9 +287,13 @@ def capture_server(plan: ServerPlan, say: Callable[[str], None]) -> ServerCaptur
     model = model_name(plan) if plan.load else None
     since = time.time() - 1.0            # NOTE: file systems with coarse timestamps
     start_s = time.time()
-    profiled = start_profile(plan)
+    # NOTE: with --probe the stage spans are the trace; the server's own profiler (SGLang always has
+    # one) would only slow its steps and write a trace nobody reads, unless --trace-dir asks for it
+    profiled = start_profile(plan) if plan.probe is None or plan.trace_dir is not None else False
     if not profiled:
-        say(f"{plan.base} has no /start_profile (its profiler is off): only the --probe traces are read")
+        say(f"{plan.base}'s own profiler not started (--probe without --trace-dir)" if plan.trace_dir is None
+            and plan.probe is not None else
+            f"{plan.base} has no /start_profile (its profiler is off): only the --probe traces are read")
     doing = (f" while sending {plan.load} requests to /v1/completions (model {shown(model)})"
              if model is not None else f" for {plan.duration_s:g} s")
     say(f"profiling {plan.base}{doing}")

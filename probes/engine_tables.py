@@ -9,7 +9,9 @@ checked against; any other version is instrumented all the same, after a one-lin
 
 A target may name ``mode_from``: a function of the wrapped call's result that returns the step's
 ``mode`` (a ``StepMode`` value) or None; it is set on the target's range and on the enclosing
-``loop.step`` range, so that the analyzers can split prefill steps from decode steps.
+``loop.step`` range, so that the analyzers can split prefill steps from decode steps. A target may
+name ``attrs_from``: a function of the call's arguments whose attributes the range opens with (a
+Kineto trace keeps only those: its ``record_function`` name is written at the range's start).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ class Target:
     attrs: dict[str, str] = field(default_factory=dict)
     mode_from: Callable[[Any], str | None] | None = None
     optional: bool = False    # present in some versions only: not warned about when missing
+    attrs_from: Callable[[tuple, dict], dict[str, object]] | None = None
 
     @property
     def where(self) -> str:
@@ -87,6 +90,21 @@ def _sglang_batch_mode(result: Any) -> str | None:
         return None
     name = name.lower()
     return name if name in {m.value for m in StepMode} else None
+
+
+def _sglang_forward_attrs(args: tuple, kwargs: dict) -> dict[str, object]:
+    """``ModelRunner.forward(self, forward_batch, ...)``: the batch's ``mode`` (its ``ForwardMode``, a
+    ``StepMode`` value) and ``bs``, as SGLang's own ``step[MODE bs=N]`` span says them; {} when they
+    cannot be read."""
+    batch = kwargs.get("forward_batch", args[1] if len(args) > 1 else None)
+    name = getattr(getattr(batch, "forward_mode", None), "name", None)
+    out: dict[str, object] = {}
+    if isinstance(name, str) and name.lower() in {m.value for m in StepMode}:
+        out["mode"] = name.lower()
+    bs = getattr(batch, "batch_size", None)
+    if isinstance(bs, int):
+        out["bs"] = bs
+    return out
 
 
 _VLLM_SCHED = "vllm.v1.core.sched.scheduler"
@@ -171,7 +189,7 @@ SGLANG = EngineTable(
         Target(Stage.PREP_BATCH, _SGL_BATCH, "ScheduleBatch.prepare_for_decode",
                {"part": "alloc", "mode": StepMode.DECODE.value}),
         Target(Stage.PREP_BATCH, _SGL_FWD, "ForwardBatch.init_new", {"part": "lower"}),
-        Target(Stage.RUN_EAGER, _SGL_RUNNER, "ModelRunner.forward"),
+        Target(Stage.RUN_EAGER, _SGL_RUNNER, "ModelRunner.forward", attrs_from=_sglang_forward_attrs),
         # 0.5.23: the decode graph's replay is DecodeCudaGraphRunner.execute (load_batch, replay)
         Target(Stage.RUN_GRAPH_REPLAY, _SGL_GRAPH, "DecodeCudaGraphRunner.execute", optional=True),
         Target(Stage.RUN_GRAPH_REPLAY, _SGL_GRAPH_OLD, "CudaGraphRunner.replay", optional=True),

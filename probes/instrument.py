@@ -230,6 +230,7 @@ def _wrap(fn: Callable[..., Any], target: Target, inst: Instrumenter) -> Callabl
     name = target.stage.value
     attrs: dict[str, object] = dict(target.attrs)
     mode_from = target.mode_from
+    attrs_from = target.attrs_from
     is_step = target.stage is Stage.LOOP_STEP
     calls = inst.calls
     key = id(target)
@@ -265,6 +266,8 @@ def _wrap(fn: Callable[..., Any], target: Target, inst: Instrumenter) -> Callabl
             step_attrs: dict[str, object] = {**attrs, "step": inst.steps - 1}
         else:
             step_attrs = attrs
+        if attrs_from is not None:
+            step_attrs = {**step_attrs, **_call_attrs(attrs_from, args, kwargs)}
         with ranges.stage(name, **step_attrs) as r:
             if is_step:
                 stack = _steps()
@@ -280,6 +283,16 @@ def _wrap(fn: Callable[..., Any], target: Target, inst: Instrumenter) -> Callabl
 
     setattr(wrapper, _MARK, target)
     return wrapper
+
+
+def _call_attrs(attrs_from: Callable[[tuple, dict], dict[str, object]], args: tuple, kwargs: dict
+                ) -> dict[str, object]:
+    """The attributes ``attrs_from`` reads from the call's arguments; {} when it fails (the engine's
+    call must not be touched)."""
+    try:
+        return dict(attrs_from(args, kwargs))
+    except Exception:
+        return {}
 
 
 def _set_mode(r: Any, mode_from: Callable[[Any], str | None], result: Any) -> None:

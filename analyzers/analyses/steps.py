@@ -277,6 +277,7 @@ def _engine_step_attrs(tl: Timeline, w: pd.DataFrame) -> None:
 
 
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_MODES = frozenset(m.value for m in StepMode)
 _VLLM_STEP = re.compile(r"^execute_.*(_context_|_generation_)")
 #: one marker a training or inference loop records once per iteration, the iteration's start first:
 #: the DataLoader's next batch, then the optimizer's step (``torch.optim``'s record_function names)
@@ -435,6 +436,7 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule(), sets: DeviceSets | Non
     cols.update(step_counts(tl, w, sets) if counts is None else counts)
     padded = np.full(n, -1, np.int64)
     run_bs = np.full(n, -1, np.int64)
+    mode = w["mode"].to_numpy().copy()
     reason = np.full(n, "", dtype=object)
     rg = tl.host_ranges
     run = (stages == Stage.RUN_EAGER.value) | (stages == Stage.RUN_GRAPH_REPLAY.value)
@@ -451,12 +453,17 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule(), sets: DeviceSets | Non
             np.add.at(cols["n_eager"], idx[pos[~is_graph]], 1)
             attrs = rg["attrs"].to_numpy()[rr]
             bs_r, pad_r, why = _attr_int(attrs, "bs"), _attr_int(attrs, "padded_bs"), _attr_str(attrs, "reason")
+            # a forward's own mode (--instrument sglang: the batch's ForwardMode, at the range's start)
+            # fills a step that none of the step ranges gave one
+            mode_r = _attr_str(attrs, "mode")
             for j in range(len(rr)):  # one per forward range
                 t = idx[pos[j]]
                 run_bs[t] = max(run_bs[t], bs_r[j])
                 padded[t] = max(padded[t], pad_r[j])
                 if why[j] and not reason[t]:
                     reason[t] = why[j]
+                if mode_r[j] in _MODES and not mode[t]:
+                    mode[t] = mode_r[j]
     # NOTE: device activity alone (busy time, graph kernels) classifies a step only when nothing says
     # what was launched when; with forward ranges or launch calls, a step that launched nothing is
     # idle even if the device still ran earlier work (an overlap loop's forward outlives its step)
@@ -465,6 +472,7 @@ def find_steps(tl: Timeline, rule: StepRule = StepRule(), sets: DeviceSets | Non
         | ((cols["graph_kernels"] > 0) & (not evidence))
     eager = ~graph & ((cols["launches"] > 0) | (cols["n_eager"] > 0)
                       | ((cols["busy_ns"] > 0) & (not evidence)))
+    w["mode"] = mode
     w["exec"] = np.where(graph, StepExec.GRAPH.value, np.where(eager, StepExec.EAGER.value, StepExec.IDLE.value))
     w["reason"] = np.where(eager, reason, "")
     w["bs"] = np.where(w["bs"].to_numpy() >= 0, w["bs"].to_numpy(), run_bs)

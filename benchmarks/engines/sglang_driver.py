@@ -15,11 +15,12 @@ into the scheduler process's SGLang functions, inside SGLang's own scheduler ran
   ``get_next_batch_to_run`` (range ``scheduler.get_next_batch_to_run``), when work is queued or running;
 - ``prep``: inside ``ForwardBatch.init_new`` (its call of ``_init_num_token_non_padded``; in
   ``scheduler.run_batch``, before the forward ``step[...]``);
-- ``alloc``: ``ScheduleBatch.prepare_for_decode`` (KV slot allocation, inside ``get_next_batch_to_run``);
+- ``alloc``: ``alloc_for_decode`` as ``ScheduleBatch.prepare_for_decode`` calls it (KV slot allocation,
+  inside ``get_next_batch_to_run``);
 - ``result``: ``Scheduler.publish_load_snapshot``, the first call of ``process_batch_result``.
 Each sits in a callee of the function named, so that under ``capture --instrument sglang`` (which
 wraps ``get_next_batch_to_run``, ``init_new``, ``process_batch_result``, ``prepare_for_decode``) it
-lies inside the stage's range too (``alloc`` wraps ``prepare_for_decode`` itself: outside there).
+lies inside the stage's range too.
 SGLang runs its scheduler in a spawned process: this file is that process's ``__main__`` too, so the
 patches go in at import there (``SRTSCOPE_RIG_CONTROL`` set). The parent switches the active fault
 through a one-page control file. Each fire is a ``record_function("srtscope.rig.inject fault=...")``
@@ -90,9 +91,9 @@ class _Control:
                     pass
             else:
                 time.sleep(self.delay_ns / 1e9)
-        took = time.perf_counter_ns() - t0
-        with open(self._log, "a") as f:
-            f.write(json.dumps({"fault": fault, "pid": os.getpid(), "ns": took}) + "\n")
+        t1 = time.perf_counter_ns()
+        with open(self._log, "a") as f:     # t0, t1: perf_counter_ns, a probe trace's clock
+            f.write(json.dumps({"fault": fault, "pid": os.getpid(), "ns": t1 - t0, "t0": t0, "t1": t1}) + "\n")
 
 
 def _wrap(ctl: _Control, owner: type, attr: str, fault: str, when=None) -> None:
@@ -112,7 +113,7 @@ def _wrap(ctl: _Control, owner: type, attr: str, fault: str, when=None) -> None:
 
 
 def _install_faults() -> None:
-    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang.srt.managers import schedule_batch
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
@@ -123,7 +124,7 @@ def _install_faults() -> None:
 
     _wrap(ctl, Scheduler, "process_pending_chunked_abort", "sched", busy)
     _wrap(ctl, ForwardBatch, "_init_num_token_non_padded", "prep")      # called by init_new only
-    _wrap(ctl, ScheduleBatch, "prepare_for_decode", "alloc")
+    _wrap(ctl, schedule_batch, "alloc_for_decode", "alloc")     # the KV slots, inside prepare_for_decode
     _wrap(ctl, Scheduler, "publish_load_snapshot", "result")
 
 
@@ -147,6 +148,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tokens", type=int, default=16, help="tokens generated per request (= decode steps + 1)")
     p.add_argument("--prompt-len", type=int, default=24)
     p.add_argument("--port", type=int, default=30571)
+    p.add_argument("--profiler", choices=("sglang", "none"), default="sglang",
+                   help="sglang: SGLang's own profiler, a trace per run; none: no profiler (the driver runs under "
+                        "srtscope capture, which traces it whole)")
+    p.add_argument("--pause-s", type=float, default=0.5, help="idle time between runs (a whole-driver capture "
+                   "is cut into its runs at these pauses)")
     a = p.parse_args(argv)
     runs = []
     for r in (x.strip() for x in a.runs.split(",") if x.strip()):
@@ -155,8 +161,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
             p.error(f"--runs takes {', '.join(FAULTS)}, each optionally followed by k >= 2 (every k-th call); "
                     f"got {r!r}")
         runs.append((r, m.group(1), int(m.group(2) or 1)))
-    if not runs or a.delay_ms < 0 or a.every_delay_ms < 0 or a.requests < 1 or a.tokens < 2:
-        p.error("--runs non-empty, delays >= 0, --requests >= 1, --tokens >= 2")
+    if not runs or a.delay_ms < 0 or a.every_delay_ms < 0 or a.requests < 1 or a.tokens < 2 or a.pause_s < 0:
+        p.error("--runs non-empty, delays >= 0, --requests >= 1, --tokens >= 2, --pause-s >= 0")
     a.run_list = runs
     return a
 
@@ -244,6 +250,23 @@ class _Server:
         self.log.close()
 
 
+def _end_children(wait_s: float = 120.0) -> None:
+    """SIGINT to this process's children (SGLang's scheduler and detokenizer), then wait for them:
+    ``Engine.shutdown`` SIGKILLs them, so nothing of theirs runs at exit — under ``srtscope capture
+    --backend torch`` the scheduler's own trace is written there (multiprocessing's exit finalizers,
+    which a KeyboardInterrupt still runs)."""
+    import psutil
+
+    kids = [k for k in psutil.Process().children(recursive=False)     # not multiprocessing's resource tracker
+            if not any("resource_tracker" in x for x in k.cmdline())]
+    for k in kids:
+        try:
+            k.send_signal(signal.SIGINT)
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(kids, timeout=wait_s)
+
+
 def _serve_child(args: list[str]) -> int:
     """``python sglang_driver.py --serve-child ARGS``: ``python -m sglang.launch_server ARGS`` with this
     file as ``__main__`` (so its spawned scheduler process gets the faults)."""
@@ -296,13 +319,16 @@ def main(argv: list[str] | None = None) -> int:
             delay = a.delay_ms if every == 1 else a.every_delay_ms
             mark = log.stat().st_size
             run_dir = prof_dir / f"run{i:02d}"
-            eng.start_profile(str(run_dir), f"run{i:02d}_{name}")
+            time.sleep(a.pause_s)
+            if a.profiler == "sglang":
+                eng.start_profile(str(run_dir), f"run{i:02d}_{name}")
             set_fault(fault, every, delay)
             t = time.perf_counter()
             n_tok = eng.generate(prompts(i), sp)
             wall = time.perf_counter() - t
             set_fault("clean", 1, 0)
-            eng.stop_profile()
+            if a.profiler == "sglang":
+                eng.stop_profile()
             got = sorted(run_dir.glob("*.trace.json.gz"), key=lambda p: p.stat().st_mtime)
             trace = None
             if got:
@@ -315,9 +341,13 @@ def main(argv: list[str] | None = None) -> int:
             runs.append({"run": i, "name": name, "fault": fault, "every": every,
                          "delay_ms": delay if fault != "clean" else 0.0, "fired": len(fired),
                          "inside_fault_ns": sum(x["ns"] for x in fired), "wall_s": round(wall, 4),
+                         "fires_ns": [[x["t0"], x["t1"]] for x in fired],
                          "tokens": n_tok, "trace": trace.name if trace else None})
             print(f"run {i:2d} {name:7s} fired {len(fired):3d}  inside {runs[-1]['inside_fault_ns'] / 1e6:8.1f} ms  "
                   f"wall {wall * 1e3:8.1f} ms  {n_tok} tokens  {trace.name if trace else 'NO TRACE'}", flush=True)
+        if a.profiler == "none":
+            time.sleep(max(a.pause_s, 2.0))     # a probe capture's processes flush once more before shutdown
+            _end_children()
     finally:
         eng.close()
     shutil.rmtree(prof_dir, ignore_errors=True)
@@ -326,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
 
     manifest = {"sglang": version("sglang"), "torch": version("torch"), "mode": a.mode, "model": a.model,
                 "requests": a.requests, "tokens": a.tokens, "prompt_len": a.prompt_len,
-                "delay_kind": a.delay_kind, "profiler": "sglang torch profiler, activities CPU, no stacks",
+                "delay_kind": a.delay_kind,
+                "profiler": "sglang torch profiler, activities CPU, no stacks" if a.profiler == "sglang" else "none",
                 "load_s": round(load_s, 1), "cpus": os.cpu_count(),
                 "loadavg": [round(load_before, 1), round(os.getloadavg()[0], 1)],
                 "command": " ".join([Path(sys.executable).name, *sys.argv]), "runs": runs}

@@ -84,9 +84,11 @@ class RunFigures:
 
 
 def figures(tl: Timeline, run: int, fault: str, steps_of: tuple[int, int] | None = None,
-            inside_ns: float | None = None) -> RunFigures:
+            inside_ns: float | None = None, fires: list[tuple[int, int]] | None = None) -> RunFigures:
     """One run's figures from its trace (``steps_of``: the run's steps, first..last, in a trace that
-    holds several runs — a capture of the whole driver)."""
+    holds several runs — a capture of the whole driver). The time inside the injected faults: their
+    ``srtscope.rig.inject`` ranges in the trace, else ``fires`` (start, end on the trace's clock) in
+    the run's steps, else ``inside_ns``."""
     d = diagnose(tl, DiagnoseParams(step_range=steps_of)).to_json()
     steps = max(int(d["steps"]["count"]), 1)
     causes = {k: v / steps for k, v in d["verdict"]["causes_ns"].items()}
@@ -97,8 +99,12 @@ def figures(tl: Timeline, run: int, fault: str, steps_of: tuple[int, int] | None
     inj = rg[rg["name"].astype(str).str.startswith(INJECT_RANGE)]
     # lost time counts whole steps (analyses/losses.py), the time before a step's first device work too
     window = (np.array([lo]), np.array([hi]))
-    inside = iv.overlap(window, inj["start_ns"].to_numpy(), inj["end_ns"].to_numpy()).sum() if len(inj) \
-        else (inside_ns or 0.0)
+    if len(inj):
+        inside = iv.overlap(window, inj["start_ns"].to_numpy(), inj["end_ns"].to_numpy()).sum()
+    elif fires:
+        inside = iv.overlap(window, np.array([f[0] for f in fires]), np.array([f[1] for f in fires])).sum()
+    else:
+        inside = inside_ns or 0.0
     return RunFigures(run, fault, steps, d["verdict"]["bottleneck"] or "none", d["verdict"]["cause"] or "none",
                       scores.get("scheduler", 0) / steps, scores.get("prep", 0) / steps, causes,
                       float(inside) / steps, float(d["budget"]["mean_step"]["wall_ns"]),

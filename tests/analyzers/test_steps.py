@@ -77,6 +77,22 @@ def test_sglang_scheduler_ranges_start_steps():
     assert t["exec"].tolist() == ["eager", "eager"]          # run_batch ranges (alias of run.eager)
 
 
+def test_instrumented_sglang_steps_take_the_forwards_mode():
+    # scenario: `capture --instrument sglang` (probe or torch backend): no loop.step, no step[...] range;
+    # each turn's sched.schedule (get_next_batch_to_run) opens a step, and the forward's run.eager
+    # (ModelRunner.forward) opens with the batch's forward mode and size; a forward that could not
+    # tell leaves its step's mode blank, and a turn with no forward is no step
+    tl = timeline([], [], [
+        rng(0, 30, "sched.schedule"), rng(40, 100, "run.eager", mode="extend", bs=8),
+        rng(120, 150, "sched.schedule"), rng(130, 140, "prep.batch", part="alloc", mode="decode"),
+        rng(160, 200, "run.eager", mode="decode", bs=8),
+        rng(220, 240, "sched.schedule"), rng(250, 300, "run.eager"),
+        rng(320, 330, "sched.schedule")])
+    source, t = find_steps(tl)
+    assert source == "sglang" and t["mode"].tolist() == ["extend", "decode", ""]
+    assert t["start_ns"].tolist() == [0, 120 * US, 220 * US] and t["bs"].tolist() == [8, 8, -1]
+
+
 def test_no_nvtx_sync_points_then_bursts():
     # scenario: no NVTX; the launching thread synchronises once per step
     apis = []

@@ -200,6 +200,22 @@ def test_sglang_batch_mode_from_forward_mode(engine_root, recorder, instrumented
     assert [(r[5] or {}).get("mode") for r in recorder.raw_spans()] == ["extend", None]
 
 
+def test_sglang_forward_opens_with_its_batchs_mode_and_size(engine_root, recorder, instrumented):
+    # scenario: ModelRunner.forward(forward_batch) — the range opens with the batch's mode and size (a
+    # Kineto trace keeps only what a range opens with); a mode that is none of ours (a draft model's
+    # TARGET_VERIFY) and a batch it cannot read give what they can
+    from types import SimpleNamespace as NS
+
+    write_fake_engine(engine_root, SGLANG, "0.5.2")
+    instrumented(SGLANG, [])
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    ModelRunner().forward(NS(forward_mode=NS(name="DECODE"), batch_size=8))
+    ModelRunner().forward(NS(forward_mode=NS(name="TARGET_VERIFY"), batch_size=4))
+    ModelRunner().forward(None)
+    assert [r[5] or {} for r in recorder.raw_spans()] == [{"mode": "decode", "bs": 8}, {"bs": 4}, {}]
+
+
 def test_a_later_monkeypatch_is_wrapped_again_at_the_next_step(engine_root, recorder, instrumented):
     # scenario: a fault injector replaces Scheduler.update_from_output after the instrumentation,
     # with a delay before it calls the (wrapped) original: the next engine step wraps it again, so
