@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,18 +115,51 @@ def table_rows(path: Path) -> dict[str, int]:
         con.close()
 
 
+#: the most a trace's JSON compresses: a gzip file smaller than 2^32 / this cannot have wrapped the
+#: uncompressed size its trailer holds (the trailer is that size modulo 2^32)
+MAX_GZIP_RATIO = 64
+#: compressed bytes inflated to measure a large gzip's ratio (~10 MB of text, ~10 ms)
+RATIO_SAMPLE_BYTES = 1 << 20
+
+
 def json_text_bytes(path: Path) -> int:
     """Bytes of JSON text in a trace file: its size, or for gzip the uncompressed size from the
-    trailer (ISIZE, modulo 2^32: the smallest size at least the compressed one)."""
+    trailer (ISIZE, modulo 2^32), unwrapped (``unwrap_isize``) by the ratio of its first
+    ``RATIO_SAMPLE_BYTES`` where the file is large enough to have wrapped it."""
     size = path.stat().st_size
     with open(path, "rb") as fh:
         if fh.read(2) != b"\x1f\x8b" or size < 18:
             return size
         fh.seek(-4, os.SEEK_END)
         isize = int.from_bytes(fh.read(4), "little")
+        ratio = None
+        if size * MAX_GZIP_RATIO > 1 << 32:
+            fh.seek(0)
+            ratio = _inflate_ratio(fh.read(RATIO_SAMPLE_BYTES))
+    return unwrap_isize(isize, size, ratio)
+
+
+def unwrap_isize(isize: int, size: int, ratio: float | None) -> int:
+    """The uncompressed size of a gzip file of ``size`` bytes whose trailer says ``isize`` (modulo
+    2^32): at least ``size``, and with ``ratio`` (text bytes a compressed byte, sampled) the
+    candidate ``isize + k * 2^32`` nearest ``size * ratio``."""
     while isize < size:
         isize += 1 << 32
+    if ratio is not None and ratio > 0:
+        k = round((size * ratio - isize) / (1 << 32))
+        isize += max(0, k) << 32
     return isize
+
+
+def _inflate_ratio(head: bytes) -> float | None:
+    """Text bytes a compressed byte over the start of a gzip stream (None: too little to tell)."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        text = len(d.decompress(head))
+    except zlib.error:
+        return None
+    used = len(head) - len(d.unconsumed_tail) - len(d.unused_data)
+    return text / used if used >= 1 << 16 else None
 
 
 def estimate(path: Path, fmt: SourceFormat) -> MemoryEstimate:

@@ -22,9 +22,13 @@ from srtscope.analyzers.readers.memory_estimate import (
     BASE_BYTES,
     JSON_BASE_BYTES,
     JSON_BYTE_BYTES,
+    RATIO_SAMPLE_BYTES,
+    _inflate_ratio,
     estimate,
+    json_text_bytes,
     nsys_peak,
     nsys_rows_within,
+    unwrap_isize,
 )
 from srtscope.analyzers.readers.nsys_sqlite import read_nsys
 from tests.analyzers._cli import srtscope
@@ -232,3 +236,36 @@ def test_several_files_over_budget_share_one_window(export: Path, tmp_path: Path
     tl = load_timeline(files, window=(plan.window, plan.rows))
     assert tl.meta.ranks == [0, 1] and sorted(set(tl.device["rank"].tolist())) == [0, 1]
     assert tl.device["start_ns"].min() >= plan.window[0] and tl.device["end_ns"].max() <= plan.window[1]
+
+
+@pytest.mark.parametrize("isize, size, ratio, want", [
+    # a small file: the trailer as it is (no ratio is sampled)
+    (1_000_000, 100_000, None, 1_000_000),
+    # a trailer under the compressed size has wrapped at least once
+    (10, 500_000_000, None, 10 + (1 << 32)),
+    # the 20 M-event trace with stacks: 507 MB of gzip, 5.42 GB of JSON, its trailer 5.42 GB mod 2^32
+    (5_422_452_369 - (1 << 32), 507_063_042, 10.7, 5_422_452_369),
+    # a ratio that says less than the trailer never takes from it
+    (3_000_000_000, 400_000_000, 2.0, 3_000_000_000),
+])
+def test_gzip_size_unwrapped_by_its_sampled_ratio(isize: int, size: int, ratio: float | None, want: int) -> None:
+    """A Kineto trace over 4 GiB of JSON: its gzip trailer holds the size modulo 2^32; the memory
+    estimate unwraps it by the ratio of its first megabyte (an estimate 4 GiB short let a whole read
+    through that did not fit)."""
+    assert unwrap_isize(isize, size, ratio) == want
+
+
+def test_gzip_ratio_sampled_from_the_file(tmp_path: Path, monkeypatch) -> None:
+    """The sampled ratio is the file's own, and a trailer that agrees with it is kept: sampling
+    forced on a small file (the wrap threshold lowered)."""
+    text = b"".join(b'{"ph": "X", "name": "aten::mm", "ts": %d, "dur": 3},\n' % i for i in range(400_000))
+    p = tmp_path / "t.json.gz"
+    p.write_bytes(gzip.compress(text))
+    size = p.stat().st_size
+    ratio = _inflate_ratio(p.read_bytes()[:RATIO_SAMPLE_BYTES])
+    assert ratio is not None and abs(ratio - len(text) / size) < 0.2 * len(text) / size
+    monkeypatch.setattr("srtscope.analyzers.readers.memory_estimate.MAX_GZIP_RATIO", 1 << 32)
+    assert json_text_bytes(p) == len(text)
+    # a damaged start: no ratio, the trailer alone
+    p.write_bytes(b"\x1f\x8b" + b"\0" * (size - 6) + len(text).to_bytes(4, "little"))
+    assert json_text_bytes(p) == len(text)
