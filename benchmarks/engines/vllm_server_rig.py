@@ -112,6 +112,7 @@ def one(a: argparse.Namespace, path: str, fault: str) -> dict:
                 "SRTSCOPE_RIG_DELAY_MS": str(a.delay_ms), "SRTSCOPE_RIG_FAULT_LOG": str(flog),
                 "SRTSCOPE_RIG_STALL_MS": str(a.stall_ms),
                 "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"})
+    load_before = os.getloadavg()[0]
     with open(out / "server.log", "w") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -143,6 +144,8 @@ def one(a: argparse.Namespace, path: str, fault: str) -> dict:
             # the engine core blocked on its worker (sync.wait): a part of the scheduler's figure
             "sync_ms": round(doc["bubbles"]["by_class"].get("sync", 0) / steps / 1e6, 2),
             "inside_ms": round(_fault_measure(flog), 2), "capture_s": round(took, 1),
+            "loadavg": [round(load_before, 1), round(os.getloadavg()[0], 1)], "cpus": os.cpu_count(),
+            "command": " ".join(cap),
             "traces": traces, "said": [ln for ln in p.stderr.splitlines() if ln.startswith("srtscope:")]}
 
 
