@@ -116,6 +116,7 @@ _VLLM_RUNNER = "vllm.v1.worker.gpu_model_runner"       # model runner V1 (CPUMod
 _VLLM_RUNNER2 = "vllm.v1.worker.gpu.model_runner"      # model runner V2 (default where Triton is)
 _VLLM_GRAPHS2 = "vllm.v1.worker.gpu.cudagraph_utils"
 _VLLM_LOGITS = "vllm.model_executor.layers.logits_processor"
+_VLLM_MP = "vllm.v1.executor.multiproc_executor"       # engine core -> worker processes (a server)
 
 VLLM = EngineTable(
     name="vllm",
@@ -137,6 +138,13 @@ VLLM = EngineTable(
         Target(Stage.PREP_BATCH, _VLLM_KV, "KVCacheManager.allocate_slots", {"part": "alloc"}),
         Target(Stage.SCHED_RESULT, _VLLM_SCHED, "Scheduler.update_from_output"),
         Target(Stage.SCHED_RESULT, _VLLM_OUT, "OutputProcessor.process_outputs", {"part": "detokenize"}),
+        # the engine core's crossing to its worker processes (a server; offline, the executor runs in
+        # process and none of this is called): collective_rpc sends a call (execute_model,
+        # sample_tokens) over the shared-memory queue, FutureWrapper.result waits for the worker's
+        # answer. The engine core blocked on its worker: sync.wait, as the host blocked on the device
+        # (the worker's forward, and the messages' way there and back)
+        Target(Stage.SYNC_WAIT, _VLLM_MP, "MultiprocExecutor.collective_rpc", {"part": "rpc"}),
+        Target(Stage.SYNC_WAIT, _VLLM_MP, "FutureWrapper.result", {"part": "worker"}),
         # model runner V1: execute_model = states, inputs, attention metadata, forward; then
         # sample_tokens = sample, bookkeeping (the sampled ids to lists: a host sync)
         Target(Stage.PREP_BATCH, _VLLM_RUNNER, "GPUModelRunner._update_states", {"part": "states"}),

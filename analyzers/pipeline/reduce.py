@@ -111,13 +111,14 @@ def trace_context(tl: Timeline, source: str, steps: pd.DataFrame, sets: DeviceSe
                   primary_of({k: iv.total(sets.union(k)) for k in keys}),
                   comm_ranks_of(tl, sets.comm), model, None if whole else default_threads(tl), Calls(tl.api),
                   model.has_engine_evidence,
-                  {} if whole else whole_helpers(tl, model, threads | _range_threads(tl)),
+                  {} if whole else whole_helpers(tl, model, threads | range_threads(tl)),
                   straggler_queries(facts_tl, *comm, int(params.min_skew_us * 1000)),
                   tl if whole else None, sets if whole else None, comm if whole else None)
     return ctx, facts_tl, comm
 
 
-def _range_threads(tl: Timeline) -> set:
+def range_threads(tl: Timeline) -> set:
+    """(rank, pid, tid) of every thread with ranges."""
     rg = tl.ranges
     return set(distinct_keys(*(rg[c].to_numpy() for c in ("rank", "pid", "tid")))) if len(rg) else set()
 

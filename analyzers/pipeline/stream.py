@@ -56,7 +56,7 @@ from srtscope.analyzers.pipeline.devices import (
 )
 from srtscope.analyzers.pipeline.first_pass import ChunkSource, NotWindowable, first_pass
 from srtscope.analyzers.pipeline.forked import Beside, available, resident_bytes, trim_heap
-from srtscope.analyzers.pipeline.reduce import edge_steps, reduce, whole_helpers
+from srtscope.analyzers.pipeline.reduce import edge_steps, range_threads, reduce, whole_helpers
 from srtscope.analyzers.pipeline.window import CALL_COLUMNS, Calls, Context, Window, overlapping, plan, window_part
 
 
@@ -183,7 +183,9 @@ def _walked(src: ChunkSource, params: DiagnoseParams, max_rows: int, progress: C
     comm = scan.comm_rows() if scan.has_comm else _instances(small, np.zeros(0, bool))
     ctx = Context(steps, source, scan.bounds, primary_of(scan.busy), first.comm_ranks, model,
                   default_threads(small, first.launches), Calls(_empty_calls()), model.has_engine_evidence,
-                  whole_helpers(small, model, first.threads),
+                  # NOTE: the threads with ranges too (a probe trace has no API rows): a merged server's
+                  # worker idles between messages while its engine core's stages explain the gap
+                  whole_helpers(small, model, first.threads | range_threads(small)),
                   straggler_queries(small, *comm, int(params.min_skew_us * 1000)))
     walk = _Walk(src, ctx, params, scan, keys, _edge_ranges(steps, scan.bounds, ctx.primary))
     ranks = sorted({k[0] for k in keys} | {t[0] for t in first.threads}

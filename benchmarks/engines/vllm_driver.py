@@ -28,7 +28,8 @@ measured by the driver itself (``inside_ms`` in the manifest: the time spent ins
 captures whose trace holds no ``record_function`` range, the probe backend's).
 
 Writes ``OUT/runNN_<fault>.pt.trace.json.gz`` per run (vLLM's profiler) and ``OUT/manifest.json``:
-per run, the fault, the delay, how often it fired, the wall time and the command line.
+per run, the fault, the delay, how often it fired and in which of the run's steps (``fired_steps``:
+0-based, one ``schedule()`` a step), the wall time and the command line.
 """
 from __future__ import annotations
 
@@ -85,12 +86,14 @@ class Faults:
         self.stall_every = stall_every
         self.active = "clean"
         self.fired = 0
+        self.fired_steps: list[int] = []     # the run's steps (0-based, one schedule() each) that fired
         self.inside_s = 0.0
         self.steps = 0
         self._alloc_step = -1
 
     def start(self, fault: str) -> None:
         self.active, self.fired, self.inside_s, self.steps, self._alloc_step = fault, 0, 0.0, 0, -1
+        self.fired_steps = []
 
     def due(self, fault: str) -> bool:
         """Whether ``fault``'s wrapped function delays this call."""
@@ -117,6 +120,8 @@ class Faults:
                     pass
         self.inside_s += time.perf_counter() - t0
         self.fired += 1
+        if not self.fired_steps or self.fired_steps[-1] != self.steps - 1:
+            self.fired_steps.append(self.steps - 1)
 
     def wrap(self, owner: type, attr: str, *faults: str, count_step: bool = False) -> None:
         orig = getattr(owner, attr)
@@ -188,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         outs = llm.generate(prompts(i), sp, use_tqdm=False)
         wall = time.perf_counter() - t
         faults.active = "clean"
-        fired, inside_s, scheduled = faults.fired, faults.inside_s, faults.steps
+        fired, inside_s, scheduled, fired_steps = faults.fired, faults.inside_s, faults.steps, faults.fired_steps
         trace = None
         if a.profiler == "vllm":
             llm.stop_profile()
@@ -199,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         n_tok = sum(len(o.outputs[0].token_ids) for o in outs)
         runs.append({"run": i, "fault": fault,
                      "delay_ms": faults.delay_s[fault] * 1e3 if fault != "clean" else 0.0,
-                     "fired": fired, "inside_ms": round(inside_s * 1e3, 3), "schedule_calls": scheduled,
+                     "fired": fired, "fired_steps": fired_steps, "inside_ms": round(inside_s * 1e3, 3),
+                     "schedule_calls": scheduled,
                      "wall_s": round(wall, 4), "tokens": n_tok, "trace": trace.name if trace else None})
         print(f"run {i:2d} {fault:6s} fired {fired:3d}  wall {wall * 1e3:8.1f} ms  "
               f"{n_tok} tokens  {trace.name if trace else ''}", flush=True)

@@ -11,7 +11,8 @@ own functions, profiled by ``srtscope capture --server`` the two ways docs/engin
 
 Per server (one per path and fault; ``server_faults/sitecustomize.py`` injects the fault in every
 process, once per engine step): the verdict's class / cause of the capture's diagnosis, the lost
-time per step of the fault's class less the clean server's on the same path, against the injected
+time per step of the fault's class less the clean server's on the same path (``(sync)``: the part
+of the scheduler's that is the engine core blocked on its worker, ``sync.wait``), against the injected
 delay per step (the fault fires in each ``Scheduler.schedule()`` call, one per step; the delay is a
 sleep, measured inside the fault by the server's own fault log: its time inside the fault over the
 scheduler's calls, one a step), and the
@@ -111,6 +112,7 @@ def one(a: argparse.Namespace, path: str, fault: str) -> dict:
                 "SRTSCOPE_RIG_DELAY_MS": str(a.delay_ms), "SRTSCOPE_RIG_FAULT_LOG": str(flog),
                 "SRTSCOPE_RIG_STALL_MS": str(a.stall_ms),
                 "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"})
+    load_before = os.getloadavg()[0]
     with open(out / "server.log", "w") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -139,7 +141,11 @@ def one(a: argparse.Namespace, path: str, fault: str) -> dict:
     v = doc["verdict"]
     return {"path": path, "fault": fault, "steps": steps, "verdict": f"{v['bottleneck']} / {v['cause']}",
             "scores_ms": {k: round(x / steps / 1e6, 2) for k, x in v["scores_ns"].items()},
+            # the engine core blocked on its worker (sync.wait): a part of the scheduler's figure
+            "sync_ms": round(doc["bubbles"]["by_class"].get("sync", 0) / steps / 1e6, 2),
             "inside_ms": round(_fault_measure(flog), 2), "capture_s": round(took, 1),
+            "loadavg": [round(load_before, 1), round(os.getloadavg()[0], 1)], "cpus": os.cpu_count(),
+            "command": " ".join(cap),
             "traces": traces, "said": [ln for ln in p.stderr.splitlines() if ln.startswith("srtscope:")]}
 
 
@@ -161,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     (a.out / "figures.json").write_text(json.dumps(rows, indent=1))
     clean = {r["path"]: r for r in rows if r["fault"] == "clean" and "error" not in r}
     print(f"{'path':9} {'fault':6} {'steps':>5} {'verdict':26} {'inside':>7} {'recovered':>9} {'err':>6} "
-          f"{'sched':>6} {'prep':>6} {'host':>6}  ms/step")
+          f"{'sched':>6} {'(sync)':>6} {'prep':>6} {'host':>6}  ms/step")
     ok = True
     for r in rows:
         if "error" in r:
@@ -180,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             line += f"{rec:9.2f} {err:+6.0%} "
         else:
             line += f"{'':9} {'':6} "
-        print(line + f"{sc.get('scheduler', 0):6.2f} {sc.get('prep', 0):6.2f} {sc.get('host', 0):6.2f}")
+        print(line + f"{sc.get('scheduler', 0):6.2f} {r.get('sync_ms', 0):6.2f} {sc.get('prep', 0):6.2f} "
+              f"{sc.get('host', 0):6.2f}")
         for s in r["said"]:
             if "worker process" in s or "--probe:" in s:
                 print(f"{'':17}{s[:160]}")

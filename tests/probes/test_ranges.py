@@ -121,6 +121,36 @@ def test_torch_annotations_name_stages_in_a_kineto_capture(recorder):
     assert [s.name for s in recorder.spans()] == ["sched.schedule", "prep.batch", "sched.schedule"]
 
 
+def test_torch_annotations_take_the_cheap_calls_and_fall_back_on_older_torch():
+    # scenario: the bare torch.ops exit costs ~20 µs a range (its __torch_function__ dispatch): the
+    # autograd entry points where torch has them, else the ops with that dispatch switched off
+    from types import SimpleNamespace
+
+    log: list[tuple] = []
+
+    class NoDispatch:
+        def __enter__(self):
+            log.append(("no_dispatch", "on"))
+
+        def __exit__(self, *exc):
+            log.append(("no_dispatch", "off"))
+
+    exit_op = SimpleNamespace(_RecordFunction=lambda h: log.append(("op_exit", h)))
+    ops = SimpleNamespace(profiler=SimpleNamespace(
+        _record_function_enter_new=lambda name, args: log.append(("op_enter", name)) or "h",
+        _record_function_exit=exit_op))
+    new = SimpleNamespace(_record_function_with_args_enter=lambda name: log.append(("enter", name)) or "h",
+                          _record_function_with_args_exit=lambda h: log.append(("exit", h)))
+    for autograd, want in ((new, [("enter", "prep.batch"), ("exit", "h")]),
+                           (SimpleNamespace(), [("op_enter", "prep.batch"), ("no_dispatch", "on"),
+                                                ("op_exit", "h"), ("no_dispatch", "off")])):
+        log.clear()
+        fake = SimpleNamespace(autograd=autograd, ops=ops, _C=SimpleNamespace(DisableTorchFunctionSubclass=NoDispatch))
+        enter, leave = ranges._record_function_calls(fake)
+        leave(enter("prep.batch", None))
+        assert log == want
+
+
 def test_torch_annotations_off_without_a_capture(recorder):
     # scenario: a plain `srtscope run` pays no record_function cost and emits no annotation
     import torch
