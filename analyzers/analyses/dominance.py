@@ -4,8 +4,10 @@ A clean engine still loses a little to each of its stages every step; that names
 ``no_dominant`` says so (the verdict is then healthy, ``kernel`` / ``compute``) when the steps hold
 most of the lost time and either the largest cause loses under ``DOMINANT_STEP_SHARE`` of the mean
 step and under ``DOMINANT_RATIO`` x the next, or it is the engine's own scheduling or batch
-preparation under ``STAGE_STEP_SHARE`` of the mean step, lost step after step (``steady``): an
-intermittent stall costing ``STALL_STEP_SHARE`` of the step is a fault.
+preparation under ``DOMINANT_STEP_SHARE`` of the mean step, or under ``STAGE_STEP_SHARE`` and
+``STAGE_RATIO`` x the other of the two, lost step after step (``steady``): an intermittent stall
+costing ``STALL_STEP_SHARE`` of the step is a fault, and so is a steady delay that makes one stage
+many times the other.
 """
 from __future__ import annotations
 
@@ -25,6 +27,11 @@ STAGE_STEP_SHARE = 0.25
 #: ... unless its stalls cost this share of the mean step: a fault (real SGLang on a loaded 2-core host:
 #: clean runs' jitter 1-5%, a 60 ms stall every 4th scheduler call 13-17% with steps of 70-130 ms)
 STALL_STEP_SHARE = 0.10
+#: ... and, over ``DOMINANT_STEP_SHARE``, under this many times the engine's other stage (scheduling against batch
+#: preparation): a clean engine spends comparable time on both (real vLLM and SGLang on the CPU, clean:
+#: 0.7-1.7x; vLLM's server, its engine core's wait on the workers in its scheduling: 4.3x), a steady
+#: fault in one makes it many times the other (a 15-20 ms delay: 9-16x)
+STAGE_RATIO = 5.0
 
 
 def no_dominant(losses: StepLosses | None, lost: int) -> tuple[str, float, float] | None:
@@ -47,7 +54,12 @@ def no_dominant(losses: StepLosses | None, lost: int) -> tuple[str, float, float
     nxt_name, nxt = per[1] if len(per) > 1 else ("", 0)
     share = top_ns / step
     spread = share < DOMINANT_STEP_SHARE and top_ns < DOMINANT_RATIO * nxt
-    stage = top in (Cause.SCHED_CPU.value, Cause.BATCH_PREP.value) and share < STAGE_STEP_SHARE \
+    engine = (Cause.SCHED_CPU.value, Cause.BATCH_PREP.value)
+    other = dict(per).get(engine[1] if top == engine[0] else engine[0], 0)
+    # NOTE: under DOMINANT_STEP_SHARE an engine stage is its rhythm whatever the other; above it, up to
+    # STAGE_STEP_SHARE, only beside a comparable other stage
+    stage = top in engine and (share < DOMINANT_STEP_SHARE or (
+        share < STAGE_STEP_SHARE and (not other or top_ns < STAGE_RATIO * other))) \
         and steady(losses.device_lost(Cause(top))[keep], step)
     if not spread and not stage:
         return None
