@@ -352,7 +352,7 @@ def diagnose_folder(folder: Path, manifest: dict) -> list[RunFigures]:
             print(f"vllm_rig: {whole.name} holds {total} steps, not {n} x {len(manifest['runs']) + 1} "
                   "(warm-up and runs): the runs are cut by step index all the same", file=sys.stderr)
         return [figures(tl, r["run"], r["fault"], (n * (i + 1), n * (i + 2) - 1), r.get("inside_ms", 0) * 1e6,
-                        r.get("fired_steps"))
+                        fired_steps=r.get("fired_steps"))
                 for i, r in enumerate(manifest["runs"])]
     return [figures(load_timeline(folder / r["trace"]), r["run"], r["fault"])
             for r in manifest["runs"] if r["trace"]]
