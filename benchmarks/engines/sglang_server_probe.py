@@ -14,14 +14,12 @@ import argparse
 import json
 import mmap
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
+from benchmarks.engines.server_proc import free_port, stop, wait_up
 from benchmarks.engines.sglang_driver import _CONTROL_BYTES, CONTROL_ENV, LOG_ENV, SERVE_CHILD, _server_args
 from benchmarks.engines.vllm_rig import RunFigures, figures
 from srtscope.analyzers.readers import load_timeline
@@ -29,41 +27,6 @@ from srtscope.analyzers.readers import load_timeline
 HERE = Path(__file__).resolve().parent
 SRTSCOPE = [sys.executable, "-m", "srtscope"]
 FLUSH_S = "1"      # the server's processes flush their probe traces every second (the capture waits one)
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_up(url: str, proc: subprocess.Popen, deadline_s: float, log: Path) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            sys.exit(f"sglang_rig: the server exited ({proc.returncode}) before answering; see {log}")
-        try:
-            with urllib.request.urlopen(url + "/health_generate", timeout=60) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(2)
-    sys.exit(f"sglang_rig: no answer at {url} within {deadline_s:g} s; see {log}")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGINT, 30), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        if proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _venv_versions(py: Path) -> tuple[str, str]:
@@ -93,7 +56,7 @@ def run_server_probe(venv: Path, out: Path, a: argparse.Namespace, runs: str) ->
         ctl[:_CONTROL_BYTES] = f"{fault} {every} {int(delay_ms * 1e6)} spin".encode().ljust(_CONTROL_BYTES, b"\0")
 
     set_fault("clean", 1, 0)
-    port = _port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     serve = [str(py), str(HERE / "sglang_driver.py"), SERVE_CHILD, *_server_args(str(venv / a.model), port)]
     cmd = [*SRTSCOPE, "capture", "--backend", "probe", "--instrument", "sglang", "-o", str(out / "srv"), "--", *serve]
@@ -105,7 +68,7 @@ def run_server_probe(venv: Path, out: Path, a: argparse.Namespace, runs: str) ->
         proc = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
     done = []
     try:
-        _wait_up(url, proc, 600, log)
+        wait_up(url + "/health_generate", proc, 600, "sglang_rig", str(log), timeout_s=60)
         warm = [*SRTSCOPE, "capture", "--server", url, "--probe", str(out / "srv"), "--load", str(a.requests),
                 "--concurrency", str(a.requests), "--max-tokens", str(a.tokens), "--wait", "120", "--no-diagnose"]
         subprocess.run(warm, env=env, capture_output=True, text=True, timeout=600)       # warm-up, not kept
@@ -139,7 +102,7 @@ def run_server_probe(venv: Path, out: Path, a: argparse.Namespace, runs: str) ->
                          "said": [ln for ln in p.stderr.splitlines() if ln.startswith("srtscope:")]})
             print(f"run {i:2d} {name:7s} fired {len(fired):3d}  wall {wall:6.1f} s  {kept.name}", flush=True)
     finally:
-        _stop(proc)
+        stop(proc)
         ctl.close()
         os.close(fd)
         control.unlink(missing_ok=True)

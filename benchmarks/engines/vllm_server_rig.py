@@ -23,53 +23,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
+
+from benchmarks.engines.server_proc import free_port, stop, wait_up
 
 HERE = Path(__file__).resolve().parent
 SRTSCOPE = [sys.executable, "-m", "srtscope"]
 EXPECT = {"sched": ("scheduler", "sched_cpu"), "alloc": ("prep", "batch_prep"), "prep": ("prep", "batch_prep"),
           "result": ("scheduler", "sched_cpu"), "every4": ("scheduler", "sched_cpu")}
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_up(url: str, proc: subprocess.Popen, deadline_s: float) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            sys.exit(f"vllm_server_rig: the server exited ({proc.returncode}) before answering")
-        try:
-            with urllib.request.urlopen(url + "/v1/models", timeout=5) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(2)
-    sys.exit(f"vllm_server_rig: no answer at {url} within {deadline_s:g} s")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGINT, 30), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        if proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _fault_measure(log: Path) -> float:
@@ -91,7 +55,7 @@ def one(a: argparse.Namespace, path: str, fault: str) -> dict:
     py = a.venv / "bin" / "python"
     out = (a.out / f"{path}_{fault}").resolve()
     out.mkdir(parents=True, exist_ok=True)
-    port = _port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     serve = [str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", str(a.venv / a.model), "--port",
              str(port), "--dtype", "bfloat16", "--max-model-len", "512", "--enforce-eager", "--max-num-seqs", "8",
@@ -116,7 +80,7 @@ def one(a: argparse.Namespace, path: str, fault: str) -> dict:
     with open(out / "server.log", "w") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait_up(url, proc, a.start_timeout)
+        wait_up(url + "/v1/models", proc, a.start_timeout, "vllm_server_rig")
         cap = [*SRTSCOPE, "capture", "--server", url, "--load", str(a.load), "--concurrency", "8",
                "--max-tokens", str(a.tokens), "--wait", "120",
                *(["--trace-dir", str(trace_dir)] if path == "profiler" else ["--probe", str(out / "srv")])]
@@ -124,7 +88,7 @@ def one(a: argparse.Namespace, path: str, fault: str) -> dict:
         p = subprocess.run(cap, capture_output=True, text=True, timeout=600)
         took = time.monotonic() - t0
     finally:
-        _stop(proc)
+        stop(proc)
     if p.returncode:
         return {"path": path, "fault": fault, "error": p.stderr.strip().splitlines()[-1:]}
     if path == "profiler":
