@@ -64,9 +64,15 @@ def no_dominant(losses: StepLosses | None, lost: int) -> tuple[str, float, float
     if not spread and not stage:
         return None
     text = f"the largest cause, {top}, loses {fmt_ns(top_ns)} of the {fmt_ns(step)} mean step ({100 * share:.0f}%)"
-    text += (f", under {DOMINANT_RATIO:g}x the next ({nxt_name} {fmt_ns(nxt)})" if spread else
-             f", what the engine's {'scheduling' if top == Cause.SCHED_CPU.value else 'batch preparation'} "
-             f"costs every step (under {100 * STAGE_STEP_SHARE:.0f}%)")
+    if spread:
+        text += f", under {DOMINANT_RATIO:g}x the next ({nxt_name} {fmt_ns(nxt)})"
+    else:
+        mine, theirs = ("scheduling", "batch preparation") if top == engine[0] else ("batch preparation", "scheduling")
+        text += f", what the engine's {mine} costs every step (under {100 * DOMINANT_STEP_SHARE:.0f}%" \
+            if share < DOMINANT_STEP_SHARE else \
+            f", what the engine's {mine} costs every step (under {100 * STAGE_STEP_SHARE:.0f}%, " + \
+            (f"{top_ns / other:.1f}x its {theirs}" if other else f"no {theirs} seen")
+        text += ")"
     return text, share, top_ns / nxt if nxt else float("inf")
 
 
