@@ -4,10 +4,8 @@ A clean engine still loses a little to each of its stages every step; that names
 ``no_dominant`` says so (the verdict is then healthy, ``kernel`` / ``compute``) when the steps hold
 most of the lost time and either the largest cause loses under ``DOMINANT_STEP_SHARE`` of the mean
 step and under ``DOMINANT_RATIO`` x the next, or it is the engine's own scheduling or batch
-preparation under ``DOMINANT_STEP_SHARE`` of the mean step, or under ``STAGE_STEP_SHARE`` and
-``STAGE_RATIO`` x the other of the two, lost step after step (``steady``): an intermittent stall
-costing ``STALL_STEP_SHARE`` of the step is a fault, and so is a steady delay that makes one stage
-many times the other.
+preparation under ``STAGE_STEP_SHARE`` of the mean step, lost step after step (``steady``): an
+intermittent stall costing ``STALL_STEP_SHARE`` of the step is a fault.
 """
 from __future__ import annotations
 
@@ -27,11 +25,6 @@ STAGE_STEP_SHARE = 0.25
 #: ... unless its stalls cost this share of the mean step: a fault (real SGLang on a loaded 2-core host:
 #: clean runs' jitter 1-5%, a 60 ms stall every 4th scheduler call 13-17% with steps of 70-130 ms)
 STALL_STEP_SHARE = 0.10
-#: ... and, over ``DOMINANT_STEP_SHARE``, under this many times the engine's other stage (scheduling against batch
-#: preparation): a clean engine spends comparable time on both (real vLLM and SGLang on the CPU, clean:
-#: 0.7-1.7x; vLLM's server, its engine core's wait on the workers in its scheduling: 4.3x), a steady
-#: fault in one makes it many times the other (a 15-20 ms delay: 9-16x)
-STAGE_RATIO = 5.0
 
 
 def no_dominant(losses: StepLosses | None, lost: int) -> tuple[str, float, float] | None:
@@ -54,25 +47,14 @@ def no_dominant(losses: StepLosses | None, lost: int) -> tuple[str, float, float
     nxt_name, nxt = per[1] if len(per) > 1 else ("", 0)
     share = top_ns / step
     spread = share < DOMINANT_STEP_SHARE and top_ns < DOMINANT_RATIO * nxt
-    engine = (Cause.SCHED_CPU.value, Cause.BATCH_PREP.value)
-    other = dict(per).get(engine[1] if top == engine[0] else engine[0], 0)
-    # NOTE: under DOMINANT_STEP_SHARE an engine stage is its rhythm whatever the other; above it, up to
-    # STAGE_STEP_SHARE, only beside a comparable other stage
-    stage = top in engine and (share < DOMINANT_STEP_SHARE or (
-        share < STAGE_STEP_SHARE and (not other or top_ns < STAGE_RATIO * other))) \
+    stage = top in (Cause.SCHED_CPU.value, Cause.BATCH_PREP.value) and share < STAGE_STEP_SHARE \
         and steady(losses.device_lost(Cause(top))[keep], step)
     if not spread and not stage:
         return None
     text = f"the largest cause, {top}, loses {fmt_ns(top_ns)} of the {fmt_ns(step)} mean step ({100 * share:.0f}%)"
-    if spread:
-        text += f", under {DOMINANT_RATIO:g}x the next ({nxt_name} {fmt_ns(nxt)})"
-    else:
-        mine, theirs = ("scheduling", "batch preparation") if top == engine[0] else ("batch preparation", "scheduling")
-        text += f", what the engine's {mine} costs every step (under {100 * DOMINANT_STEP_SHARE:.0f}%" \
-            if share < DOMINANT_STEP_SHARE else \
-            f", what the engine's {mine} costs every step (under {100 * STAGE_STEP_SHARE:.0f}%, " + \
-            (f"{top_ns / other:.1f}x its {theirs}" if other else f"no {theirs} seen")
-        text += ")"
+    text += (f", under {DOMINANT_RATIO:g}x the next ({nxt_name} {fmt_ns(nxt)})" if spread else
+             f", what the engine's {'scheduling' if top == Cause.SCHED_CPU.value else 'batch preparation'} "
+             f"costs every step (under {100 * STAGE_STEP_SHARE:.0f}%)")
     return text, share, top_ns / nxt if nxt else float("inf")
 
 

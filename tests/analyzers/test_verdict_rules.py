@@ -82,11 +82,6 @@ SPREAD = {
     "clean_two_small_stages": ([1000] * 8, "sched.schedule", [("prep.batch", 800)], None, "under 2x the next"),
     # 1.2 ms scheduling + 0.2 ms preparation in a 10.4 ms step: 12%, 6x the next, but the engine's rhythm
     "stage_under_a_fifth": ([1200] * 8, "sched.schedule", [("prep.batch", 200)], None, "scheduling costs every"),
-    # 2.5 ms scheduling + 0.8 ms preparation in a 12.3 ms step: 20%, 3x the other stage: the rhythm
-    "stage_a_fifth_beside_prep": ([2500] * 8, "sched.schedule", [("prep.batch", 800)], None, "scheduling costs every"),
-    # 2.5 ms scheduling + 0.2 ms preparation in an 11.7 ms step: 21%, 12x the other stage: a steady
-    # delay in one stage (real engines, clean: the two within 0.7-4.3x of each other), named
-    "stage_a_fifth_many_times_prep": ([2500] * 8, "sched.schedule", [("prep.batch", 200)], "sched_cpu", ""),
     # 4 ms scheduling + 0.5 ms preparation in a 13.5 ms step: 30% of the step, named
     "scheduler_share": ([4000] * 8, "sched.schedule", [("prep.batch", 500)], "sched_cpu", ""),
     # 1.2 ms of the app's own unnamed work + 0.2 ms preparation in 10.4 ms: 12%, but 6x the next: named
