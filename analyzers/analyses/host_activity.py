@@ -27,6 +27,7 @@ import pandas as pd
 
 from srtscope.analyzers.analyses.host_threads import (
     BurstRule,
+    DomainRows,
     blocking_mask,
     cold_mask,
     innermost_segments,
@@ -100,37 +101,6 @@ _ENGINE_ACTIVITY = {StageClass.SCHEDULER: Activity.ENGINE_SCHEDULER, StageClass.
 
 Key = tuple[int, int, int]   # (rank, pid, tid)
 
-
-@dataclass(frozen=True)
-class DomainRows:
-    """The rows of one derived domain of a trace's ranges (operators, Python frames), by position:
-    millions of frames are not copied out of the ranges.
-
-    NOTE: a column (``rows["start_ns"]``) is the whole table's, and a row id (``positions``, the
-    model's per-thread rows, the per-row work arrays) is a position in the whole table."""
-
-    table: pd.DataFrame
-    positions: np.ndarray           # ascending
-
-    @classmethod
-    def of(cls, ranges: pd.DataFrame, domain: str) -> DomainRows:
-        pos = np.flatnonzero(isin(ranges["domain"], [domain])) if len(ranges) else np.zeros(0, np.int64)
-        return cls(ranges, pos.astype(np.int32) if len(ranges) <= np.iinfo(np.int32).max else pos)
-
-    def __len__(self) -> int:
-        return len(self.positions)
-
-    def __getitem__(self, column: str) -> pd.Series:
-        return self.table[column]
-
-    def by_thread(self, keys: list[Key]) -> dict[Key, np.ndarray]:
-        """``rows_by_thread`` of these rows: positions in the whole table."""
-        if not len(self.positions):
-            return {}
-        ids = self.table[["rank", "pid", "tid"]]
-        whole = len(self.positions) == len(self.table)
-        got = rows_by_thread(ids if whole else ids.iloc[self.positions], keys)
-        return got if whole else {k: self.positions[v] for k, v in got.items()}
 
 @dataclass(frozen=True)
 class ThreadLayers:

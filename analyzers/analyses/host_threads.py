@@ -1,6 +1,7 @@
 """Per host thread, the primitives of the host-activity model: which ranges are engine stages and
 their innermost segments, launch bursts (one finder, fed whole or a chunk at a time), launch counts,
-the launching thread of each rank, blocking and start-up calls.
+the launching thread of each rank, blocking and start-up calls, a thread's rows of the table or of
+one derived domain of the ranges (``DomainRows``: by position, no copy).
 """
 from __future__ import annotations
 
@@ -195,6 +196,38 @@ def stage_threads(rg: pd.DataFrame, codes: np.ndarray, keys: list[tuple]) -> dic
                 out[key] = (int(r), int(p), int(t))
                 break
     return out
+
+
+@dataclass(frozen=True)
+class DomainRows:
+    """The rows of one derived domain of a trace's ranges (operators, Python frames), by position:
+    millions of frames are not copied out of the ranges.
+
+    NOTE: a column (``rows["start_ns"]``) is the whole table's, and a row id (``positions``, the
+    model's per-thread rows, the per-row work arrays) is a position in the whole table."""
+
+    table: pd.DataFrame
+    positions: np.ndarray           # ascending
+
+    @classmethod
+    def of(cls, ranges: pd.DataFrame, domain: str) -> DomainRows:
+        pos = np.flatnonzero(isin(ranges["domain"], [domain])) if len(ranges) else np.zeros(0, np.int64)
+        return cls(ranges, pos.astype(np.int32) if len(ranges) <= np.iinfo(np.int32).max else pos)
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, column: str) -> pd.Series:
+        return self.table[column]
+
+    def by_thread(self, keys: list[tuple]) -> dict[tuple, np.ndarray]:
+        """``rows_by_thread`` of these rows: positions in the whole table."""
+        if not len(self.positions):
+            return {}
+        ids = self.table[["rank", "pid", "tid"]]
+        whole = len(self.positions) == len(self.table)
+        got = rows_by_thread(ids if whole else ids.iloc[self.positions], keys)
+        return got if whole else {k: self.positions[v] for k, v in got.items()}
 
 
 def rows_by_thread(df: pd.DataFrame, keys: list[tuple]) -> dict[tuple, np.ndarray]:

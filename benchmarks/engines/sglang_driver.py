@@ -54,6 +54,26 @@ SERVE_CHILD = "--serve-child"
 _RUN = re.compile(r"^([a-z]+)(\d*)$")
 
 
+class FaultSwitch:
+    """The rig's side of the control file (``_Control`` reads it in SGLang's processes): made at
+    ``path`` with no fault, then ``set`` between runs."""
+
+    def __init__(self, path: Path, kind: str = "spin") -> None:
+        path.write_bytes(b"\0" * _CONTROL_BYTES)
+        self.kind = kind
+        self._fd = os.open(path, os.O_RDWR)
+        self._mm = mmap.mmap(self._fd, _CONTROL_BYTES)
+        self.set("clean", 1, 0)             # what ``_Control`` parses from the start
+
+    def set(self, fault: str, every: int, delay_ms: float) -> None:
+        text = f"{fault} {every} {int(delay_ms * 1e6)} {self.kind}".encode()
+        self._mm[:_CONTROL_BYTES] = text.ljust(_CONTROL_BYTES, b"\0")
+
+    def close(self) -> None:
+        self._mm.close()
+        os.close(self._fd)
+
+
 # --- inside SGLang's processes ------------------------------------------------------------------
 
 class _Control:
@@ -288,16 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     prof_dir = out / "_sglang_profiler"
     shutil.rmtree(prof_dir, ignore_errors=True)
     control, log = out / ".control", out / "inject.jsonl"
-    control.write_bytes(b"\0" * _CONTROL_BYTES)
+    switch = FaultSwitch(control, a.delay_kind)
     log.write_text("")
-    fd = os.open(control, os.O_RDWR)
-    ctl = mmap.mmap(fd, _CONTROL_BYTES)
-
-    def set_fault(fault: str, every: int, delay_ms: float) -> None:
-        text = f"{fault} {every} {int(delay_ms * 1e6)} {a.delay_kind}".encode()
-        ctl[:_CONTROL_BYTES] = text.ljust(_CONTROL_BYTES, b"\0")
-
-    set_fault("clean", 1, 0)
+    set_fault = switch.set
     os.environ.update({CONTROL_ENV: str(control), LOG_ENV: str(log), "SGLANG_USE_CPU_ENGINE": "1",
                        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
     _install_faults()          # this process too: the same file is the spawned scheduler's __main__

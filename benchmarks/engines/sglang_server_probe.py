@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import mmap
 import os
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import time
 from pathlib import Path
 
 from benchmarks.engines.server_proc import free_port, stop, wait_up
-from benchmarks.engines.sglang_driver import _CONTROL_BYTES, CONTROL_ENV, LOG_ENV, SERVE_CHILD, _server_args
+from benchmarks.engines.sglang_driver import CONTROL_ENV, LOG_ENV, SERVE_CHILD, FaultSwitch, _server_args
 from benchmarks.engines.vllm_rig import RunFigures, figures
 from srtscope.analyzers.readers import load_timeline
 
@@ -47,15 +46,9 @@ def run_server_probe(venv: Path, out: Path, a: argparse.Namespace, runs: str) ->
     for old in out.glob("srv*.json.gz"):
         old.unlink()
     control, flog = out / ".control", out / "inject.jsonl"
-    control.write_bytes(b"\0" * _CONTROL_BYTES)
+    switch = FaultSwitch(control)
     flog.write_text("")
-    fd = os.open(control, os.O_RDWR)
-    ctl = mmap.mmap(fd, _CONTROL_BYTES)
-
-    def set_fault(fault: str, every: int, delay_ms: float) -> None:
-        ctl[:_CONTROL_BYTES] = f"{fault} {every} {int(delay_ms * 1e6)} spin".encode().ljust(_CONTROL_BYTES, b"\0")
-
-    set_fault("clean", 1, 0)
+    set_fault = switch.set
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     serve = [str(py), str(HERE / "sglang_driver.py"), SERVE_CHILD, *_server_args(str(venv / a.model), port)]
@@ -103,8 +96,7 @@ def run_server_probe(venv: Path, out: Path, a: argparse.Namespace, runs: str) ->
             print(f"run {i:2d} {name:7s} fired {len(fired):3d}  wall {wall:6.1f} s  {kept.name}", flush=True)
     finally:
         stop(proc)
-        ctl.close()
-        os.close(fd)
+        switch.close()
         control.unlink(missing_ok=True)
     sglang, torch = _venv_versions(py)
     manifest = {"sglang": sglang, "torch": torch, "mode": "server", "model": a.model, "requests": a.requests,

@@ -9,37 +9,18 @@ A fake vLLM shaped by the declared table (``fake_engine.py``): the engine core's
 thread, the worker's on another (one probe trace, as ``--server --probe`` merges the processes')."""
 from __future__ import annotations
 
-import importlib
 import queue
 import threading
 import time
 
-import pytest
-from fake_engine import forget, write_fake_engine
-
 from srtscope.analyzers.diagnose import diagnose
 from srtscope.analyzers.readers import load_timeline
-from srtscope.probes.engine_tables import ENGINES, VLLM
 from srtscope.probes.export import write_probe_trace
-from srtscope.probes.instrument import WARNED_ENV, Instrumenter
 
 MS = 1_000_000
 FORWARD_S = 0.012
 IPC_S = 0.0008          # each message's way (unannotated on the worker: it idles or unpickles)
 STEPS = 12
-
-
-@pytest.fixture
-def fake_vllm(tmp_path, monkeypatch, recorder):
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv(WARNED_ENV, "")
-    write_fake_engine(tmp_path, VLLM, "0.32.0")
-    inst = Instrumenter([VLLM], warn=lambda m: None).install()
-    yield recorder
-    inst.uninstall()
-    for table in ENGINES.values():
-        forget(table.package)
-    importlib.invalidate_caches()
 
 
 def _serve(steps: int, sched_s: float) -> None:
