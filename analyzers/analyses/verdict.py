@@ -26,14 +26,15 @@ communication and exposed copies under ``healthy_pct`` of the active window and 
 ``kernel`` / ``compute``. No dominant bottleneck (``dominance.no_dominant``), also ``kernel`` / ``compute``
 and healthy: the steps hold most of the lost time, and the largest cause loses under
 ``dominance.DOMINANT_STEP_SHARE`` of the mean step and under ``DOMINANT_RATIO`` x the next cause, or
-it is the engine's scheduling or batch preparation under ``STAGE_STEP_SHARE`` of the mean step, lost
-steadily step after step (``dominance.steady``) — a clean engine spends that on its stages every step, which
+it is the engine's scheduling or batch preparation under ``STAGE_STEP_SHARE`` of the typical (median)
+step, lost steadily step after step (``dominance.steady``) — a clean engine spends that on its stages every step, which
 names no bottleneck; an intermittent stall of the same mean is a fault.
 A what-if saving under ``NEGLIGIBLE_STEP_SHARE`` of the mean step never names its cause over one
 that lost more.
 
 confidence = dominance of the top class x (0.4 + 0.6 x evidenced share of lost time)
              x capture adequacy (0.85 per adequacy warning, floor 0.4); healthy: 0.7..1 x adequacy;
+             no dominant bottleneck: 0.5..0.8 x adequacy, by the margin the rule held by;
              at most 0.5 for ``host_unattributed``, at most ``CAP_THIN`` for a single iteration or a
              low-coverage capture.
 """
@@ -46,7 +47,7 @@ import pandas as pd
 from srtscope.analyzers.analyses.advice import advice_for
 from srtscope.analyzers.analyses.attribution import PYTHON_LABEL
 from srtscope.analyzers.analyses.comm import lateness
-from srtscope.analyzers.analyses.dominance import STAGE_STEP_SHARE, no_dominant
+from srtscope.analyzers.analyses.dominance import no_dominant
 from srtscope.analyzers.analyses.io_frames import IoWork
 from srtscope.analyzers.analyses.losses import WARMUP_FACTOR, StepLosses
 from srtscope.analyzers.model.results import BubbleResult, CommResult, Coverage, DeviceResult, EagerResult, StepsResult
@@ -248,8 +249,8 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
         return verdict("kernel", Cause.COMPUTE, conf, summary, True, lines)
     spread = no_dominant(losses, lost)
     if spread is not None:
-        text, share, ratio = spread
-        conf = (0.5 + 0.3 * max(0.0, 1 - share / STAGE_STEP_SHARE)) * adequacy
+        text, share, margin = spread
+        conf = (0.5 + 0.3 * margin) * adequacy
         summary = (f"no dominant bottleneck: {text}; device busy {_pct(bubbles.busy_ns, window):.0f}% of its "
                    "active window")
         lines = ("no dominant bottleneck", f"no single fix gives more than {100 * share:.0f}% of the step",
