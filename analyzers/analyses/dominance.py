@@ -43,8 +43,11 @@ def no_dominant(losses: StepLosses | None, lost: int) -> tuple[str, float, float
     per = sorted(losses.mean_lost().items(), key=lambda kv: -kv[1])
     if not step or not per:
         return None
-    # the steps' view judges only where they hold most of the lost time (not a cold start left out)
-    in_steps = sum(int(losses.device_lost(c)[keep].sum()) for c in losses.lost)
+    # the steps' view judges only where they hold most of the lost time: the kept steps', and the
+    # warm-up steps' but for cold-start calls (a cold start is a cause of its own, not the engine's
+    # first steps' scheduling or preparation)
+    in_steps = sum(int(losses.device_lost(c)[keep if c is Cause.COLD_START else slice(None)].sum())
+                   for c in losses.lost)
     if in_steps < 0.5 * lost:
         return None
     top, top_ns = per[0]
