@@ -22,8 +22,8 @@ A class's score is the sum of its causes; scheduler or prep can only score with 
 
 Healthy: the steps' idle device time (bubbles, tiny gaps, and the steps' host time before the
 device's first or after its last activity: a step holds all of its time) and each of exposed
-communication and exposed copies under ``healthy_pct`` of the active window and those edges:
-``kernel`` / ``compute``. No dominant bottleneck (``dominance.no_dominant``), also ``kernel`` / ``compute``
+communication and exposed copies under ``healthy_pct`` of the active window and those edges, the
+warm-up steps' time left out as it is of the mean step: ``kernel`` / ``compute``. No dominant bottleneck (``dominance.no_dominant``), also ``kernel`` / ``compute``
 and healthy: the steps hold most of the lost time, and the largest cause loses under
 ``dominance.DOMINANT_STEP_SHARE`` of the mean step and under ``DOMINANT_RATIO`` x the next cause, or
 it is the engine's scheduling or batch preparation under ``STAGE_STEP_SHARE`` of the typical (median)
@@ -228,13 +228,21 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
     idle = bubbles.total_ns + bubbles.sub_threshold_ns - graphed + host_edges
     comm_lost = causes.get(Cause.EXPOSED_COMM.value, 0) + causes.get(Cause.STRAGGLER.value, 0)
     copies = causes.get(Cause.MEMCPY.value, 0)
+    busy = bubbles.busy_ns
+    if losses is not None and losses.predictable and losses.warmup.any():
+        # NOTE: warm-up steps are judged out, as they are left out of the mean step: a first step that
+        # compiles on a busy device would hide the steady steps' idle time
+        w = losses.warmup
+        span -= min(int(losses.wall[w].sum()), span)
+        idle -= min(int((losses.wall[w] - losses.busy[w]).sum()), idle)
+        busy -= min(int(losses.busy[w].sum()), busy)
     h = healthy_pct / 100.0 * span
     if idle <= h and comm_lost <= h and copies <= h:
         worst = max(idle, comm_lost, copies)
         conf = (0.7 + 0.3 * (1 - worst / h)) * adequacy if h else 0.7 * adequacy
         summary = f"healthy: device busy {_pct(bubbles.busy_ns, window):.0f}% of its active window"
-        if round(_pct(bubbles.busy_ns, span)) != round(_pct(bubbles.busy_ns, window)):
-            summary += f" and {_pct(bubbles.busy_ns, span):.0f}% of its steps' time"
+        if round(_pct(busy, span)) != round(_pct(bubbles.busy_ns, window)):
+            summary += f" and {_pct(busy, span):.0f}% of its steps' time"
         if coverage is not None and coverage.capture_ns and coverage.device_active_ns < 0.5 * coverage.capture_ns:
             summary += (f" ({fmt_ns(bubbles.window_ns)}; only {100 * coverage.device_busy_share:.1f}% of the "
                         f"{fmt_ns(coverage.capture_ns)} capture)")

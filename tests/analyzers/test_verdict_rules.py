@@ -274,3 +274,12 @@ def test_an_intermittent_stall_is_a_fault_and_jitter_is_not(host, kernel_us, nam
         assert v.healthy and v.cause == "compute", v.summary
     else:
         assert v.cause == named and not v.healthy, v.summary
+
+
+def test_a_busy_warm_up_step_does_not_hide_the_steady_steps_idle_time():
+    """rule: healthy judges the steps the mean step keeps. The first step's forward compiles for
+    400 ms on a busy device (warm-up, never seen again); then 15 steps of 2.5 ms scheduling before a
+    7.5 ms kernel: 25% of each steady step idle, though only 7% of the whole active window."""
+    v = diagnose(engine_loop([100] + [2500] * 15, [400_000] + [7500] * 15)).verdict
+    assert not v.healthy and v.cause == "sched_cpu", v.summary
+    assert any(c.startswith("warmup_steps") for c in v.caveats)
