@@ -23,8 +23,8 @@ A class's score is the sum of its causes; scheduler or prep can only score with 
 Healthy: the steps' idle device time (bubbles, tiny gaps, and the steps' host time before the
 device's first or after its last activity: a step holds all of its time) and each of exposed
 communication and exposed copies under ``healthy_pct`` of the active window and those edges, the
-warm-up steps' time left out as it is of the mean step: ``kernel`` / ``compute``. No dominant bottleneck (``dominance.no_dominant``), also ``kernel`` / ``compute``
-and healthy: the steps hold most of the lost time, and the largest cause loses under
+warm-up steps' time left out as it is of the mean step: ``kernel`` / ``compute``. No dominant
+bottleneck (``dominance.no_dominant``), also ``kernel`` / ``compute`` and healthy: the steps hold most of the lost time, and the largest cause loses under
 ``dominance.DOMINANT_STEP_SHARE`` of the mean step and under ``DOMINANT_RATIO`` x the next cause, or
 it is the engine's scheduling or batch preparation under ``STAGE_STEP_SHARE`` of the typical (median)
 step, lost steadily step after step (``dominance.steady``) — a clean engine spends that on its stages every step, which
