@@ -24,11 +24,12 @@ Healthy: the steps' idle device time (bubbles, tiny gaps, and the steps' host ti
 device's first or after its last activity: a step holds all of its time) and each of exposed
 communication and exposed copies under ``healthy_pct`` of the active window and those edges, the
 warm-up steps' time left out as it is of the mean step: ``kernel`` / ``compute``. No dominant
-bottleneck (``dominance.no_dominant``), also ``kernel`` / ``compute`` and healthy: the steps hold most of the lost time, and the largest cause loses under
-``dominance.DOMINANT_STEP_SHARE`` of the mean step and under ``DOMINANT_RATIO`` x the next cause, or
-it is the engine's scheduling or batch preparation under ``STAGE_STEP_SHARE`` of the typical (median)
-step, lost steadily step after step (``dominance.steady``) — a clean engine spends that on its stages every step, which
-names no bottleneck; an intermittent stall of the same mean is a fault.
+bottleneck (``dominance.no_dominant``), also ``kernel`` / ``compute`` and healthy: the steps hold
+most of the lost time, and the largest cause loses under ``dominance.DOMINANT_STEP_SHARE`` of the
+mean step and under ``DOMINANT_RATIO`` x the next cause, or it is the engine's scheduling or batch
+preparation under ``STAGE_STEP_SHARE`` of the typical (median) step, lost steadily step after step
+(``dominance.steady``) — a clean engine spends that on its stages every step, which names no
+bottleneck; an intermittent stall of the same mean is a fault.
 A what-if saving under ``NEGLIGIBLE_STEP_SHARE`` of the mean step never names its cause over one
 that lost more.
 
