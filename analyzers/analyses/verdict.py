@@ -385,6 +385,9 @@ def _summary(cause: Cause, share: float, bubbles: BubbleResult, comm: CommResult
     if cause is Cause.HOST_IO:
         return f"host-bound, I/O: the device waits while the host reads, writes or loads data, {share:.0f}% " \
                "of lost time" + tail
+    if cause is Cause.HANDOFF:
+        return ("host-bound, hand-off: the device waits while the engine's processes hand each step to one "
+                f"another (one blocked on the other's answer, neither in a stage), {share:.0f}% of lost time" + tail)
     if cause is Cause.COLD_START:
         return ("host-bound, cold start: allocation, set-up, module loading and first-use calls while the "
                 f"device idles, {share:.0f}% of lost time" + tail)
