@@ -256,8 +256,11 @@ def boot_dir(env: dict[str, str], backend: str, out: Path, engines: list[str]) -
         import_path(folder)
         if engines:
             (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
+            # the folder is also the capture's control folder: traces written on request
+            # (probes.flush_request) before a signal goes on
             env[BOOT_ENV] = json.dumps({"protocol": PROTOCOL, "backend": backend,
-                                        "out": str(out.resolve()), "instrument": engines})
+                                        "out": str(out.resolve()), "instrument": engines,
+                                        "control": str(folder)})
         old = env.get("PYTHONPATH")
         env["PYTHONPATH"] = str(folder) + (os.pathsep + old if old else "")
         yield folder

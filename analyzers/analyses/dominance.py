@@ -3,10 +3,10 @@
 A clean engine still loses a little to each of its stages every step; that names no bottleneck.
 ``no_dominant`` says so (the verdict is then healthy, ``kernel`` / ``compute``) when the steps hold
 most of the lost time and either the largest cause loses under ``DOMINANT_STEP_SHARE`` of the mean
-step and under ``DOMINANT_RATIO`` x the next, or it is the engine's own scheduling or batch
-preparation under ``STAGE_STEP_SHARE`` of the typical step (medians: a loaded host's long steps do not
-dilute a cost paid every step), lost step after step (``steady``): an intermittent stall costing
-``STALL_STEP_SHARE`` of the step is a fault.
+step and under ``DOMINANT_RATIO`` x the next, or it is the engine's own scheduling, batch
+preparation or hand-off between its processes under ``STAGE_STEP_SHARE`` of the typical step
+(medians: a loaded host's long steps do not dilute a cost paid every step), lost step after step
+(``steady``): an intermittent stall costing ``STALL_STEP_SHARE`` of the step is a fault.
 """
 from __future__ import annotations
 
@@ -29,6 +29,9 @@ STAGE_STEP_SHARE = 0.18
 #: ... unless its stalls cost this share of the mean step: a fault (real SGLang on a loaded 2-core host:
 #: clean runs' jitter 1-5%, a 60 ms stall every 4th scheduler call 13-17% with steps of 70-130 ms)
 STALL_STEP_SHARE = 0.10
+#: an engine's own per-step costs, by cause: what the rule forgives under ``STAGE_STEP_SHARE``
+_ENGINE_STAGES = {Cause.SCHED_CPU.value: "scheduling", Cause.BATCH_PREP.value: "batch preparation",
+                  Cause.HANDOFF.value: "hand-off between its processes"}
 
 
 def no_dominant(losses: StepLosses | None, lost: int) -> tuple[str, float, float] | None:
@@ -55,13 +58,13 @@ def no_dominant(losses: StepLosses | None, lost: int) -> tuple[str, float, float
     share = top_ns / step
     spread = share < DOMINANT_STEP_SHARE and top_ns < DOMINANT_RATIO * nxt
     typical = typical_share(losses.device_lost(Cause(top))[keep], losses.wall[keep])
-    stage = top in (Cause.SCHED_CPU.value, Cause.BATCH_PREP.value) and typical < STAGE_STEP_SHARE \
+    stage = top in _ENGINE_STAGES and typical < STAGE_STEP_SHARE \
         and steady(losses.device_lost(Cause(top))[keep], step)
     if not spread and not stage:
         return None
     text = f"the largest cause, {top}, loses {fmt_ns(top_ns)} of the {fmt_ns(step)} mean step ({100 * share:.0f}%)"
     text += (f", under {DOMINANT_RATIO:g}x the next ({nxt_name} {fmt_ns(nxt)})" if spread else
-             f", what the engine's {'scheduling' if top == Cause.SCHED_CPU.value else 'batch preparation'} "
+             f", what the engine's {_ENGINE_STAGES[top]} "
              f"costs every step ({100 * typical:.0f}% of the median step, under {100 * STAGE_STEP_SHARE:.0f}%)")
     margin = 1 - share / DOMINANT_STEP_SHARE if spread else 1 - typical / STAGE_STEP_SHARE
     return text, share, max(0.0, margin)

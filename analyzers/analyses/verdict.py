@@ -26,8 +26,8 @@ communication and exposed copies under ``healthy_pct`` of the active window and 
 warm-up steps' time left out as it is of the mean step: ``kernel`` / ``compute``. No dominant
 bottleneck (``dominance.no_dominant``), also ``kernel`` / ``compute`` and healthy: the steps hold
 most of the lost time, and the largest cause loses under ``dominance.DOMINANT_STEP_SHARE`` of the
-mean step and under ``DOMINANT_RATIO`` x the next cause, or it is the engine's scheduling or batch
-preparation under ``STAGE_STEP_SHARE`` of the typical (median) step, lost steadily step after step
+mean step and under ``DOMINANT_RATIO`` x the next cause, or it is the engine's scheduling, batch
+preparation or hand-off under ``STAGE_STEP_SHARE`` of the typical (median) step, lost steadily step after step
 (``dominance.steady``) — a clean engine spends that on its stages every step, which names no
 bottleneck; an intermittent stall of the same mean is a fault.
 A what-if saving under ``NEGLIGIBLE_STEP_SHARE`` of the mean step never names its cause over one
@@ -395,6 +395,9 @@ def _summary(cause: Cause, share: float, bubbles: BubbleResult, comm: CommResult
     if cause is Cause.HOST_IO:
         return f"host-bound, I/O: the device waits while the host reads, writes or loads data, {share:.0f}% " \
                "of lost time" + tail
+    if cause is Cause.HANDOFF:
+        return ("host-bound, hand-off: the device waits while the engine's processes hand each step to one "
+                f"another (one blocked on the other's answer, neither in a stage), {share:.0f}% of lost time" + tail)
     if cause is Cause.COLD_START:
         return ("host-bound, cold start: allocation, set-up, module loading and first-use calls while the "
                 f"device idles, {share:.0f}% of lost time" + tail)

@@ -283,3 +283,32 @@ def test_a_busy_warm_up_step_does_not_hide_the_steady_steps_idle_time():
     v = diagnose(engine_loop([100] + [2500] * 15, [400_000] + [7500] * 15)).verdict
     assert not v.healthy and v.cause == "sched_cpu", v.summary
     assert any(c.startswith("warmup_steps") for c in v.caveats)
+
+
+@pytest.mark.parametrize("wait_us, named", [
+    # a clean two-process engine: 1.5 ms a step crossing between its processes (14% of the step,
+    # 3x its 0.5 ms of scheduling): its own per-step cost, not accused
+    (1500, None),
+    # a crossing of 2.8 ms, 23% of the step: named
+    (2800, "handoff"),
+])
+def test_an_engines_hand_off_between_its_processes_is_one_of_its_stages(wait_us, named):
+    """rule: the hand-off is forgiven as scheduling and preparation are. A merged vLLM-style server:
+    tid 8 the engine core (schedules, then waits on its worker in ``sync.wait``), tid 7 the worker
+    (its forward stands in for the device on the CPU)."""
+    from srtscope.analyzers.model.timeline import DeviceKind, SourceFormat
+    dev, rgs, t = [], [], 0
+    for i in range(16):
+        fwd = t + 500 + wait_us
+        rgs += [rng(t, t + 500, "sched.schedule", tid=8, pid=-1), rng(t + 500, fwd, "sync.wait", tid=8, pid=-1),
+                rng(fwd, fwd + 9000, "run.eager", tid=7, pid=-1),
+                rng(t, fwd + 9000, "loop.step", tid=8, pid=-1, step=i, mode="decode", bs=8)]
+        dev.append(kernel(fwd, fwd + 9000, "run.eager", kind=DeviceKind.CPU_FORWARD.value, pid=-1))
+        t = fwd + 9000
+    v = diagnose(timeline(dev, [], rgs, fmt=SourceFormat.PROBE)).verdict
+    assert v.causes_ns["handoff"] == pytest.approx(16 * wait_us * US, rel=0.01), v.causes_ns
+    if named is None:
+        assert v.healthy and v.cause == "compute", v.summary
+        assert "hand-off between its processes costs every step" in v.summary, v.summary
+    else:
+        assert not v.healthy and v.cause == named, v.summary
