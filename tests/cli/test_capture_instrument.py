@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "probes"))
 from fake_engine import write_fake_engine  # noqa: E402
 
 from srtscope.probes.engine_tables import VLLM  # noqa: E402
+from srtscope.probes.export import read_probe_stream  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "srtscope"]
@@ -85,7 +86,7 @@ def _umask() -> int:
 
 
 def _spans(path: Path) -> list[str]:
-    doc = json.loads(gzip.decompress(path.read_bytes()))
+    doc = read_probe_stream(path).doc         # a process's trace is a stream of its flushes
     return [doc["strings"][i] for i in doc["spans"]["name"]]
 
 
@@ -216,6 +217,64 @@ def test_probe_trace_survives_a_sigkilled_process(engine, tmp_path):
     assert r.returncode == 128 + 9, r.stderr
     traces = list(tmp_path.glob("k.pid*.json.gz"))
     assert len(traces) == 1 and _spans(traces[0]).count("sched.schedule") == 4
+
+
+# SGLang's shape: the scheduler runs in a spawned child; the parent's shutdown SIGKILLs it right
+# after the last result (Engine.shutdown -> kill_process_tree), so none of its exit code runs
+SPAWNED = """\
+import multiprocessing, os, signal, time
+from vllm._fake_out import HOOKS
+from vllm.v1.engine.core import EngineCore
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+def step(x):
+    out = Scheduler().schedule({"r1": 1}, sleep_s=0.004)
+    GPUModelRunner()._sample(GPUModelRunner()._model_forward(sleep_s=0.004))
+
+def scheduler(q):
+    HOOKS["EngineCore.step"] = step
+    n, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < 1.5:
+        EngineCore().step()
+        n += 1
+    q.put(n)
+    time.sleep(60)                          # idle until killed
+
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    child = ctx.Process(target=scheduler, args=(q,))
+    child.start()
+    EngineCore().add_request()
+    print("child steps:", q.get(), "child pid:", child.pid, flush=True)
+    os.kill(child.pid, signal.SIGKILL)       # the engine's shutdown
+    child.join()
+"""
+
+
+def test_a_sigkilled_spawned_scheduler_keeps_its_steps_in_the_merged_trace(engine, tmp_path):
+    # scenario: capture --backend probe of a script whose engine SIGKILLs its scheduler process at
+    # shutdown, at the default flush interval: the child's flushes before the kill are merged
+    (engine / "spawned.py").write_text(SPAWNED)
+    out = tmp_path / "sp"
+    r = _run([*CLI, "capture", "--backend", "probe", "--instrument", "vllm", "--out", out, "--",
+              OTHER_PYTHON, "spawned.py"], {"PYTHONPATH": os.pathsep.join([str(engine), str(REPO)])}, engine)
+    assert r.returncode == 0, r.stderr
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("child steps:")][0].split()
+    steps, pid = int(line[2]), int(line[5])
+    assert f"srtscope: note: sp.pid{pid}.json.gz: process {pid} ended without its exit flush" in r.stderr
+    merged = tmp_path / "sp.json.gz"
+    names = _spans(merged)
+    assert names.count("sched.recv") == 1                  # the parent's own call
+    # all but the steps of the child's last flush interval (0.5 s of 1.5 s) are kept
+    kept = names.count("loop.step")
+    assert steps / 3 <= kept <= steps, (kept, steps)
+    assert names.count("run.eager") == kept
+    d = _run([*CLI, "diagnose", merged, "--json"], {}, tmp_path)
+    assert d.returncode == 0, d.stderr
+    warned = {w["code"]: w["message"] for w in json.loads(d.stdout)["capture"]["warnings"]}
+    assert f"process {pid} ended without its exit flush" in warned["ended_early"]
 
 
 @pytest.mark.parametrize("args, needle", [
