@@ -3,7 +3,7 @@
 time the server was profiled.
 
 Such a server's every Python process (vLLM: the API server, the engine core where the scheduler
-runs, the workers where the model runs) appends to ``NAME.pid<PID>.json.gz`` every half second
+runs, the workers where the model runs) appends to ``NAME.pid<PID>.json.gz`` every 0.2 s
 (``probes.capture_boot``, ``SRTSCOPE_PROBE_FLUSH_S``). Here: the files of the processes alive
 during the capture (written at or after its start) are awaited until each holds the capture's end
 (written after it), their probe streams read back (``probes.export.read_probe_stream``),
@@ -26,7 +26,7 @@ from srtscope.probes.export import atomic_write_json, merge_probe_documents, rea
 
 SETTLE_S = 0.5
 #: a trace written this long before the capture's start is a live process's (a live one appends or
-#: touches its trace every flush interval, 0.5 s by default; this leaves room for a loaded machine)
+#: touches its trace every flush interval, 0.2 s by default; this leaves room for a loaded machine)
 LIVE_S = 15.0
 
 
@@ -51,7 +51,7 @@ def await_flush(name: Path, start_s: float, end_s: float, deadline: float,
                 sleep: Callable[[float], None] = time.sleep, interval_s: float | None = None) -> list[Path]:
     """The traces of ``name`` written at most ``LIVE_S`` before ``start_s`` (processes alive then),
     once each was written after ``end_s`` (epoch s) and one flush interval (``interval_s``, default
-    this environment's ``SRTSCOPE_PROBE_FLUSH_S``, 0.5 s) and a second have passed since ``end_s``: a
+    this environment's ``SRTSCOPE_PROBE_FLUSH_S``, 0.2 s) and a second have passed since ``end_s``: a
     process whose first instrumented call came during the capture has written its first trace by
     then. ProbeError when there are none, or past ``deadline`` (a monotonic time) with the ones not
     flushed named."""
@@ -70,7 +70,7 @@ def await_flush(name: Path, start_s: float, end_s: float, deadline: float,
                                  f"probe --instrument ENGINE -o {name} -- ...")
             raise ProbeError(f"--probe {name}: {len(late)} of the {len(live)} process traces were not written "
                              f"again after the capture's end within the deadline ({late[0].name} and on); "
-                             f"its processes write every SRTSCOPE_PROBE_FLUSH_S (0.5) s")
+                             f"its processes write every SRTSCOPE_PROBE_FLUSH_S (0.2) s")
         sleep(SETTLE_S)
 
 

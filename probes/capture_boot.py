@@ -12,9 +12,9 @@ engines to instrument:
   on into ``process_trace_path(out, pid)``;
 - probe backend: a process that recorded spans appends them to a probe stream at the same path
   (``probes.export.ProbeStreamWriter``: the rows since the last flush, O(new rows)) every
-  ``flush_interval()`` seconds (0.5) from its first instrumented call on, and a final chunk at
-  exit: an engine's children are often SIGKILLed at shutdown (SGLang's scheduler, vLLM's workers),
-  and such a trace keeps every flush before the kill;
+  ``flush_interval()`` seconds (0.2) and as soon as it goes quiet, from its first instrumented
+  call on, and a final chunk at exit: an engine's children are often SIGKILLed at shutdown
+  (SGLang's scheduler, vLLM's workers), and such a trace keeps every flush before the kill;
 - at exit, one line per process with the instrumented calls it made.
 
 Everything here is best effort: a failure is a warning line, never the engine's exception.
@@ -34,7 +34,7 @@ PROTOCOL = 1   # the BOOT_ENV document's version; the CLI and this module must a
 FLUSH_ENV = "SRTSCOPE_PROBE_FLUSH_S"   # probe backend: seconds between flushes (default FLUSH_S)
 # NOTE: a flush appends only the new rows (about 2 us a span, in the flusher's thread), so a short
 # interval costs little more than a long one and bounds what a SIGKILL loses
-FLUSH_S = 0.5
+FLUSH_S = 0.2
 
 
 def flush_interval() -> float:

@@ -28,6 +28,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -213,6 +214,11 @@ class ProbeStreamWriter:
             self._span_pos, self._counter_pos = span_pos, counter_pos
             return True
 
+    @property
+    def written_rows(self) -> int:
+        """Spans and counters written so far (``Recorder.row_count`` once all are)."""
+        return self._span_pos + self._counter_pos
+
 
 @dataclass(frozen=True)
 class ProbeStream:
@@ -290,9 +296,16 @@ def read_probe_stream(path: str | os.PathLike) -> ProbeStream:
     return ProbeStream({k: v for k, v in doc.items() if k not in ("chunk", "final")}, len(docs), final, cut)
 
 
+#: seconds between an ``AutoFlusher``'s looks at its recorder: rows left unwritten and none added
+#: since the last look (the process went quiet: a run ended, and an engine's shutdown may SIGKILL
+#: it next) are written at once, not at the end of the interval
+QUIET_S = 0.05
+
+
 class AutoFlusher:
     """Appends a recorder's new rows to its probe stream every ``interval_s`` from a daemon thread
-    (``ProbeStreamWriter``); ``stop`` writes the final chunk."""
+    (``ProbeStreamWriter``), and within ``QUIET_S`` to ``2 * QUIET_S`` of the process going quiet;
+    ``stop`` writes the final chunk."""
 
     def __init__(self, recorder: Recorder, path: str | os.PathLike, interval_s: float = 2.0) -> None:
         if interval_s <= 0:
@@ -308,7 +321,14 @@ class AutoFlusher:
 
     def _run(self) -> None:
         warned = False
-        while not self._stop.wait(self.interval_s):
+        last, seen = time.monotonic(), -1
+        while not self._stop.wait(min(self.interval_s, QUIET_S)):
+            now, count = time.monotonic(), self.recorder.row_count()
+            quiet = count == seen != self.writer.written_rows
+            seen = count
+            if not quiet and now - last < self.interval_s:
+                continue
+            last = now
             try:
                 self.writer.flush()
             except OSError as exc:        # retried at the next flush: the cursor did not move

@@ -86,6 +86,10 @@ class Recorder:
     def raw_counters(self) -> list[tuple]:
         return list(self._counters)
 
+    def row_count(self) -> int:
+        """Spans and counters recorded so far (cheap: what a flusher polls)."""
+        return len(self._spans) // 6 + len(self._counters)
+
     def raw_since(self, span_pos: int, counter_pos: int) -> tuple[list[tuple], list[tuple], int, int]:
         """The spans and counters recorded after the first ``span_pos`` spans and ``counter_pos``
         counters, in recording order, and the positions after them (an incremental writer's

@@ -346,3 +346,36 @@ def test_capture_without_nsys_names_the_backend_that_works(engine, tmp_path, arg
              {"PYTHONPATH": str(engine), "PATH": _no_nsys_path(tmp_path)}, engine)
     lines = [ln for ln in r.stderr.strip().splitlines() if ln != "user sitecustomize ran"]
     assert r.returncode == 2 and len(lines) == 1 and needle in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("modules, boot, noted", [
+    ({"sglang", "sglang.srt"}, None, ["sglang"]),                        # SGLang's scheduler: a process apart
+    ({"sglang"}, json.dumps({"instrument": ["sglang"]}), []),            # instrumented: its process traced
+    ({"sglang"}, json.dumps({"instrument": ["vllm"]}), ["sglang"]),
+    ({"vllm"}, None, []),                 # vLLM may run its engine in process (no claim made)
+    ({"torch"}, None, []),                # no engine imported
+    ({"sglang"}, "not json", ["sglang"]),
+])
+def test_torch_backend_says_which_engines_steps_it_cannot_see(modules, boot, noted):
+    from srtscope.cli.torch_profile import engines_unseen
+
+    lines = engines_unseen(modules, boot)
+    assert [ln.split("note: ")[1].split(" ")[0] for ln in lines] == noted
+    for ln in lines:
+        assert "\n" not in ln and "--instrument sglang" in ln
+
+
+def test_capture_torch_of_an_sglang_script_without_instrument_says_so(tmp_path):
+    pytest.importorskip("torch")
+    from srtscope.probes.engine_tables import SGLANG
+
+    root = tmp_path / "engine"
+    write_fake_engine(root, SGLANG, "0.5.23")
+    base = [*CLI, "capture", "--backend", "torch", "--out", tmp_path / "t.json.gz"]
+    cmd = ["--", sys.executable, "-c", "import sglang, torch; torch.ones(2) + 1"]
+    env = {"PYTHONPATH": os.pathsep.join([str(root), str(REPO)])}
+    r = _run([*base, *cmd], env, root)
+    assert r.returncode == 0, r.stderr
+    assert "srtscope: note: sglang ran its scheduler in a process of its own" in r.stderr
+    r = _run([*base, "--instrument", "sglang", *cmd], env, root)
+    assert r.returncode == 0 and "note: sglang" not in r.stderr, r.stderr

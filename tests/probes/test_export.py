@@ -155,3 +155,21 @@ def test_autoflusher_appends_while_the_process_runs(recorder, tmp_path):
 
 def test_probe_trace_name():
     assert export.probe_trace_name(3) == "probe.rank3.json"
+
+
+def test_autoflusher_writes_soon_after_the_process_goes_quiet(recorder, tmp_path):
+    # scenario: an engine's run ends and its shutdown may SIGKILL the process next: the rows left
+    # are written within a few QUIET_S, not at the end of a long interval
+    target = tmp_path / "q.pid1.json.gz"
+    flusher = export.AutoFlusher(recorder, target, interval_s=60).start()
+    try:
+        with stage("run.eager"):
+            pass
+        t0 = time.monotonic()
+        while not target.exists() and time.monotonic() - t0 < 30:
+            time.sleep(0.01)
+        waited = time.monotonic() - t0
+        assert target.exists() and _names(export.read_probe_stream(target).doc) == ["run.eager"]
+        assert waited < 30          # well before the 60 s interval
+    finally:
+        flusher.stop()
