@@ -27,6 +27,7 @@ from srtscope.cli.child_guard import Guard, end_group
 from srtscope.cli.errors import Exit, fail
 from srtscope.cli.output import OutputError, check_output_path, ensure_dir, file_mode
 from srtscope.probes.capture_boot import process_trace_path
+from srtscope.probes.flush_request import FlushRequest
 from srtscope.probes.torch_capture import TORCH_PROFILE_ENV, rank_trace_path, rank_traces
 
 NSYS_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite")  # stripped from --out to name the capture
@@ -105,6 +106,7 @@ def torch_plan(out: Path, command: list[str],
 
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+POLL_S = 0.1     # while a signal is held back: how often the traces' progress is looked at
 KILL_AFTER = 3   # the third forwarded signal SIGKILLs the child's group (a child that will not end)
 _PR_SET_PDEATHSIG = 1
 
@@ -149,10 +151,12 @@ def _signal_group(pgid: int, signum: int) -> None:
         pass
 
 
-def _run(argv: list[str], env: dict[str, str] | None = None) -> ChildRun:
+def _run(argv: list[str], env: dict[str, str] | None = None, request: FlushRequest | None = None) -> ChildRun:
     """Run a child in its own session and process group; SIGINT, SIGTERM and SIGHUP sent to srtscope
     are forwarded to that group (the third one SIGKILLs it) and srtscope waits for the child, so it
-    can flush its trace. After a forwarded signal, or an error, what is left of the group is ended
+    can flush its trace. With ``request``, the first signal is held back while the processes that
+    profile themselves write their traces (``FlushRequest``: at most its ``wait_s``; a second signal
+    goes on at once). After a forwarded signal, or an error, what is left of the group is ended
     (``end_group``); a guard does the same if srtscope dies first: no orphans."""
     in_main = threading.current_thread() is threading.main_thread()
     try:
@@ -165,18 +169,32 @@ def _run(argv: list[str], env: dict[str, str] | None = None) -> ChildRun:
     except OSError as exc:              # e.g. ENOEXEC: a file that is not a program
         fail(f"cannot run {argv[0]}: {exc.strerror or exc}")
     got: list[int] = []
+    held: list[int] = []                 # a first signal held back while the traces are written
     guard = Guard(proc.pid)
 
     def forward(signum: int, frame: object) -> None:
         got.append(signum)
+        if len(got) == 1 and request is not None:
+            asked = request.ask()
+            if asked:
+                held.append(signum)
+                print(f"srtscope: asking {asked} profiled process{'es' if asked > 1 else ''} to write "
+                      f"{'their traces' if asked > 1 else 'its trace'} before passing {signal.Signals(signum).name} "
+                      f"on (at most {request.wait_s:g} s; again to pass it on now)", file=sys.stderr)
+                return
+        held.clear()
         _signal_group(proc.pid, signal.SIGKILL if len(got) >= KILL_AFTER else signum)
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED} if in_main else {}
     try:
         while True:
             try:
-                status = proc.wait()
+                # NOTE: polled with a request: a signal handler cannot end a blocking wait
+                status = proc.wait(timeout=POLL_S) if request is not None else proc.wait()
                 break
+            except subprocess.TimeoutExpired:
+                if held and request is not None and request.settled():
+                    _signal_group(proc.pid, held.pop())
             except KeyboardInterrupt:            # only where no handler could be installed
                 forward(signal.SIGINT, None)
     finally:
@@ -240,10 +258,12 @@ def capture(command: list[str], backend: Backend, out: Path, capture_range: bool
     if engines:
         modules.append("srtscope.probes.capture_boot")
     t0 = time.time()
-    with boot_dir(env, backend.value, trace, engines) if modules else nullcontext():
+    with boot_dir(env, backend.value, trace, engines) if modules else nullcontext() as folder:
         if modules and python is not None:
             preflight(python, env, modules)
-        run = _run(argv, env)
+        # a server's processes profiling themselves write their traces before a signal reaches them
+        request = FlushRequest(folder) if folder is not None and engines and backend is Backend.TORCH else None
+        run = _run(argv, env, request)
     since = t0 - 1.0   # NOTE: file systems with coarse timestamps
     fresh = [p for p in [trace] if backend is Backend.TORCH and p.exists() and p.stat().st_mtime >= since]
     if backend is Backend.TORCH:

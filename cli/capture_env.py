@@ -3,7 +3,8 @@
 - The interpreter the user named runs the command (``python`` is the one on PATH, as without
   srtscope). A Python command under ``--backend torch`` runs as
   ``PYTHON [options] -m srtscope.cli.torch_profile --out TRACE -- TARGET...``.
-- A temporary folder (removed afterwards) goes first on the command's ``PYTHONPATH``. It holds
+- A temporary folder (removed afterwards; one a killed capture left behind is removed by the next
+  capture: ``sweep_boot_dirs``) goes first on the command's ``PYTHONPATH``. It holds
   only ``srtscope``: a copy of the parts that run inside the command (``import_path``), so an
   engine's venv imports the same srtscope as the command line without an install into it, without
   the user's or the checkout's other folders on its path, and nothing is written into the checkout. With
@@ -216,18 +217,50 @@ def import_path(folder: Path) -> Path:
     return root
 
 
+BOOT_PREFIX = "srtscope-boot-"
+#: in each boot folder: the pid of the capture that made it
+BOOT_OWNER = "owner.pid"
+
+
+def sweep_boot_dirs(tmp: Path) -> list[Path]:
+    """Remove the boot folders in ``tmp`` whose capture is gone (a SIGKILL runs no clean-up): those
+    of this user whose ``BOOT_OWNER`` names no live process; returns them. NOTE: a folder without
+    that file, or whose pid was reused, is left alone."""
+    gone = []
+    for d in tmp.glob(BOOT_PREFIX + "*"):
+        try:
+            if d.stat().st_uid != os.getuid():
+                continue
+            pid = int((d / BOOT_OWNER).read_text())
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+            gone.append(d)
+        except OSError:           # alive, someone else's
+            continue
+    return gone
+
+
 @contextmanager
 def boot_dir(env: dict[str, str], backend: str, out: Path, engines: list[str]) -> Iterator[Path]:
     """A temporary folder put first on ``env``'s PYTHONPATH, removed on exit: srtscope's own import
     path (``import_path``) and, with ``engines``, the generated ``sitecustomize`` and ``BOOT_ENV``
     describing the capture."""
-    folder = Path(tempfile.mkdtemp(prefix="srtscope-boot-"))
+    sweep_boot_dirs(Path(tempfile.gettempdir()))
+    folder = Path(tempfile.mkdtemp(prefix=BOOT_PREFIX))
     try:
+        (folder / BOOT_OWNER).write_text(str(os.getpid()))
         import_path(folder)
         if engines:
             (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
+            # the folder is also the capture's control folder: traces written on request
+            # (probes.flush_request) before a signal goes on
             env[BOOT_ENV] = json.dumps({"protocol": PROTOCOL, "backend": backend,
-                                        "out": str(out.resolve()), "instrument": engines})
+                                        "out": str(out.resolve()), "instrument": engines,
+                                        "control": str(folder)})
         old = env.get("PYTHONPATH")
         env["PYTHONPATH"] = str(folder) + (os.pathsep + old if old else "")
         yield folder

@@ -9,7 +9,8 @@ engines to instrument:
   imported torch), so the ranges also land in a profiler the engine runs itself;
 - torch backend: a process in which an instrumented function runs and that is not profiled yet
   (a server's engine-core process, a script started without ``python``) profiles itself from then
-  on into ``process_trace_path(out, pid)``;
+  on into ``process_trace_path(out, pid)``, written at exit or when srtscope asks before passing a
+  signal on (``probes.flush_request``: a server's processes are SIGKILLed at shutdown);
 - probe backend: a process that recorded spans appends them to a probe stream at the same path
   (``probes.export.ProbeStreamWriter``: the rows since the last flush, O(new rows)) every
   ``flush_interval()`` seconds (0.2) and as soon as it goes quiet, from its first instrumented
@@ -25,6 +26,7 @@ import atexit
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +66,7 @@ def _warn(message: str) -> None:
 class _Session:
     """This process's part of the capture."""
 
-    def __init__(self, backend: str, out: Path, engines: list[str]) -> None:
+    def __init__(self, backend: str, out: Path, engines: list[str], control: Path | None = None) -> None:
         from srtscope.probes import ranges
         from srtscope.probes.engine_tables import ENGINES
         from srtscope.probes.instrument import Instrumenter
@@ -76,6 +78,8 @@ class _Session:
         self.started_pid = 0      # the process whose first instrumented call has been seen
         self.finished_pid = 0
         self.profile: Any = None  # a torch_profiling context this process started itself
+        self.control = control    # the capture's control folder (``flush_request``), if any
+        self.lock = threading.Lock()   # the profiler is stopped once: at exit or on request
         self.flusher: Any = None  # probe backend: this process's AutoFlusher
         ranges.enable(nvtx=backend == "nsys")
         if backend == "nsys" and ranges.nvtx_status().startswith("unavailable"):
@@ -98,6 +102,7 @@ class _Session:
         rec.clear()
         rec.pid = os.getpid()
         self.profile = None
+        self.lock = threading.Lock()    # a thread of the parent may have held it
         self.flusher = None       # its thread was not forked
         torch_capture._active = False   # the parent's profiler does not run in this process
 
@@ -147,6 +152,40 @@ class _Session:
             self.profile = ctx
         except Exception as exc:
             _warn(f"could not start torch.profiler in process {pid}: {type(exc).__name__}: {exc}")
+            return
+        if self.control is not None:
+            from srtscope.probes import flush_request
+
+            try:
+                flush_request.watch(self.control, pid, lambda: self._on_request(pid))
+            except OSError as exc:
+                _warn(f"process {pid} writes its torch.profiler trace only at exit: {exc.strerror or exc}")
+
+    def _stop_profiler(self, pid: int) -> Path | None:
+        """Stop this process's profiler and write its trace (once: at exit or on request)."""
+        with self.lock:
+            ctx, self.profile = self.profile, None
+            if ctx is None:
+                return None
+            try:
+                ctx.__exit__(None, None, None)
+                return process_trace_path(self.out, pid)
+            except Exception as exc:
+                _warn(f"torch.profiler trace of process {pid} not written: {type(exc).__name__}: {exc}")
+                return None
+            finally:
+                if self.control is not None:
+                    (self.control / f"torch.{pid}").unlink(missing_ok=True)
+
+    def _on_request(self, pid: int) -> None:
+        """srtscope is about to pass a signal on: write the trace now (the process may be SIGKILLed)."""
+        try:
+            wrote = self._stop_profiler(pid)
+        except Exception:
+            return
+        if wrote is not None:
+            sys.stderr.write(f"srtscope: process {pid} wrote {wrote} before the signal\n")
+            sys.stderr.flush()
 
     def finish(self) -> None:
         """At exit (once per process): stop this process's profiler, write its probe trace, and
@@ -155,14 +194,7 @@ class _Session:
         if self.finished_pid == pid:
             return
         self.finished_pid = pid
-        wrote: Path | None = None
-        if self.profile is not None:
-            ctx, self.profile = self.profile, None
-            try:
-                ctx.__exit__(None, None, None)
-                wrote = process_trace_path(self.out, pid)
-            except Exception as exc:
-                _warn(f"torch.profiler trace of process {pid} not written: {type(exc).__name__}: {exc}")
+        wrote = self._stop_profiler(pid)
         if self.backend == "probe":
             wrote = self._write_probe(pid)
         calls = dict(self.inst.calls)
@@ -210,6 +242,7 @@ def boot() -> None:
         if cfg.get("protocol") != PROTOCOL:
             raise ValueError(f"protocol {cfg.get('protocol')!r}, expected {PROTOCOL}")
         backend, out, engines = cfg["backend"], Path(cfg["out"]), list(cfg.get("instrument") or [])
+        control = Path(cfg["control"]) if cfg.get("control") else None
         if backend not in BACKENDS:
             raise ValueError(f"backend {backend!r}")
     except (ValueError, KeyError, TypeError) as exc:
@@ -218,6 +251,6 @@ def boot() -> None:
     if not engines:
         return
     try:
-        _session = _Session(backend, out, engines)
+        _session = _Session(backend, out, engines, control)
     except Exception as exc:
         _warn(f"--instrument could not be set up in process {os.getpid()}: {type(exc).__name__}: {exc}")

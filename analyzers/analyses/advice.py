@@ -37,6 +37,7 @@ _TEXT: dict[Cause, str] = {
     Cause.STRAGGLER: ("Collectives wait for one late rank{who}: look at that rank's host work before "
                       "each collective and balance the work between ranks."),
     Cause.HOST_IO: "The device waits on host I/O: {io}",
+    Cause.HANDOFF: "The device waits while the engine's processes hand each step to one another: {handoff}",
     Cause.COLD_START: "Start-up work is inside the capture: {warm}",
     Cause.HOST_UNATTRIBUTED: "The host did something no range names: {name_it}",
 }
@@ -94,6 +95,15 @@ _WORDS: dict[str, dict[World, str]] = {
                        "async writes) and prefetch the next batch.",
         World.NATIVE: "move file and network I/O off the launching thread (a reader thread, double buffers) and "
                       "overlap it with the device's work.",
+    },
+    "handoff": {
+        World.VLLM: ("the engine core waits on its worker's answer (MultiprocExecutor.collective_rpc, "
+                     "FutureWrapper.result) while the worker runs none of its stages: enable --async-scheduling "
+                     "(step t+1 is scheduled and sent while step t runs), and give the engine core and each "
+                     "worker a core of its own (both poll their message queues)."),
+        World.PYTORCH: ("one process waits on another's answer while that one runs none of its stages: send the "
+                        "next step's work before waiting for this one's answer, and give each process a core of "
+                        "its own."),
     },
     "warm": {
         World.PYTORCH: "warm up (run a few iterations, compile, allocate) before starting the profiler, or cut "

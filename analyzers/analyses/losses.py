@@ -51,8 +51,8 @@ __all__ = ["HOST_WAIT", "MIN_BUSY_SHARE", "MIN_DEVICE_NS", "StepLosses", "WARMUP
            "warmup_mask"]
 
 #: causes whose bubbles are the device waiting for host work
-HOST_WAIT: tuple[Cause, ...] = (Cause.SCHED_CPU, Cause.BATCH_PREP, Cause.HOST_IO, Cause.COLD_START,
-                                Cause.HOST_UNATTRIBUTED)
+HOST_WAIT: tuple[Cause, ...] = (Cause.SCHED_CPU, Cause.BATCH_PREP, Cause.HOST_IO, Cause.HANDOFF,
+                                Cause.COLD_START, Cause.HOST_UNATTRIBUTED)
 #: an early step slower than this many times the median of its rank's steps is a warm-up step
 WARMUP_FACTOR = 3.0
 #: nothing is predicted from steps holding less device work than this in all (ns) ...

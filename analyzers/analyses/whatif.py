@@ -4,7 +4,7 @@ Each step is re-timed on its rank's primary device (the step budget's device), w
 ``wall = device work + exposed communication + bubbles (by cause) + short gaps + edges``.
 Device work stays as measured; a cause gives back only the time the device waited for it:
 
-- host causes (``sched_cpu``, ``batch_prep``, ``host_io``, ``cold_start``, ``host_unattributed``):
+- host causes (``sched_cpu``, ``batch_prep``, ``host_io``, ``handoff``, ``cold_start``, ``host_unattributed``):
   the bubble time attributed to the cause, and the step time outside the device's active window
   (before its first or after its last activity: a first schedule, a last idle iteration), attributed
   the same way. In an overlap loop (the launching thread is not the

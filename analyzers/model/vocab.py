@@ -38,6 +38,7 @@ class Cause(str, Enum):
     EXPOSED_COMM = "exposed_comm"            # collectives not overlapped with compute
     STRAGGLER = "straggler"                  # collectives waiting for a late rank
     HOST_IO = "host_io"                      # file, socket or data-loader work on the host
+    HANDOFF = "handoff"                      # an engine's processes handing a step over (neither in a stage)
     COLD_START = "cold_start"                # context creation, allocation, module loads, compilation
     HOST_UNATTRIBUTED = "host_unattributed"  # host time with no evidence of what it was
 
@@ -50,7 +51,7 @@ _CLASS_OF: dict[Cause, Bottleneck] = {
     Cause.SCHED_CPU: Bottleneck.SCHEDULER, Cause.BATCH_PREP: Bottleneck.PREP,
     **{c: Bottleneck.KERNEL for c in (Cause.COMPUTE, Cause.LAUNCH_BOUND, Cause.EAGER_FALLBACK, Cause.MEMCPY,
                                       Cause.EXPOSED_COMM, Cause.STRAGGLER)},
-    **{c: Bottleneck.HOST for c in (Cause.HOST_IO, Cause.COLD_START, Cause.HOST_UNATTRIBUTED)},
+    **{c: Bottleneck.HOST for c in (Cause.HOST_IO, Cause.HANDOFF, Cause.COLD_START, Cause.HOST_UNATTRIBUTED)},
 }
 
 

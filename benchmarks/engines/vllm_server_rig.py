@@ -8,11 +8,15 @@ own functions, profiled by ``srtscope capture --server`` the two ways docs/engin
 
     .venv/bin/python -m benchmarks.engines.vllm_server_rig [--venv VLLM_VENV] [--paths profiler,probe]
                                                            [--faults clean,sched,alloc] [--delay-ms 20]
+    .venv/bin/python -m benchmarks.engines.vllm_server_rig --rediagnose sample_traces/vllm
+        (no server: the kept ``vllm_server_probe_*`` traces diagnosed again, against their manifest's
+        time inside each fault)
 
 Per server (one per path and fault; ``server_faults/sitecustomize.py`` injects the fault in every
 process, once per engine step): the verdict's class / cause of the capture's diagnosis, the lost
-time per step of the fault's class less the clean server's on the same path (``(sync)``: the part
-of the scheduler's that is the engine core blocked on its worker, ``sync.wait``), against the injected
+time per step of the fault's class less the clean server's on the same path (``(handoff)``: the part
+of the host's that is the hand-off between the engine core and its worker, the engine core blocked on
+it in ``sync.wait`` while it runs no stage), against the injected
 delay per step (the fault fires in each ``Scheduler.schedule()`` call, one per step; the delay is a
 sleep, measured inside the fault by the server's own fault log: its time inside the fault over the
 scheduler's calls, one a step), and the
@@ -100,17 +104,37 @@ def one(a: argparse.Namespace, path: str, fault: str) -> dict:
                        timeout=600)
     if d.returncode or not traces:
         return {"path": path, "fault": fault, "error": (d.stderr or p.stderr).strip().splitlines()[-1:]}
-    doc = json.loads(d.stdout)
-    steps = max(int(doc["steps"]["count"]), 1)
-    v = doc["verdict"]
-    return {"path": path, "fault": fault, "steps": steps, "verdict": f"{v['bottleneck']} / {v['cause']}",
-            "scores_ms": {k: round(x / steps / 1e6, 2) for k, x in v["scores_ns"].items()},
-            # the engine core blocked on its worker (sync.wait): a part of the scheduler's figure
-            "sync_ms": round(doc["bubbles"]["by_class"].get("sync", 0) / steps / 1e6, 2),
+    return {**_figures(json.loads(d.stdout), path, fault),
             "inside_ms": round(_fault_measure(flog), 2), "capture_s": round(took, 1),
             "loadavg": [round(load_before, 1), round(os.getloadavg()[0], 1)], "cpus": os.cpu_count(),
             "command": " ".join(cap),
             "traces": traces, "said": [ln for ln in p.stderr.splitlines() if ln.startswith("srtscope:")]}
+
+
+def _figures(doc: dict, path: str, fault: str) -> dict:
+    """A diagnosis's figures per step (ms): the verdict, the lost time per class, the hand-off."""
+    steps = max(int(doc["steps"]["count"]), 1)
+    v = doc["verdict"]
+    return {"path": path, "fault": fault, "steps": steps, "verdict": f"{v['bottleneck']} / {v['cause']}",
+            "scores_ms": {k: round(x / steps / 1e6, 2) for k, x in v["scores_ns"].items()},
+            # the engine core blocked on its worker while the worker runs no stage: a part of the host's
+            "handoff_ms": round(doc["bubbles"]["by_cause"].get("handoff", 0) / steps / 1e6, 2)}
+
+
+def rediagnosed(folder: Path) -> list[dict]:
+    """The kept server traces of ``folder`` (``vllm_server_probe_<fault>.json.gz``, ``make_server.sh``)
+    diagnosed again, each with its manifest's time inside the fault and load."""
+    rows = []
+    for r in json.loads((folder / "manifest_server.json").read_text()):
+        trace = folder / f"vllm_server_probe_{r['fault']}.json.gz"
+        d = subprocess.run([*SRTSCOPE, "diagnose", str(trace), "--json", "--no-cache"], capture_output=True,
+                           text=True, timeout=600)
+        if d.returncode:
+            rows.append({"path": r["path"], "fault": r["fault"], "error": d.stderr.strip().splitlines()[-1:]})
+            continue
+        rows.append({**_figures(json.loads(d.stdout), r["path"], r["fault"]), "inside_ms": r["inside_ms"],
+                     "loadavg": r.get("loadavg"), "said": []})
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,13 +149,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--load", type=int, default=16)
     p.add_argument("--tokens", type=int, default=16)
     p.add_argument("--start-timeout", type=float, default=400.0)
+    p.add_argument("--rediagnose", type=Path, default=None,
+                   help="start no server: diagnose the kept traces of this folder again (sample_traces/vllm)")
     a = p.parse_args(argv)
     a.venv = a.venv.resolve()
-    rows = [one(a, path, fault) for path in a.paths.split(",") for fault in a.faults.split(",")]
-    (a.out / "figures.json").write_text(json.dumps(rows, indent=1))
+    if a.rediagnose is not None:
+        rows = rediagnosed(a.rediagnose)
+    else:
+        rows = [one(a, path, fault) for path in a.paths.split(",") for fault in a.faults.split(",")]
+        (a.out / "figures.json").write_text(json.dumps(rows, indent=1))
     clean = {r["path"]: r for r in rows if r["fault"] == "clean" and "error" not in r}
     print(f"{'path':9} {'fault':6} {'steps':>5} {'verdict':26} {'inside':>7} {'recovered':>9} {'err':>6} "
-          f"{'sched':>6} {'(sync)':>6} {'prep':>6} {'host':>6}  ms/step")
+          f"{'sched':>6} {'prep':>6} {'host':>6} {'(handoff)':>9}  ms/step")
     ok = True
     for r in rows:
         if "error" in r:
@@ -150,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             line += f"{rec:9.2f} {err:+6.0%} "
         else:
             line += f"{'':9} {'':6} "
-        print(line + f"{sc.get('scheduler', 0):6.2f} {r.get('sync_ms', 0):6.2f} {sc.get('prep', 0):6.2f} "
-              f"{sc.get('host', 0):6.2f}")
+        print(line + f"{sc.get('scheduler', 0):6.2f} {sc.get('prep', 0):6.2f} {sc.get('host', 0):6.2f} "
+              f"{r.get('handoff_ms', 0):9.2f}")
         for s in r["said"]:
             if "worker process" in s or "--probe:" in s:
                 print(f"{'':17}{s[:160]}")

@@ -126,6 +126,29 @@ def test_probe_trace_thread_of_the_next_forward():
     assert stages.iloc[0]["sched.schedule"] == 50 * US and stages.iloc[0]["sched.result"] == 200 * US
 
 
+@pytest.mark.parametrize("helper, cause", [
+    ("sched.schedule", "sched_cpu"),     # the engine core schedules: the worker waits for the scheduler
+    ("sync.wait", "handoff"),            # the engine core waits on the worker's answer: neither works
+    (None, "host_unattributed"),         # nothing open anywhere: nothing explains it
+])
+def test_while_the_worker_idles_the_engine_cores_stage_decides(helper, cause):
+    # scenario: a vLLM server merged: tid 7 the worker (forward, its own prep), tid 8 the engine
+    # core; from 200 to 450 the worker runs no stage, the engine core is inside `helper`
+    fwd = lambda s, e: kernel(s, e, "run.eager", kind=DeviceKind.CPU_FORWARD.value, pid=-1)  # noqa: E731
+    ranges = [rng(0, 100, "run.eager", tid=7, pid=-1), rng(500, 600, "run.eager", tid=7, pid=-1),
+              rng(100, 200, "sched.result", tid=7, pid=-1), rng(450, 500, "prep.batch", tid=7, pid=-1),
+              rng(0, 600, "loop.step", tid=8, pid=-1), rng(60, 90, "sched.result", tid=8, pid=-1)]
+    if helper is not None:
+        ranges.append(rng(200, 450, helper, tid=8, pid=-1))
+    tl = timeline([fwd(0, 100), fwd(500, 600)], [], ranges, fmt=SourceFormat.PROBE)
+    q, cls, _ = run(tl)
+    row = cls.iloc[0]
+    assert q["tid"].tolist() == [7]
+    own = {"sched_cpu": 100 * US, "batch_prep": 50 * US}          # tid 7's own stages, whatever tid 8 does
+    for c in ("sched_cpu", "batch_prep", "handoff", "host_unattributed"):
+        assert row[f"cause.{c}_ns"] == own.get(c, 0) + (250 * US if c == cause else 0), c
+
+
 def test_overlap_loop_forward_thread_waits_for_the_scheduler_thread():
     # scenario: overlap loop: tid 2 (forward thread) launches and then idles until the scheduler
     # thread (tid 1) hands it the next batch; tid 3 is a third thread with fewer stage ranges

@@ -53,7 +53,9 @@ def test_slot_allocation_is_attributed_to_prep(tmp_path, recorder, monkeypatch):
     assert next(iter(d.bubbles.by_stage)) == Stage.PREP_BATCH.value
     n = d.bubbles.count
     assert n >= 3 and d.bubbles.by_class["prep"] >= 0.9 * n * SLOW_ALLOC_US * 1000
-    assert d.bubbles.by_class.get("scheduler", 0) < 0.1 * d.bubbles.by_class["prep"]
+    # were the allocation scheduler time, the scheduler would hold all of it; its own scheduling is
+    # a few ms a step on a loaded host (10% of prep was crossed at load 3)
+    assert d.bubbles.by_class.get("scheduler", 0) < 0.4 * d.bubbles.by_class["prep"]
 
 
 @pytest.mark.parametrize("overlap", [False, True])
