@@ -274,7 +274,7 @@ def capture(command: list[str], backend: Backend, out: Path, capture_range: bool
     fresh += per_process
     for written in fresh:
         print(f"srtscope: wrote {written}", file=sys.stderr)
-    if backend is Backend.PROBE and len(per_process) > 1:
+    if backend is Backend.PROBE and per_process:
         _merge_processes(per_process, out)
     if not fresh and backend is Backend.TORCH:
         print(f"srtscope: no Kineto trace was written ({trace} missing)", file=sys.stderr)
@@ -285,18 +285,29 @@ def capture(command: list[str], backend: Backend, out: Path, capture_range: bool
 
 
 def _merge_processes(paths: list[Path], out: Path) -> None:
-    """The processes' probe traces as one, ``NAME.json.gz``: an engine's scheduler and its model
-    runner in different processes (a server) make one rank's steps only together."""
-    import gzip
-    import json
-
-    from srtscope.probes.export import atomic_write_json, merge_probe_documents
+    """The processes' probe traces as one, ``NAME.json.gz`` (when there are several): an engine's
+    scheduler and its model runner in different processes (a server) make one rank's steps only
+    together. One note line per process killed before its exit flush (SGLang's scheduler at
+    ``Engine.shutdown``): its trace, merged too, ends at its last periodic flush."""
+    from srtscope.probes.export import atomic_write_json, merge_probe_documents, read_probe_stream
 
     merged = torch_trace_path(out)
     try:
+        streams = [read_probe_stream(p) for p in paths]
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"srtscope: the {len(paths)} processes' traces were not read: {exc}", file=sys.stderr)
+        return
+    notes = [note for p, st in zip(paths, streams) if (note := st.note(p))]
+    for note in notes:
+        print(f"srtscope: note: {note}", file=sys.stderr)
+    if len(paths) < 2:
+        return
+    doc = merge_probe_documents([st.doc for st in streams])
+    if notes:
+        doc["meta"]["ended_early"] = notes      # diagnose says it too (warning ended_early)
+    try:
         check_output_path(merged)
-        docs = [json.loads(gzip.decompress(p.read_bytes())) for p in paths]
-        atomic_write_json(merged, merge_probe_documents(docs))
+        atomic_write_json(merged, doc)
         _user_mode(merged)
     except (OutputError, OSError, ValueError, KeyError) as exc:
         print(f"srtscope: the {len(paths)} processes' traces were not merged: {exc}", file=sys.stderr)

@@ -3,18 +3,17 @@
 time the server was profiled.
 
 Such a server's every Python process (vLLM: the API server, the engine core where the scheduler
-runs, the workers where the model runs) writes ``NAME.pid<PID>.json.gz`` every few seconds
+runs, the workers where the model runs) appends to ``NAME.pid<PID>.json.gz`` every 0.2 s
 (``probes.capture_boot``, ``SRTSCOPE_PROBE_FLUSH_S``). Here: the files of the processes alive
 during the capture (written at or after its start) are awaited until each holds the capture's end
-(written after it), merged on the host's one clock, and their spans cut to [start, end] of the
+(written after it), their probe streams read back (``probes.export.read_probe_stream``),
+merged on the host's one clock, and their spans cut to [start, end] of the
 capture (wall-clock ns, converted with each trace's ``wall_offset_ns``), into one trace
 ``NAME.server<EPOCH_S>.json.gz`` that ``diagnose`` reads: the scheduler's process and the model
 runner's together, as a server's steps need.
 """
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import time
 from collections.abc import Callable
@@ -22,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from srtscope.cli.output import file_mode
-from srtscope.probes.capture_boot import FLUSH_S, flush_interval, process_trace_path
-from srtscope.probes.export import atomic_write_json, merge_probe_documents
+from srtscope.probes.capture_boot import flush_interval, process_trace_path
+from srtscope.probes.export import atomic_write_json, merge_probe_documents, read_probe_stream
 
 SETTLE_S = 0.5
-#: a trace written this long before the capture's start is a live process's (3 flush intervals)
-LIVE_S = 3 * FLUSH_S
+#: a trace written this long before the capture's start is a live process's (a live one appends or
+#: touches its trace every flush interval, 0.2 s by default; this leaves room for a loaded machine)
+LIVE_S = 15.0
 
 
 class ProbeError(Exception):
@@ -51,7 +51,7 @@ def await_flush(name: Path, start_s: float, end_s: float, deadline: float,
                 sleep: Callable[[float], None] = time.sleep, interval_s: float | None = None) -> list[Path]:
     """The traces of ``name`` written at most ``LIVE_S`` before ``start_s`` (processes alive then),
     once each was written after ``end_s`` (epoch s) and one flush interval (``interval_s``, default
-    this environment's ``SRTSCOPE_PROBE_FLUSH_S``, 5 s) and a second have passed since ``end_s``: a
+    this environment's ``SRTSCOPE_PROBE_FLUSH_S``, 0.2 s) and a second have passed since ``end_s``: a
     process whose first instrumented call came during the capture has written its first trace by
     then. ProbeError when there are none, or past ``deadline`` (a monotonic time) with the ones not
     flushed named."""
@@ -70,7 +70,7 @@ def await_flush(name: Path, start_s: float, end_s: float, deadline: float,
                                  f"probe --instrument ENGINE -o {name} -- ...")
             raise ProbeError(f"--probe {name}: {len(late)} of the {len(live)} process traces were not written "
                              f"again after the capture's end within the deadline ({late[0].name} and on); "
-                             f"its processes write every SRTSCOPE_PROBE_FLUSH_S (5) s")
+                             f"its processes write every SRTSCOPE_PROBE_FLUSH_S (0.2) s")
         sleep(SETTLE_S)
 
 
@@ -94,7 +94,8 @@ def server_probe_trace(name: Path, start_s: float, end_s: float, deadline: float
     docs = []
     for p in files:
         try:
-            doc = json.loads(gzip.decompress(p.read_bytes()))
+            # NOTE: a live process's stream: its chunks up to now, a write in progress dropped
+            doc = read_probe_stream(p).doc
             docs.append(cut(doc, int(start_s * 1e9), int(end_s * 1e9)))
         except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:
             raise ProbeError(f"--probe {name}: {p.name} unreadable: {type(exc).__name__}: {exc}") from None

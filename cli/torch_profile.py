@@ -13,6 +13,7 @@ Processes the script spawns that know how (tensor-parallel ranks of ours) profil
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import runpy
 import signal
@@ -20,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from srtscope.probes.capture_boot import BOOT_ENV
+from srtscope.probes.engine_tables import ENGINES
 from srtscope.probes.torch_capture import TORCH_PROFILE_ENV, rank_traces, torch_profiling
 
 _stopped_by: list[int] = []
@@ -57,7 +60,23 @@ def main(argv: list[str] | None = None) -> int:
             code = _run_target(target)
     except KeyboardInterrupt:          # a signal while the profiler started
         code = _signal_code()
+    for line in engines_unseen(set(sys.modules), os.environ.get(BOOT_ENV)):
+        print(line, file=sys.stderr)
     return code
+
+
+def engines_unseen(modules: set[str], boot: str | None) -> list[str]:
+    """One note line per engine the command imported whose scheduler runs in a process of its own
+    (``EngineTable.scheduler_apart``) and that ``--instrument`` did not name (``boot``: the
+    capture's ``BOOT_ENV``): the trace of this process holds none of that engine's steps."""
+    try:
+        instrumented = set(json.loads(boot).get("instrument") or []) if boot else set()
+    except (ValueError, AttributeError):
+        instrumented = set()
+    return [f"srtscope: note: {t.name} ran its scheduler in a process of its own, which this trace does not "
+            f"profile: it holds no {t.name} steps; for them, capture with --instrument {t.name} "
+            f"(srtscope capture --backend torch --instrument {t.name} -- ...)"
+            for t in ENGINES.values() if t.scheduler_apart and t.package in modules and t.name not in instrumented]
 
 
 def _signal_code() -> int:

@@ -11,9 +11,11 @@ engines to instrument:
   (a server's engine-core process, a script started without ``python``) profiles itself from then
   on into ``process_trace_path(out, pid)``, written at exit or when srtscope asks before passing a
   signal on (``probes.flush_request``: a server's processes are SIGKILLed at shutdown);
-- probe backend: a process that recorded spans writes them as a probe trace to the same path,
-  every ``flush_interval()`` seconds (5) from its first instrumented call on, and at exit (an engine's worker
-  processes are often SIGKILLed at shutdown: the last flush stays);
+- probe backend: a process that recorded spans appends them to a probe stream at the same path
+  (``probes.export.ProbeStreamWriter``: the rows since the last flush, O(new rows)) every
+  ``flush_interval()`` seconds (0.2) and as soon as it goes quiet, from its first instrumented
+  call on, and a final chunk at exit: an engine's children are often SIGKILLed at shutdown
+  (SGLang's scheduler, vLLM's workers), and such a trace keeps every flush before the kill;
 - at exit, one line per process with the instrumented calls it made.
 
 Everything here is best effort: a failure is a warning line, never the engine's exception.
@@ -32,7 +34,9 @@ BOOT_ENV = "SRTSCOPE_CAPTURE"
 BACKENDS = ("nsys", "torch", "probe")
 PROTOCOL = 1   # the BOOT_ENV document's version; the CLI and this module must agree
 FLUSH_ENV = "SRTSCOPE_PROBE_FLUSH_S"   # probe backend: seconds between flushes (default FLUSH_S)
-FLUSH_S = 5.0
+# NOTE: a flush appends only the new rows (about 2 us a span, in the flusher's thread), so a short
+# interval costs little more than a long one and bounds what a SIGKILL loses
+FLUSH_S = 0.2
 
 
 def flush_interval() -> float:
@@ -202,7 +206,7 @@ class _Session:
             sys.stderr.flush()
 
     def _write_probe(self, pid: int) -> Path | None:
-        from srtscope.probes.export import write_probe_trace
+        from srtscope.probes.export import ProbeStreamWriter
         from srtscope.probes.recorder import get_recorder
 
         flusher, self.flusher = self.flusher, None
@@ -216,8 +220,9 @@ class _Session:
         try:
             if flusher is not None:
                 flusher.stop(final_flush=True)
-                return path
-            return write_probe_trace(rec, path)
+            else:
+                ProbeStreamWriter(rec, path).flush(final=True)
+            return path
         except OSError as exc:
             _warn(f"probe trace of process {pid} not written to {path}: {exc.strerror or exc}")
             return None

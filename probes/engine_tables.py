@@ -50,6 +50,9 @@ class EngineTable:
     distributions: tuple[str, ...]
     checked: tuple[str, ...]
     targets: tuple[Target, ...]
+    #: its scheduler always runs in a process of its own (offline too), which a torch.profiler run
+    #: of the command's process alone never sees
+    scheduler_apart: bool = False
 
     def __post_init__(self) -> None:
         if not self.targets:
@@ -184,6 +187,7 @@ SGLANG = EngineTable(
     package="sglang",
     distributions=("sglang",),
     checked=("0.5",),
+    scheduler_apart=True,     # sgl.Engine and the server spawn the scheduler process (0.5.23)
     targets=(
         # 0.5.23: the scheduler's receiving moved to SchedulerRequestReceiver (Scheduler.ingest_requests
         # calls it, then process_input_requests)

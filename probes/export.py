@@ -11,14 +11,26 @@ Probe trace, format ``srtscope-probe`` version 1 — a JSON object (gzip when th
 
 Columns are parallel arrays; times are integer nanoseconds on the recorder's clock. Writing is
 atomic (temp file in the same folder, fsync, rename), so a crash leaves the last complete flush.
+
+A probe *stream* (what a process writes while it runs: ``ProbeStreamWriter``, ``AutoFlusher``) is
+the same documents one after another, one line each (each line its own gzip member when the path
+ends ``.gz``), each holding only the spans and counters recorded since the previous one, with two
+more keys: ``"chunk"`` (0, 1, ...) and ``"final"`` (true on the process's exit flush). Appending
+costs O(new rows) a flush, and a process killed at any moment (SIGKILL at an engine's shutdown)
+leaves every chunk it finished: ``read_probe_stream`` merges them, and says when the exit flush is
+missing or the last write was cut. A one-chunk stream is a plain document too.
 """
 from __future__ import annotations
 
 import gzip
 import json
 import os
+import sys
 import tempfile
 import threading
+import time
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +57,11 @@ def _jsonable(value: Any) -> Any:
 
 def probe_document(recorder: Recorder) -> dict[str, Any]:
     """The probe-trace document for everything the recorder holds now."""
+    return _document(recorder.raw_spans(), recorder.raw_counters(), recorder.metadata())
+
+
+def _document(raw_spans: list[tuple], raw_counters: list[tuple], meta: dict[str, Any]) -> dict[str, Any]:
+    """A probe document of the recorder's raw rows (any order; sorted here)."""
     strings: list[str] = []
     index: dict[str, int] = {}
 
@@ -55,14 +72,14 @@ def probe_document(recorder: Recorder) -> dict[str, Any]:
             strings.append(s)
         return i
 
-    raw = sorted(recorder.raw_spans(), key=lambda r: (r[1], r[4]))
+    raw = sorted(raw_spans, key=lambda r: (r[1], r[4]))
     spans = {"name": [intern(r[0]) for r in raw], "start_ns": [r[1] for r in raw],
              "end_ns": [r[2] for r in raw], "tid": [r[3] for r in raw],
              "depth": [r[4] for r in raw], "attrs": [_jsonable(r[5]) if r[5] else None for r in raw]}
-    rc = sorted(recorder.raw_counters(), key=lambda r: r[1])
+    rc = sorted(raw_counters, key=lambda r: r[1])
     counters = {"name": [intern(r[0]) for r in rc], "t_ns": [r[1] for r in rc],
                 "value": [r[2] for r in rc], "device": [r[3] for r in rc]}
-    return {"format": FORMAT, "version": VERSION, "meta": _jsonable(recorder.metadata()),
+    return {"format": FORMAT, "version": VERSION, "meta": _jsonable(meta),
             "strings": strings, "spans": spans, "counters": counters}
 
 
@@ -90,7 +107,7 @@ def merge_probe_documents(docs: list[dict[str, Any]]) -> dict[str, Any]:
     counters = dict(zip(("name", "t_ns", "value", "device"),
                         (list(c) for c in zip(*counter_rows)) if counter_rows else ([] for _ in range(4))))
     meta = dict(docs[0]["meta"]) if docs else {}
-    meta["pids"] = [d["meta"].get("pid") for d in docs]
+    meta["pids"] = list(dict.fromkeys(d["meta"].get("pid") for d in docs))   # a stream's chunks: one pid
     return {"format": FORMAT, "version": VERSION, "meta": meta, "strings": strings, "spans": spans,
             "counters": counters}
 
@@ -154,12 +171,146 @@ def probe_trace_name(rank: int, stem: str = "probe") -> str:
     return f"{stem}.rank{rank}.json"
 
 
+class ProbeStreamWriter:
+    """Appends a recorder's rows to the probe stream at ``path`` (gzip when it ends ``.gz``): each
+    ``flush`` one chunk of the rows recorded since the last one, in one ``write`` (no fsync: a killed
+    process's writes stay in the page cache). The first chunk truncates the file; a flush with
+    nothing new only touches it (its mtime says the process is alive)."""
+
+    def __init__(self, recorder: Recorder, path: str | os.PathLike) -> None:
+        self.recorder, self.path = recorder, Path(path)
+        self.chunks = 0                  # chunks written
+        self._span_pos = self._counter_pos = 0
+        self._lock = threading.Lock()
+
+    def flush(self, final: bool = False) -> bool:
+        """Write the new rows as one chunk (``final``: the process's last, written even when empty
+        once a chunk exists); True when a chunk was written."""
+        with self._lock:
+            spans, counters, span_pos, counter_pos = self.recorder.raw_since(self._span_pos, self._counter_pos)
+            if not spans and not counters and not (final and self.chunks):
+                if self.chunks:
+                    try:
+                        os.utime(self.path)
+                    except OSError:
+                        pass
+                return False
+            doc = _document(spans, counters, self.recorder.metadata())
+            doc["chunk"], doc["final"] = self.chunks, final
+            data = (json.dumps(doc, separators=(",", ":")) + "\n").encode()
+            if self.path.name.endswith(".gz"):
+                data = gzip.compress(data, compresslevel=1, mtime=0)   # 2.6x faster than 5, 16% larger
+            if not self.chunks:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if not self.chunks else 0)
+            fd = os.open(self.path, flags, 0o666)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+            self.chunks += 1
+            self._span_pos, self._counter_pos = span_pos, counter_pos
+            return True
+
+    @property
+    def written_rows(self) -> int:
+        """Spans and counters written so far (``Recorder.row_count`` once all are)."""
+        return self._span_pos + self._counter_pos
+
+
+@dataclass(frozen=True)
+class ProbeStream:
+    """A probe stream read back: ``doc`` its complete chunks as one plain document; ``final``
+    whether the exit flush is there (a plain document counts as final); ``cut`` why a last,
+    incomplete write was dropped ("" when none was)."""
+
+    doc: dict[str, Any]
+    chunks: int
+    final: bool
+    cut: str
+
+    def note(self, path: Path) -> str:
+        """One line on what a stream that did not end with its exit flush is missing ("" if none)."""
+        if self.final and not self.cut:
+            return ""
+        what = [] if self.final else [
+            f"process {self.doc.get('meta', {}).get('pid', '?')} ended without its exit flush (killed, e.g. "
+            f"by an engine's shutdown) or is still running: its trace ends at its last periodic flush"]
+        if self.cut:
+            what.append(f"its last write was cut and dropped ({self.cut})")
+        return f"{path.name}: " + "; ".join(what)
+
+
+def read_probe_stream(path: str | os.PathLike) -> ProbeStream:
+    """Read a probe stream (or a plain probe document) whole. ValueError when not even its first
+    chunk is readable."""
+    path = Path(path)
+    raw = path.read_bytes()
+    text, cut = raw, ""
+    if raw[:2] == b"\x1f\x8b":
+        parts: list[bytes] = []
+        rest = raw
+        while rest:
+            dec = zlib.decompressobj(wbits=31)
+            try:
+                parts.append(dec.decompress(rest))
+            except zlib.error as exc:
+                cut = f"corrupt gzip data: {exc}"
+                break
+            if not dec.eof:
+                parts.pop()
+                cut = f"{len(rest)} bytes of an unfinished gzip member"
+                break
+            rest = dec.unused_data
+        text = b"".join(parts)
+    lines = text.split(b"\n")
+    docs: list[dict[str, Any]] = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)
+            if not isinstance(doc, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            if not docs and not cut:      # a plain document written over several lines
+                try:
+                    docs.append(json.loads(text))
+                    break
+                except ValueError:
+                    pass
+            if not docs:
+                raise ValueError(f"{path.name}: not a probe trace: {exc}") from None
+            cut = cut or (f"an unfinished last line of {len(line)} bytes" if i == len(lines) - 1
+                          else f"line {i + 1}: {exc}")
+            break
+        docs.append(doc)
+        if "chunk" not in doc:           # a plain document: the whole trace
+            break
+    if not docs:
+        raise ValueError(f"{path.name}: no probe trace in it" + (f" ({cut})" if cut else ""))
+    final = bool(docs[-1].get("final", "chunk" not in docs[-1]))
+    doc = docs[0] if len(docs) == 1 else merge_probe_documents(docs)
+    return ProbeStream({k: v for k, v in doc.items() if k not in ("chunk", "final")}, len(docs), final, cut)
+
+
+#: seconds between an ``AutoFlusher``'s looks at its recorder: rows left unwritten and none added
+#: since the last look (the process went quiet: a run ended, and an engine's shutdown may SIGKILL
+#: it next) are written at once, not at the end of the interval
+QUIET_S = 0.05
+
+
 class AutoFlusher:
-    """Flushes a recorder's probe trace every ``interval_s`` from a daemon thread."""
+    """Appends a recorder's new rows to its probe stream every ``interval_s`` from a daemon thread
+    (``ProbeStreamWriter``), and within ``QUIET_S`` to ``2 * QUIET_S`` of the process going quiet;
+    ``stop`` writes the final chunk."""
 
     def __init__(self, recorder: Recorder, path: str | os.PathLike, interval_s: float = 2.0) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        self.writer = ProbeStreamWriter(recorder, path)
         self.recorder, self.path, self.interval_s = recorder, Path(path), interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="srtscope-flush", daemon=True)
@@ -169,11 +320,25 @@ class AutoFlusher:
         return self
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            write_probe_trace(self.recorder, self.path)
+        warned = False
+        last, seen = time.monotonic(), -1
+        while not self._stop.wait(min(self.interval_s, QUIET_S)):
+            now, count = time.monotonic(), self.recorder.row_count()
+            quiet = count == seen != self.writer.written_rows
+            seen = count
+            if not quiet and now - last < self.interval_s:
+                continue
+            last = now
+            try:
+                self.writer.flush()
+            except OSError as exc:        # retried at the next flush: the cursor did not move
+                if not warned:
+                    warned = True
+                    sys.stderr.write(f"srtscope: warning: probe trace {self.path} not written: "
+                                     f"{exc.strerror or exc}\n")
 
     def stop(self, final_flush: bool = True) -> None:
         self._stop.set()
         self._thread.join()
         if final_flush:
-            write_probe_trace(self.recorder, self.path)
+            self.writer.flush(final=True)

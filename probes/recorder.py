@@ -86,6 +86,22 @@ class Recorder:
     def raw_counters(self) -> list[tuple]:
         return list(self._counters)
 
+    def row_count(self) -> int:
+        """Spans and counters recorded so far (cheap: what a flusher polls)."""
+        return len(self._spans) // 6 + len(self._counters)
+
+    def raw_since(self, span_pos: int, counter_pos: int) -> tuple[list[tuple], list[tuple], int, int]:
+        """The spans and counters recorded after the first ``span_pos`` spans and ``counter_pos``
+        counters, in recording order, and the positions after them (an incremental writer's
+        cursor: O(new rows), not O(all)). A position past the end (the recorder was cleared since)
+        starts from 0."""
+        flat, counters = self._spans, self._counters
+        n_span, n_counter = len(flat) // 6, len(counters)
+        span_pos = span_pos if span_pos <= n_span else 0
+        counter_pos = counter_pos if counter_pos <= n_counter else 0
+        it = iter(flat[span_pos * 6:n_span * 6])
+        return (list(zip(it, it, it, it, it, it)), counters[counter_pos:n_counter], n_span, n_counter)
+
     def spans(self) -> list[SpanRecord]:
         """Closed spans sorted by start time (ties: outer first)."""
         out = [SpanRecord(n, s, e, self.pid, t, self.rank, d, dict(a) if a else {})

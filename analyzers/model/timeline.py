@@ -91,6 +91,7 @@ class WarningCode(str, Enum):
     PROFILER_STOP = "profiler_stop"              # a trailing range held the profiler's own stop: cut
     OTHER = "other"
     CORRUPT = "corrupt"                          # a damaged file: some of what it held was lost
+    ENDED_EARLY = "ended_early"                  # a probe stream without its exit flush (killed)
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,10 @@ class JsonStreamError(ValueError):
     pass
 
 
+class CutStreamError(JsonStreamError):
+    """``iter_objects``: the input ended inside an object (a writer killed mid-write)."""
+
+
 class _Buf:
     def __init__(self, fh: IO[str], chunk: int, max_value: int | None = None,
                  max_total: int | None = None) -> None:
@@ -269,3 +273,21 @@ def load_columns(fh: IO[str], max_rows: int, max_total: int | None = None, chunk
     if b.peek() != "":
         raise JsonStreamError("trailing data after the top-level object")
     return doc
+
+
+def iter_objects(fh: IO[str], max_rows: int, max_total: int | None = None, chunk: int = 1 << 20,
+                 max_value: int | None = None) -> Iterator[dict[str, Any]]:
+    """Top-level JSON objects one after another (JSON Lines, or simply concatenated), each read as
+    ``load_columns`` reads one; the bounds hold per array (``max_rows``) and over the whole stream
+    (``max_total``). Each object is yielded as soon as it is closed, before the next is looked for,
+    so a stream cut in its last object still gives every object before it."""
+    b = _Buf(fh, chunk, max_value, max_total)
+    while b.peek() != "":
+        try:
+            b.expect("{")
+            doc = _object(b, "", 1, max_rows)
+        except JsonStreamError as exc:
+            if b.eof:        # the input ended inside this object
+                raise CutStreamError(str(exc)) from None
+            raise
+        yield doc

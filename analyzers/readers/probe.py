@@ -3,13 +3,16 @@
 Spans -> ranges (domain ``srtscope``, attrs kept). The worker's forward spans (``run.eager``,
 ``run.graph_replay``, ``comm.all_reduce``) are ALSO device rows of kind ``cpu_forward``: on a CPU
 run they are the closest thing to device activity (warning ``cpu_stand_in``). Counters -> counters.
-Read element by element (``jsonstream.load_columns``), bounded whatever the inflated size: at most
+A probe stream (a process's periodic flushes, ``probes/export.py``) is its chunks merged; one that
+lacks its exit flush (the process was killed) is read with warning ``ended_early``.
+Read element by element (``jsonstream.iter_objects``), bounded whatever the inflated size: at most
 ``MAX_PROBE_ROWS`` spans or counters, ``MAX_PROBE_CHARS`` characters, ``MAX_PROBE_VALUE`` per value.
 """
 from __future__ import annotations
 
 import gzip
 import io
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +21,9 @@ import pandas as pd
 
 from srtscope.analyzers.model.timeline import SourceFormat, Timeline, TimelineMeta, Traced, WarningCode
 from srtscope.analyzers.readers.errors import TraceError
-from srtscope.analyzers.readers.jsonstream import JsonStreamError, load_columns
+from srtscope.analyzers.readers.jsonstream import CutStreamError, JsonStreamError, iter_objects
 from srtscope.analyzers.readers.stand_in import forward_stand_ins, note_stand_ins
-from srtscope.probes.export import FORMAT, VERSION
+from srtscope.probes.export import FORMAT, VERSION, merge_probe_documents
 from srtscope.probes.stages import DOMAIN
 
 MAX_PROBE_ROWS = 1_000_000       # spans (or counters): a run records about six per engine step
@@ -28,21 +31,83 @@ MAX_PROBE_CHARS = 256 << 20      # the whole document, inflated (~70 characters 
 MAX_PROBE_VALUE = 1 << 20        # one value: a name, a span's attrs, the meta object
 
 
-def _load(path: Path) -> dict[str, Any]:
-    with open(path, "rb") as fh:
-        gz = fh.read(2) == b"\x1f\x8b"
-    raw = gzip.open(path, "rb") if gz else open(path, "rb")
-    with io.TextIOWrapper(raw, encoding="utf-8", errors="strict") as fh:
+class _UntilCut(io.RawIOBase):
+    """A gzip file read up to where its data is cut or damaged, then a clean end of file (the
+    error kept in ``cut``): what was read before a cut member is not lost with it."""
+
+    def __init__(self, gz: gzip.GzipFile) -> None:
+        self.gz = gz
+        self.cut: BaseException | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        if self.cut is not None:
+            return 0
         try:
-            doc = load_columns(fh, MAX_PROBE_ROWS, MAX_PROBE_CHARS, max_value=MAX_PROBE_VALUE)
-        except JsonStreamError as exc:
-            raise TraceError(path, f"not a valid {FORMAT} trace: {exc}") from None
+            data = self.gz.read1(len(b))
+        except (EOFError, OSError, zlib.error) as exc:
+            self.cut = exc
+            return 0
+        b[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self.gz.close()
+        super().close()
+
+
+def _check(doc: Any, path: Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise TraceError(path, f"not a {FORMAT} trace")
     if doc.get("version") != VERSION:
         raise TraceError(path, f"{FORMAT} version {doc.get('version')!r} is not supported "
                                f"(this reader knows version {VERSION})")
     return doc
+
+
+def _load(path: Path) -> tuple[dict[str, Any], str]:
+    """The document, and for a probe stream that did not end with its process's exit flush (see
+    ``probes/export.py``) the one line saying so ("" otherwise). A stream's chunks are merged; a
+    last chunk cut by a kill is dropped; damage before it, or in a plain document, is refused."""
+    with open(path, "rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+    raw: _UntilCut | io.BufferedReader = _UntilCut(gzip.open(path, "rb")) if gz else open(path, "rb")
+    buffered = io.BufferedReader(raw) if isinstance(raw, _UntilCut) else raw
+    docs: list[dict[str, Any]] = []
+    cut = ""
+    with io.TextIOWrapper(buffered, encoding="utf-8", errors="strict") as fh:
+        try:
+            for doc in iter_objects(fh, MAX_PROBE_ROWS, MAX_PROBE_CHARS, max_value=MAX_PROBE_VALUE):
+                docs.append(_check(doc, path))
+                if "chunk" not in docs[0] and len(docs) > 1:
+                    raise JsonStreamError("trailing data after the top-level object")
+        except JsonStreamError as exc:
+            gz_cut = raw.cut if isinstance(raw, _UntilCut) else None
+            if not docs or "chunk" not in docs[0] or not isinstance(exc, CutStreamError):
+                if gz_cut is not None:
+                    raise gz_cut from None         # a plain document cut: as any truncated file
+                raise TraceError(path, f"not a valid {FORMAT} trace: {exc}") from None
+            cut = f"its last write was cut and dropped ({gz_cut or exc})"
+        if isinstance(raw, _UntilCut) and raw.cut is not None and not cut:
+            if not docs or "chunk" not in docs[0]:
+                raise raw.cut
+            cut = f"its last write was cut and dropped ({raw.cut})"
+    if not docs:
+        raise TraceError(path, f"not a valid {FORMAT} trace: empty")
+    if len(docs) == 1 and "chunk" not in docs[0]:
+        return docs[0], ""
+    doc = merge_probe_documents(docs) if len(docs) > 1 else docs[0]
+    if sum(len(d["spans"].get("name", [])) for d in docs) > MAX_PROBE_ROWS:
+        raise TraceError(path, f"not a valid {FORMAT} trace: over {MAX_PROBE_ROWS} spans")
+    notes = [cut] if cut else []
+    if not docs[-1].get("final"):
+        pid = docs[0].get("meta", {}).get("pid", "?")
+        notes.insert(0, f"process {pid} ended without its exit flush (killed, e.g. by an engine's shutdown, "
+                        f"or still running): its trace ends at its last periodic flush "
+                        f"(SRTSCOPE_PROBE_FLUSH_S) and holds {len(docs)} of its chunks")
+    return doc, "; ".join(notes)
 
 
 def _column(table: dict, key: str, n: int, path: Path) -> list | np.ndarray:
@@ -57,7 +122,7 @@ def _column(table: dict, key: str, n: int, path: Path) -> list | np.ndarray:
 def read_probe(path: str | Path, rank: int | None = None) -> Timeline:
     """Read one probe trace; its rank comes from ``meta.rank`` (else ``rank``, else 0)."""
     path = Path(path)
-    doc = _load(path)
+    doc, ended = _load(path)
     meta_in = m_in if isinstance(m_in := doc.get("meta"), dict) else {}
     strings = doc.get("strings")
     spans = sp if isinstance(sp := doc.get("spans"), dict) else {}
@@ -115,4 +180,9 @@ def read_probe(path: str | Path, rank: int | None = None) -> Timeline:
     if m:
         meta.traced.add(Traced.COUNTERS)
     meta.warn(WarningCode.NO_API, "probe traces record no CUDA API calls")
+    merged_notes = meta_in.get("ended_early")        # a merged trace: its processes' own notes
+    if isinstance(merged_notes, list) and merged_notes:
+        ended = "; ".join([ended] * bool(ended) + [str(n) for n in merged_notes])
+    if ended:
+        meta.warn(WarningCode.ENDED_EARLY, ended)
     return Timeline.build(meta, device=device, ranges=ranges, counters=counters_df)

@@ -99,3 +99,51 @@ def test_bad_probe_traces(tmp_path, recording, edit, msg):
     with pytest.raises(TraceError, match=msg) as ei:
         load_timeline([bad])
     assert str(ei.value).startswith(f"{bad}: ")
+
+
+@pytest.mark.parametrize("cut", [False, True])
+@pytest.mark.parametrize("name", ["eng.pid7.json.gz", "eng.pid7.json"])
+def test_stream_of_a_killed_process_is_read_with_a_warning(tmp_path, recording, name, cut):
+    # scenario: a process flushed once a step and was SIGKILLed (an engine's shutdown); with
+    # cut, in the middle of its fourth flush: three whole steps stay
+    from srtscope.probes.export import ProbeStreamWriter
+    from srtscope.probes.recorder import get_recorder
+
+    path = tmp_path / name
+    w = ProbeStreamWriter(get_recorder(), path)
+    sizes = []
+    for i in range(4):
+        with stage("loop.step", step=i, mode="decode", bs=4):
+            with stage("sched.schedule"):
+                time.sleep(0.0003)
+            with stage("run.eager", bs=4):
+                time.sleep(0.0003)
+        w.flush()
+        sizes.append(path.stat().st_size)
+    if cut:
+        path.write_bytes(path.read_bytes()[:(sizes[2] + sizes[3]) // 2])
+    tl = load_timeline([path])
+    steps = tl.ranges[tl.ranges["name"] == "loop.step"]
+    assert sorted(a["step"] for a in steps["attrs"]) == list(range(4 if not cut else 3))
+    assert tl.meta.has_warning(WarningCode.ENDED_EARLY)
+    (msg,) = [w.message for w in tl.meta.warnings if w.code == WarningCode.ENDED_EARLY]
+    assert "without its exit flush" in msg and ("cut and dropped" in msg) == cut
+    w.flush(final=True)                      # a process that ended normally: no warning
+    if not cut:
+        assert not load_timeline([path]).meta.has_warning(WarningCode.ENDED_EARLY)
+
+
+def test_damage_before_a_streams_last_chunk_is_refused(tmp_path, recording):
+    from srtscope.probes.export import ProbeStreamWriter
+    from srtscope.probes.recorder import get_recorder
+
+    path = tmp_path / "s.pid1.json"
+    w = ProbeStreamWriter(get_recorder(), path)
+    for _ in range(2):
+        with stage("run.eager"):
+            pass
+        w.flush()
+    first, second = path.read_text().splitlines()
+    path.write_text(first + "\n" + second.replace(":", ";", 3) + "\n" + first + "\n")
+    with pytest.raises(TraceError, match="not a valid srtscope-probe trace"):
+        load_timeline([path])

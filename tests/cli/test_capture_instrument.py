@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "probes"))
 from fake_engine import write_fake_engine  # noqa: E402
 
 from srtscope.probes.engine_tables import VLLM  # noqa: E402
+from srtscope.probes.export import read_probe_stream  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "srtscope"]
@@ -85,7 +86,7 @@ def _umask() -> int:
 
 
 def _spans(path: Path) -> list[str]:
-    doc = json.loads(gzip.decompress(path.read_bytes()))
+    doc = read_probe_stream(path).doc         # a process's trace is a stream of its flushes
     return [doc["strings"][i] for i in doc["spans"]["name"]]
 
 
@@ -218,6 +219,64 @@ def test_probe_trace_survives_a_sigkilled_process(engine, tmp_path):
     assert len(traces) == 1 and _spans(traces[0]).count("sched.schedule") == 4
 
 
+# SGLang's shape: the scheduler runs in a spawned child; the parent's shutdown SIGKILLs it right
+# after the last result (Engine.shutdown -> kill_process_tree), so none of its exit code runs
+SPAWNED = """\
+import multiprocessing, os, signal, time
+from vllm._fake_out import HOOKS
+from vllm.v1.engine.core import EngineCore
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+def step(x):
+    out = Scheduler().schedule({"r1": 1}, sleep_s=0.004)
+    GPUModelRunner()._sample(GPUModelRunner()._model_forward(sleep_s=0.004))
+
+def scheduler(q):
+    HOOKS["EngineCore.step"] = step
+    n, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < 1.5:
+        EngineCore().step()
+        n += 1
+    q.put(n)
+    time.sleep(60)                          # idle until killed
+
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    child = ctx.Process(target=scheduler, args=(q,))
+    child.start()
+    EngineCore().add_request()
+    print("child steps:", q.get(), "child pid:", child.pid, flush=True)
+    os.kill(child.pid, signal.SIGKILL)       # the engine's shutdown
+    child.join()
+"""
+
+
+def test_a_sigkilled_spawned_scheduler_keeps_its_steps_in_the_merged_trace(engine, tmp_path):
+    # scenario: capture --backend probe of a script whose engine SIGKILLs its scheduler process at
+    # shutdown, at the default flush interval: the child's flushes before the kill are merged
+    (engine / "spawned.py").write_text(SPAWNED)
+    out = tmp_path / "sp"
+    r = _run([*CLI, "capture", "--backend", "probe", "--instrument", "vllm", "--out", out, "--",
+              OTHER_PYTHON, "spawned.py"], {"PYTHONPATH": os.pathsep.join([str(engine), str(REPO)])}, engine)
+    assert r.returncode == 0, r.stderr
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("child steps:")][0].split()
+    steps, pid = int(line[2]), int(line[5])
+    assert f"srtscope: note: sp.pid{pid}.json.gz: process {pid} ended without its exit flush" in r.stderr
+    merged = tmp_path / "sp.json.gz"
+    names = _spans(merged)
+    assert names.count("sched.recv") == 1                  # the parent's own call
+    # all but the steps of the child's last flush interval (0.5 s of 1.5 s) are kept
+    kept = names.count("loop.step")
+    assert steps / 3 <= kept <= steps, (kept, steps)
+    assert names.count("run.eager") == kept
+    d = _run([*CLI, "diagnose", merged, "--json"], {}, tmp_path)
+    assert d.returncode == 0, d.stderr
+    warned = {w["code"]: w["message"] for w in json.loads(d.stdout)["capture"]["warnings"]}
+    assert f"process {pid} ended without its exit flush" in warned["ended_early"]
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--backend", "torch", "--", "/etc/hostname"], "cannot run /etc/hostname: Exec format error"),
     (["--backend", "torch", "--", "python", "-m"], "-m needs a module"),
@@ -287,3 +346,36 @@ def test_capture_without_nsys_names_the_backend_that_works(engine, tmp_path, arg
              {"PYTHONPATH": str(engine), "PATH": _no_nsys_path(tmp_path)}, engine)
     lines = [ln for ln in r.stderr.strip().splitlines() if ln != "user sitecustomize ran"]
     assert r.returncode == 2 and len(lines) == 1 and needle in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("modules, boot, noted", [
+    ({"sglang", "sglang.srt"}, None, ["sglang"]),                        # SGLang's scheduler: a process apart
+    ({"sglang"}, json.dumps({"instrument": ["sglang"]}), []),            # instrumented: its process traced
+    ({"sglang"}, json.dumps({"instrument": ["vllm"]}), ["sglang"]),
+    ({"vllm"}, None, []),                 # vLLM may run its engine in process (no claim made)
+    ({"torch"}, None, []),                # no engine imported
+    ({"sglang"}, "not json", ["sglang"]),
+])
+def test_torch_backend_says_which_engines_steps_it_cannot_see(modules, boot, noted):
+    from srtscope.cli.torch_profile import engines_unseen
+
+    lines = engines_unseen(modules, boot)
+    assert [ln.split("note: ")[1].split(" ")[0] for ln in lines] == noted
+    for ln in lines:
+        assert "\n" not in ln and "--instrument sglang" in ln
+
+
+def test_capture_torch_of_an_sglang_script_without_instrument_says_so(tmp_path):
+    pytest.importorskip("torch")
+    from srtscope.probes.engine_tables import SGLANG
+
+    root = tmp_path / "engine"
+    write_fake_engine(root, SGLANG, "0.5.23")
+    base = [*CLI, "capture", "--backend", "torch", "--out", tmp_path / "t.json.gz"]
+    cmd = ["--", sys.executable, "-c", "import sglang, torch; torch.ones(2) + 1"]
+    env = {"PYTHONPATH": os.pathsep.join([str(root), str(REPO)])}
+    r = _run([*base, *cmd], env, root)
+    assert r.returncode == 0, r.stderr
+    assert "srtscope: note: sglang ran its scheduler in a process of its own" in r.stderr
+    r = _run([*base, "--instrument", "sglang", *cmd], env, root)
+    assert r.returncode == 0 and "note: sglang" not in r.stderr, r.stderr

@@ -2,6 +2,7 @@
 import gzip
 import json
 import os
+import time
 
 import pytest
 
@@ -80,5 +81,95 @@ def test_autoflusher_writes_last_complete_flush(recorder, tmp_path):
         export.AutoFlusher(recorder, target, interval_s=0)
 
 
+def _names(doc):
+    return [doc["strings"][i] for i in doc["spans"]["name"]]
+
+
+@pytest.mark.parametrize("name", ["p.pid1.json.gz", "p.pid1.json"])
+def test_stream_appends_only_the_new_rows_and_reads_back_whole(recorder, tmp_path, name):
+    # scenario: a process flushes twice while it runs, then once at exit
+    path = tmp_path / name
+    path.write_bytes(b"an older capture's file: the first chunk replaces it")
+    w = export.ProbeStreamWriter(recorder, path)
+    assert not w.flush()                               # nothing recorded: no file written
+    with stage("sched.schedule"):
+        pass
+    assert w.flush()
+    size = path.stat().st_size
+    with stage("run.eager", bs=2):
+        pass
+    recorder.add_counter("gpu.util_pct", 7, 50.0)
+    assert w.flush()
+    os.utime(path, (0, 0))
+    assert not w.flush() and path.stat().st_mtime > 0  # nothing new: only touched (the process is alive)
+    assert w.flush(final=True) and w.chunks == 3       # the exit flush, empty, says the process ended
+    raw = path.read_bytes()
+    lines = (gzip.decompress(raw) if name.endswith(".gz") else raw).decode().splitlines()
+    chunks = [json.loads(ln) for ln in lines]
+    assert [(c["chunk"], c["final"], _names(c)) for c in chunks] == \
+        [(0, False, ["sched.schedule"]), (1, False, ["run.eager"]), (2, True, [])]
+    assert len(raw) > size                             # appended, the first chunk kept
+    st = export.read_probe_stream(path)
+    assert (st.chunks, st.final, st.cut, st.note(path)) == (3, True, "", "")
+    assert _names(st.doc) == ["sched.schedule", "run.eager"] and st.doc["counters"]["value"] == [50.0]
+    assert st.doc["meta"]["pids"] == [os.getpid()] and "chunk" not in st.doc
+
+
+def test_stream_of_a_killed_process_keeps_its_whole_chunks(recorder, tmp_path):
+    # scenario: SIGKILL mid-write: the last gzip member is cut; no exit flush ever came
+    path = tmp_path / "k.pid9.json.gz"
+    w = export.ProbeStreamWriter(recorder, path)
+    for step in range(3):
+        with stage("loop.step", step=step):
+            pass
+        w.flush()
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-7])
+    st = export.read_probe_stream(path)
+    assert st.chunks == 2 and not st.final and "unfinished gzip member" in st.cut
+    assert [a["step"] for a in st.doc["spans"]["attrs"]] == [0, 1]
+    note = st.note(path)
+    assert note.startswith("k.pid9.json.gz: process ") and "without its exit flush" in note and "cut" in note
+    path.write_bytes(whole)                            # killed between two flushes: nothing cut
+    st = export.read_probe_stream(path)
+    assert (st.chunks, st.final, st.cut) == (3, False, "")
+    path.write_bytes(whole[:5])
+    with pytest.raises(ValueError, match="no probe trace"):
+        export.read_probe_stream(path)
+
+
+def test_autoflusher_appends_while_the_process_runs(recorder, tmp_path):
+    target = tmp_path / "a.pid1.json.gz"
+    flusher = export.AutoFlusher(recorder, target, interval_s=0.01).start()
+    with stage("sched.recv"):
+        pass
+    deadline = 200
+    while not target.exists() and deadline:           # flushed by the thread, with no stop
+        deadline -= 1
+        time.sleep(0.01)
+    st = export.read_probe_stream(target)
+    assert _names(st.doc) == ["sched.recv"] and not st.final
+    flusher.stop()
+    assert export.read_probe_stream(target).final
+
+
 def test_probe_trace_name():
     assert export.probe_trace_name(3) == "probe.rank3.json"
+
+
+def test_autoflusher_writes_soon_after_the_process_goes_quiet(recorder, tmp_path):
+    # scenario: an engine's run ends and its shutdown may SIGKILL the process next: the rows left
+    # are written within a few QUIET_S, not at the end of a long interval
+    target = tmp_path / "q.pid1.json.gz"
+    flusher = export.AutoFlusher(recorder, target, interval_s=60).start()
+    try:
+        with stage("run.eager"):
+            pass
+        t0 = time.monotonic()
+        while not target.exists() and time.monotonic() - t0 < 30:
+            time.sleep(0.01)
+        waited = time.monotonic() - t0
+        assert target.exists() and _names(export.read_probe_stream(target).doc) == ["run.eager"]
+        assert waited < 30          # well before the 60 s interval
+    finally:
+        flusher.stop()
