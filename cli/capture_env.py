@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from srtscope.analyzers.spill.spill_folder import owner_alive, owner_stamp
 from srtscope.cli.errors import fail, one_line
 from srtscope.probes.capture_boot import BOOT_ENV, PROTOCOL
 
@@ -224,23 +225,19 @@ BOOT_OWNER = "owner.pid"
 
 def sweep_boot_dirs(tmp: Path) -> list[Path]:
     """Remove the boot folders in ``tmp`` whose capture is gone (a SIGKILL runs no clean-up): those
-    of this user whose ``BOOT_OWNER`` names no live process; returns them. NOTE: a folder without
-    that file, or whose pid was reused, is left alone."""
+    of this user whose ``BOOT_OWNER`` names a process no longer running (the spill's owner files,
+    ``spill_folder.owner_alive``); returns them. NOTE: a folder without that file is left alone."""
     gone = []
-    for d in tmp.glob(BOOT_PREFIX + "*"):
+    for d in sorted(tmp.glob(BOOT_PREFIX + "*")):
         try:
-            if d.stat().st_uid != os.getuid():
+            owner = d / BOOT_OWNER
+            if d.is_symlink() or d.stat().st_uid != os.getuid() or owner.is_symlink() \
+                    or owner_alive(owner.read_text()):
                 continue
-            pid = int((d / BOOT_OWNER).read_text())
-        except (OSError, ValueError):
+        except OSError:
             continue
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(d, ignore_errors=True)
-            gone.append(d)
-        except OSError:           # alive, someone else's
-            continue
+        shutil.rmtree(d, ignore_errors=True)
+        gone.append(d)
     return gone
 
 
@@ -252,7 +249,7 @@ def boot_dir(env: dict[str, str], backend: str, out: Path, engines: list[str]) -
     sweep_boot_dirs(Path(tempfile.gettempdir()))
     folder = Path(tempfile.mkdtemp(prefix=BOOT_PREFIX))
     try:
-        (folder / BOOT_OWNER).write_text(str(os.getpid()))
+        (folder / BOOT_OWNER).write_text(owner_stamp())
         import_path(folder)
         if engines:
             (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)

@@ -45,7 +45,12 @@ def _started(pid: int) -> str | None:
     return ""
 
 
-def _alive(owner: str) -> bool:
+def owner_stamp() -> str:
+    """What an ``owner`` file holds: this process's pid and start time (``owner_alive`` reads it)."""
+    return f"{os.getpid()} {_started(os.getpid()) or ''}\n"
+
+
+def owner_alive(owner: str) -> bool:
     """Whether the ``owner`` file's process still runs (a reused pid with another start time does
     not count); True where the file cannot be read as ours."""
     parts = owner.split()
@@ -67,7 +72,7 @@ def sweep_stale(tmp: Path, note: Callable[[str], None] | None = None) -> int:
             if d.is_symlink() or not d.is_dir() or (uid is not None and d.stat().st_uid != uid):
                 continue
             owner = d / OWNER
-            if owner.is_symlink() or not owner.is_file() or _alive(owner.read_text()):
+            if owner.is_symlink() or not owner.is_file() or owner_alive(owner.read_text()):
                 continue
             files = list(d.iterdir())
             if any(f.is_symlink() or not f.is_file() or not (f.name == OWNER or _FILE.fullmatch(f.name))
@@ -128,7 +133,7 @@ def spill_folder() -> Iterator[Path]:
         # the place of the error the run ends with
         with tempfile.TemporaryDirectory(prefix=PREFIX, ignore_cleanup_errors=True) as folder:
             path = Path(folder)
-            (path / OWNER).write_text(f"{os.getpid()} {_started(os.getpid()) or ''}\n")
+            (path / OWNER).write_text(owner_stamp())
             yield path
             check_ended()                # a signal whose exception was lost still ends the run
     except KeyboardInterrupt:
