@@ -125,17 +125,23 @@ RATIO_SAMPLE_BYTES = 1 << 20
 def json_text_bytes(path: Path) -> int:
     """Bytes of JSON text in a trace file: its size, or for gzip the uncompressed size from the
     trailer (ISIZE, modulo 2^32), unwrapped (``unwrap_isize``) by the ratio of its first
-    ``RATIO_SAMPLE_BYTES`` where the file is large enough to have wrapped it."""
+    ``RATIO_SAMPLE_BYTES`` where the file is large enough to have wrapped it. NOTE: a gzip of several
+    members (a probe stream appends one a flush) has only its last member's size in the trailer: a
+    trailer under the file's size that cannot have wrapped is such a stream, sized by its ratio."""
     size = path.stat().st_size
     with open(path, "rb") as fh:
         if fh.read(2) != b"\x1f\x8b" or size < 18:
             return size
         fh.seek(-4, os.SEEK_END)
         isize = int.from_bytes(fh.read(4), "little")
+        can_wrap = size * MAX_GZIP_RATIO > 1 << 32
         ratio = None
-        if size * MAX_GZIP_RATIO > 1 << 32:
+        if can_wrap or isize < size:
             fh.seek(0)
-            ratio = _inflate_ratio(fh.read(RATIO_SAMPLE_BYTES))
+            head = fh.read(RATIO_SAMPLE_BYTES)
+            ratio = _inflate_ratio(head, whole=len(head) == size)
+    if isize < size and not can_wrap:
+        return max(size, int(size * ratio)) if ratio else size
     return unwrap_isize(isize, size, ratio)
 
 
@@ -151,15 +157,22 @@ def unwrap_isize(isize: int, size: int, ratio: float | None) -> int:
     return isize
 
 
-def _inflate_ratio(head: bytes) -> float | None:
-    """Text bytes a compressed byte over the start of a gzip stream (None: too little to tell)."""
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        text = len(d.decompress(head))
-    except zlib.error:
-        return None
-    used = len(head) - len(d.unconsumed_tail) - len(d.unused_data)
-    return text / used if used >= 1 << 16 else None
+def _inflate_ratio(head: bytes, whole: bool = False) -> float | None:
+    """Text bytes a compressed byte over the start of a gzip stream, across its members (None: too
+    little to tell, unless ``head`` is the ``whole`` file)."""
+    text = used = 0
+    data = head
+    while data:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            text += len(d.decompress(data))
+        except zlib.error:
+            break
+        used += len(data) - len(d.unconsumed_tail) - len(d.unused_data)
+        if not d.eof:
+            break
+        data = d.unused_data
+    return text / used if used >= 1 << 16 or (whole and used == len(head) and used) else None
 
 
 def estimate(path: Path, fmt: SourceFormat) -> MemoryEstimate:

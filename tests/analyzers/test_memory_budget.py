@@ -269,3 +269,17 @@ def test_gzip_ratio_sampled_from_the_file(tmp_path: Path, monkeypatch) -> None:
     # a damaged start: no ratio, the trailer alone
     p.write_bytes(b"\x1f\x8b" + b"\0" * (size - 6) + len(text).to_bytes(4, "little"))
     assert json_text_bytes(p) == len(text)
+
+
+@pytest.mark.parametrize("members", [1, 40])
+@pytest.mark.parametrize("rows", [2_000, 200_000])
+def test_a_probe_streams_members_are_sized_together(tmp_path: Path, rows: int, members: int) -> None:
+    """A probe stream appends one gzip member a flush: the trailer holds only the last member's size.
+    It once read as a 4 GiB wrap (a 0.9 MB stream 'needed ~10 GiB'); the estimate is the text's
+    size, within the ratio's sampling error."""
+    text = b"".join(b'{"ph": "X", "name": "sched.schedule", "ts": %d, "dur": 3},\n' % i for i in range(rows))
+    step = -(-len(text) // members)
+    p = tmp_path / "s.json.gz"
+    p.write_bytes(b"".join(gzip.compress(text[i:i + step]) for i in range(0, len(text), step)))
+    got = json_text_bytes(p)
+    assert 0.8 * len(text) <= got <= 1.25 * len(text), (got, len(text))
