@@ -88,6 +88,7 @@ class _Session:
                   f"not in the nsys trace; install it there: {sys.executable} -m pip install nvtx")
         self.inst = Instrumenter([ENGINES[e] for e in engines])
         self.inst.on_call = self.on_call
+        self.inst.on_shutdown = self.before_shutdown
         self.inst.install()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._forked)
@@ -184,8 +185,28 @@ class _Session:
         except Exception:
             return
         if wrote is not None:
-            sys.stderr.write(f"srtscope: process {pid} wrote {wrote} before the signal\n")
+            sys.stderr.write(f"srtscope: process {pid} wrote {wrote} before its engine stopped it\n")
             sys.stderr.flush()
+
+    def before_shutdown(self) -> None:
+        """The engine is about to SIGKILL its own processes (``EngineTable.shutdown``): under
+        ``--backend torch`` ask those whose profiler runs to write their traces first, and wait for
+        them (``flush_request.WAIT_S`` at most). The request is taken back after, so an engine made
+        later in the same command profiles anew. (The probe backend's streams need no asking.)"""
+        if self.backend != "torch" or self.control is None:
+            return
+        import time
+
+        from srtscope.probes import flush_request
+
+        request = flush_request.FlushRequest(self.control)
+        if not request.ask():
+            return
+        try:
+            while not request.settled():
+                time.sleep(flush_request.POLL_S)
+        finally:
+            (self.control / flush_request.STOP).unlink(missing_ok=True)
 
     def finish(self) -> None:
         """At exit (once per process): stop this process's profiler, write its probe trace, and

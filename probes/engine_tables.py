@@ -53,6 +53,10 @@ class EngineTable:
     #: its scheduler always runs in a process of its own (offline too), which a torch.profiler run
     #: of the command's process alone never sees
     scheduler_apart: bool = False
+    #: ``module:Class.method`` with which the engine ends its own processes, SIGKILLing them (no exit
+    #: code of theirs runs): under ``--backend torch`` their traces are asked for first
+    #: (``probes.flush_request``); "" when it has none
+    shutdown: str = ""
 
     def __post_init__(self) -> None:
         if not self.targets:
@@ -60,6 +64,10 @@ class EngineTable:
         for t in self.targets:
             if t.module != self.package and not t.module.startswith(self.package + "."):
                 raise ValueError(f"engine table {self.name}: {t.where} is outside {self.package}")
+        module, _, qualname = self.shutdown.partition(":")
+        if self.shutdown and (not qualname or not module.startswith(self.package + ".")):
+            raise ValueError(f"engine table {self.name}: shutdown {self.shutdown!r} is not "
+                             f"{self.package}.<module>:<qualname>")
 
 
 def mode_of_token_counts(counts: Any) -> str | None:
@@ -188,6 +196,8 @@ SGLANG = EngineTable(
     distributions=("sglang",),
     checked=("0.5",),
     scheduler_apart=True,     # sgl.Engine and the server spawn the scheduler process (0.5.23)
+    # 0.5.23: Engine.shutdown kills the scheduler's process tree with SIGKILL
+    shutdown="sglang.srt.entrypoints.engine:Engine.shutdown",
     targets=(
         # 0.5.23: the scheduler's receiving moved to SchedulerRequestReceiver (Scheduler.ingest_requests
         # calls it, then process_input_requests)

@@ -32,6 +32,7 @@ from srtscope.probes.stages import Stage
 
 WARNED_ENV = "SRTSCOPE_INSTRUMENT_WARNED"   # warnings already given in this process tree (|-separated)
 _MARK = "__srtscope_target__"               # set on our wrappers: never wrapped twice
+_SHUTDOWN_MARK = "__srtscope_shutdown__"     # set on our shutdown wrappers
 
 
 def _stderr_warning(message: str) -> None:
@@ -68,6 +69,14 @@ class Instrumenter:
         for table in self.tables:
             for target in table.targets:
                 self.by_module.setdefault(target.module, []).append((table, target))
+        #: module -> qualnames of the engines' shutdowns (``EngineTable.shutdown``): ``on_shutdown``
+        #: runs before each such call
+        self.shutdowns: dict[str, list[str]] = {}
+        for table in self.tables:
+            module, _, qualname = table.shutdown.partition(":")
+            if qualname:
+                self.shutdowns.setdefault(module, []).append(qualname)
+        self.on_shutdown: Callable[[], None] | None = None
         self.calls: dict[str, int] = {}
         self.steps = 0          # loop.step ranges opened in this process (their ``step`` attribute)
         self.patched: list[Target] = []
@@ -87,7 +96,7 @@ class Instrumenter:
             sys.meta_path.insert(0, self._finder)
             if hasattr(os, "register_at_fork"):
                 os.register_at_fork(after_in_child=self._forked)
-        for name in list(self.by_module):
+        for name in {*self.by_module, *self.shutdowns}:
             module = sys.modules.get(name)
             if module is not None:
                 self.patch_module(module)
@@ -113,6 +122,8 @@ class Instrumenter:
 
     def patch_module(self, module: Any) -> None:
         """Wrap the targets that live in ``module``; one warning line for those not found."""
+        for qualname in self.shutdowns.get(getattr(module, "__name__", ""), []):
+            self._patch_shutdown(module, qualname)
         entries = self.by_module.get(getattr(module, "__name__", ""), [])
         if not entries:
             return
@@ -134,6 +145,34 @@ class Instrumenter:
                 self._warn_once(f"missing:{module.__name__}:{names}",
                                 f"--instrument {table.name}: {module.__name__} of {table.name} "
                                 f"{version} has no {names}; those stages are not marked")
+
+    def _patch_shutdown(self, module: Any, qualname: str) -> None:
+        """Run ``on_shutdown`` before ``module.qualname`` (an engine's shutdown); silently nothing
+        where it is not there (its stages are what the warnings speak of)."""
+        *path, attr = qualname.split(".")
+        owner: Any = module
+        for part in path:
+            owner = getattr(owner, part, None)
+            if owner is None:
+                return
+        fn = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
+        if not inspect.isfunction(fn) or getattr(fn, _SHUTDOWN_MARK, False):
+            return
+
+        @functools.wraps(fn)
+        def shutdown(*args: Any, **kwargs: Any) -> Any:
+            hook = self.on_shutdown
+            if hook is not None:
+                try:
+                    hook()
+                except Exception as exc:     # never in the engine's way
+                    self.warn(f"--instrument: before {qualname}: {type(exc).__name__}: {exc}")
+            return fn(*args, **kwargs)
+
+        setattr(shutdown, _SHUTDOWN_MARK, True)
+        self._undo.append((owner, attr, owner.__dict__.get(attr, _ABSENT) if isinstance(owner, type)
+                           else fn))
+        setattr(owner, attr, shutdown)
 
     def _check_version(self, table: EngineTable) -> None:
         if table.name in self._versions_seen:
@@ -319,7 +358,8 @@ class _Finder(importlib.abc.MetaPathFinder):
         self._busy = threading.local()
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname not in self.inst.by_module or getattr(self._busy, "name", None) == fullname:
+        if (fullname not in self.inst.by_module and fullname not in self.inst.shutdowns) \
+                or getattr(self._busy, "name", None) == fullname:
             return None
         self._busy.name = fullname
         try:

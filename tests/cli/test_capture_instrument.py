@@ -379,3 +379,55 @@ def test_capture_torch_of_an_sglang_script_without_instrument_says_so(tmp_path):
     assert "srtscope: note: sglang ran its scheduler in a process of its own" in r.stderr
     r = _run([*base, "--instrument", "sglang", *cmd], env, root)
     assert r.returncode == 0 and "note: sglang" not in r.stderr, r.stderr
+
+
+# SGLang's Engine.shutdown SIGKILLs the scheduler's process tree: under --backend torch the
+# scheduler's profiler would never write. The shutdown is hooked: it asks for the trace first.
+SGLANG_SHUTDOWN = """\
+import multiprocessing, os, signal, time
+import torch
+from sglang._fake_out import HOOKS
+from sglang.srt.entrypoints.engine import Engine
+from sglang.srt.managers.scheduler import Scheduler
+from sglang.srt.model_executor.model_runner import ModelRunner
+
+def scheduler(q):
+    s, m = Scheduler(), ModelRunner()
+    for _ in range(4):
+        s.get_next_batch_to_run("decode", sleep_s=0.002)
+        m.forward(sleep_s=0.002)
+        s.process_batch_result(sleep_s=0.001)
+    q.put(os.getpid())
+    time.sleep(60)                          # idle until killed
+
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    child = ctx.Process(target=scheduler, args=(q,))
+    child.start()
+    pid = q.get()
+    HOOKS["Engine.shutdown"] = lambda x: (os.kill(child.pid, signal.SIGKILL), child.join())
+    Engine().shutdown()
+    print("scheduler pid:", pid, "exit:", child.exitcode, flush=True)
+"""
+
+
+def test_torch_backend_keeps_the_trace_of_a_scheduler_the_engines_shutdown_sigkills(tmp_path):
+    pytest.importorskip("torch")
+    from srtscope.probes.engine_tables import SGLANG
+
+    root = tmp_path / "engine"
+    write_fake_engine(root, SGLANG, "0.5.23")
+    (root / "script.py").write_text(SGLANG_SHUTDOWN)
+    out = tmp_path / "t.json.gz"
+    r = _run([*CLI, "capture", "--backend", "torch", "--instrument", "sglang", "--out", out, "--",
+              sys.executable, "script.py"], {"PYTHONPATH": os.pathsep.join([str(root), str(REPO)])}, root)
+    assert r.returncode == 0, r.stderr
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("scheduler pid:")][0].split()
+    pid, code = int(line[2]), int(line[4])
+    assert code == -9                                          # SIGKILLed, as SGLang does
+    trace = tmp_path / f"t.pid{pid}.json.gz"
+    assert trace.exists(), r.stderr
+    names = [e["name"].split(" ")[0] for e in json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+             if e.get("cat") == "user_annotation"]
+    assert names.count("sched.schedule") == 4 and names.count("run.eager") == 4, sorted(set(names))

@@ -7,7 +7,7 @@ Each generated method ``f(self, x=0, *, fail=False, sleep_s=0.0)`` sleeps ``slee
 that says who computed it and carries ``num_scheduled_tokens`` / ``forward_mode`` (what the tables'
 ``mode_from`` readers look at) from ``x`` when ``x`` is a dict / a str. ``<package>._fake_out.HOOKS``
 maps a qualname to a function of ``x`` run inside that method first (how a driver makes one engine
-step call the others).
+step call the others). The table's ``shutdown`` is written the same way.
 """
 from __future__ import annotations
 
@@ -69,6 +69,10 @@ def write_fake_engine(root: Path, table: EngineTable, version: str,
         modules.setdefault(t.module, {}).setdefault(cls, []).append(meth)
     for t in table.targets:        # a module whose every target was skipped still exists
         modules.setdefault(t.module, {})
+    if table.shutdown:             # the engine's shutdown, hooked like the others
+        module, _, qualname = table.shutdown.partition(":")
+        cls, _, meth = qualname.rpartition(".")
+        modules.setdefault(module, {}).setdefault(cls, []).append(meth)
     pkg = root / table.package
     pkg.mkdir(parents=True, exist_ok=True)
     (pkg / "__init__.py").write_text("")

@@ -266,3 +266,31 @@ def test_a_step_inside_a_step_is_not_a_step_of_its_own(engine_root, recorder, in
     assert [(r[5] or {}).get("step") for r in steps] == [0, 1] and inst.calls["loop.step"] == 2
     results = [r for r in spans if r[0] == "sched.result"]
     assert len(results) == 2 and all(s[1] <= r[1] and r[2] <= s[2] for s, r in zip(steps, results))
+
+
+def test_the_engines_shutdown_runs_the_hook_first_and_is_restored(engine_root, recorder):
+    # scenario: SGLang's Engine.shutdown SIGKILLs the scheduler: the capture asks for its trace first
+    write_fake_engine(engine_root, SGLANG, "0.5.23")
+    from sglang._fake_out import HOOKS
+    from sglang.srt.entrypoints.engine import Engine
+
+    original = Engine.__dict__["shutdown"]
+    order: list[str] = []
+    HOOKS["Engine.shutdown"] = lambda x: order.append("shutdown")
+    inst = Instrumenter([SGLANG], warn=lambda m: None).install()
+    inst.on_shutdown = lambda: order.append("hook")
+    Engine().shutdown()
+    inst.on_shutdown = lambda: 1 / 0                  # a failing hook never stops the shutdown
+    Engine().shutdown()
+    assert order == ["hook", "shutdown", "shutdown"]
+    inst.uninstall()
+    assert Engine.__dict__["shutdown"] is original
+
+
+@pytest.mark.parametrize("shutdown", ["Engine.shutdown", "vllm.x:Engine.shutdown", "sglang.srt.engine:"])
+def test_an_engines_shutdown_is_a_function_of_its_package(shutdown):
+    from srtscope.probes.engine_tables import EngineTable
+
+    with pytest.raises(ValueError, match="shutdown"):
+        EngineTable(name="sglang", package="sglang", distributions=("sglang",), checked=("0.5",),
+                    targets=SGLANG.targets, shutdown=shutdown)
