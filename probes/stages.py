@@ -328,6 +328,7 @@ for _f in ENGINE_FRAMES:
 _BY_NAME: dict[str, Stage] = {s.value: s for s in Stage}
 _OWN_ROLES: dict[Stage, NameRole] = {Stage.LOOP_STEP: NameRole.STEP, Stage.RUN_EAGER: NameRole.FORWARD,
                                      Stage.RUN_GRAPH_REPLAY: NameRole.FORWARD,
+                                     Stage.RUN_SAMPLE: NameRole.FORWARD,
                                      Stage.COMM_ALL_REDUCE: NameRole.FORWARD}
 
 

@@ -3,7 +3,8 @@
 On a CPU run of an engine there is no device: the engine's forward ranges are the closest thing to
 device activity, so readers add them as device rows of kind ``cpu_forward`` (warning
 ``cpu_stand_in``). Which ranges are forwards is ``probes.stages.name_role``: ours (``run.eager``,
-``run.graph_replay``, ``comm.all_reduce``) and real engines' forward scopes (vLLM's
+``run.graph_replay``, ``run.sample``: the model's sampling is its work too, as vLLM's own
+``gpu_model_runner: sample`` scope is read; ``comm.all_reduce``) and real engines' forward scopes (vLLM's
 ``gpu_model_runner: forward``, SGLang's ``step[DECODE bs=8]`` (0.5.23) and
 ``cuda_graph_runner.replay``) are FORWARD; where a trace has none, the engine's whole model-step
 ranges (vLLM's ``execute_*``, SGLang's ``scheduler.run_batch``: EXECUTE) stand in, and the batch
@@ -20,7 +21,8 @@ from srtscope.analyzers.model.timeline import GPU_DOMAIN, DeviceKind, TimelineMe
 from srtscope.probes.stages import NameRole, Stage, engine_name, name_role
 
 #: Our own engine's forward stages (probe traces).
-FORWARD_STAGES = (Stage.RUN_EAGER.value, Stage.RUN_GRAPH_REPLAY.value, Stage.COMM_ALL_REDUCE.value)
+FORWARD_STAGES = (Stage.RUN_EAGER.value, Stage.RUN_GRAPH_REPLAY.value, Stage.RUN_SAMPLE.value,
+                  Stage.COMM_ALL_REDUCE.value)
 
 
 def _stand_in_rows(ranges: pd.DataFrame) -> tuple[np.ndarray, NameRole | None]:
@@ -57,7 +59,7 @@ def note_stand_ins(meta: TimelineMeta, stand_ins: pd.DataFrame | None = None) ->
         else list(FORWARD_STAGES)
     if all(n in FORWARD_STAGES for n in names):
         meta.warn(WarningCode.CPU_STAND_IN, "device rows are the worker's forward spans on the CPU "
-                  "(run.eager / run.graph_replay / comm.all_reduce), not GPU kernels")
+                  "(run.eager / run.graph_replay / run.sample / comm.all_reduce), not GPU kernels")
         return
     roles = {name_role(n) for n in names}
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
