@@ -139,15 +139,14 @@ def test_a_failing_pass_stops_the_other(name: str, fail: str) -> None:
     src = _Failing(tl, 1, fail, at)
     other = "api" if fail == "device" else "device"
     gate = threading.Event()
-    if fail == "device":      # the failing side runs here: the API side waits for the stop
-        orig = src._count
+    orig = src._count
 
-        def slow(table, chunks):
-            for c in orig(table, chunks):
-                if table == "api":
-                    gate.wait(0.05)
-                yield c
-        src._count = slow  # type: ignore[method-assign]
+    def slow(table, chunks):      # the other side reads slowly: the stop reaches it before its end
+        for c in orig(table, chunks):
+            if table == other:
+                gate.wait(0.05)
+            yield c
+    src._count = slow  # type: ignore[method-assign]
     with pytest.raises(OSError, match=f"{fail} chunk {at} unreadable"):
         diagnose_streamed(src, PARAMS, 300)
     read = src.given[other] - (total["api"] if name.startswith("sync") and other == "api" else 0)
