@@ -143,12 +143,14 @@ def test_autoflusher_appends_while_the_process_runs(recorder, tmp_path):
     flusher = export.AutoFlusher(recorder, target, interval_s=0.01).start()
     with stage("sched.recv"):
         pass
-    deadline = 200
-    while not target.exists() and deadline:           # flushed by the thread, with no stop
-        deadline -= 1
-        time.sleep(0.01)
-    st = export.read_probe_stream(target)
-    assert _names(st.doc) == ["sched.recv"] and not st.final
+    st = None
+    for _ in range(1000):                             # flushed by the thread, with no stop
+        try:
+            st = export.read_probe_stream(target)     # (the file exists before its first write ends)
+            break
+        except (OSError, ValueError):
+            time.sleep(0.01)
+    assert st is not None and _names(st.doc) == ["sched.recv"] and not st.final
     flusher.stop()
     assert export.read_probe_stream(target).final
 
@@ -166,10 +168,14 @@ def test_autoflusher_writes_soon_after_the_process_goes_quiet(recorder, tmp_path
         with stage("run.eager"):
             pass
         t0 = time.monotonic()
-        while not target.exists() and time.monotonic() - t0 < 30:
-            time.sleep(0.01)
+        st = None
+        while st is None and time.monotonic() - t0 < 30:
+            try:
+                st = export.read_probe_stream(target)  # (the file exists before its first write ends)
+            except (OSError, ValueError):
+                time.sleep(0.01)
         waited = time.monotonic() - t0
-        assert target.exists() and _names(export.read_probe_stream(target).doc) == ["run.eager"]
+        assert st is not None and _names(st.doc) == ["run.eager"]
         assert waited < 30          # well before the 60 s interval
     finally:
         flusher.stop()
