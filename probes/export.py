@@ -233,14 +233,18 @@ class ProbeStream:
 
     def note(self, path: Path) -> str:
         """One line on what a stream that did not end with its exit flush is missing ("" if none)."""
-        if self.final and not self.cut:
-            return ""
-        what = [] if self.final else [
-            f"process {self.doc.get('meta', {}).get('pid', '?')} ended without its exit flush (killed, e.g. "
-            f"by an engine's shutdown) or is still running: its trace ends at its last periodic flush"]
-        if self.cut:
-            what.append(f"its last write was cut and dropped ({self.cut})")
-        return f"{path.name}: " + "; ".join(what)
+        what = stream_note(self.doc.get("meta", {}).get("pid", "?"), self.final, self.cut)
+        return f"{path.name}: {what}" if what else ""
+
+
+def stream_note(pid: object, final: bool, cut: str) -> str:
+    """What a probe stream of process ``pid`` lacks: its exit flush (not ``final``), a last write
+    ``cut`` and dropped; "" when neither. One wording for the capture's note and the reader's warning."""
+    what = [] if final else [f"process {pid} ended without its exit flush (killed, e.g. by an engine's "
+                             "shutdown, or still running): its trace ends at its last periodic flush"]
+    if cut:
+        what.append(f"its last write was cut and dropped ({cut})")
+    return "; ".join(what)
 
 
 def read_probe_stream(path: str | os.PathLike) -> ProbeStream:

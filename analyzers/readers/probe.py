@@ -23,7 +23,7 @@ from srtscope.analyzers.model.timeline import SourceFormat, Timeline, TimelineMe
 from srtscope.analyzers.readers.errors import TraceError
 from srtscope.analyzers.readers.jsonstream import CutStreamError, JsonStreamError, iter_objects
 from srtscope.analyzers.readers.stand_in import forward_stand_ins, note_stand_ins
-from srtscope.probes.export import FORMAT, VERSION, merge_probe_documents
+from srtscope.probes.export import FORMAT, VERSION, merge_probe_documents, stream_note
 from srtscope.probes.stages import DOMAIN
 
 MAX_PROBE_ROWS = 1_000_000       # spans (or counters): a run records about six per engine step
@@ -89,11 +89,11 @@ def _load(path: Path) -> tuple[dict[str, Any], str]:
                 if gz_cut is not None:
                     raise gz_cut from None         # a plain document cut: as any truncated file
                 raise TraceError(path, f"not a valid {FORMAT} trace: {exc}") from None
-            cut = f"its last write was cut and dropped ({gz_cut or exc})"
+            cut = str(gz_cut or exc)
         if isinstance(raw, _UntilCut) and raw.cut is not None and not cut:
             if not docs or "chunk" not in docs[0]:
                 raise raw.cut
-            cut = f"its last write was cut and dropped ({raw.cut})"
+            cut = str(raw.cut)
     if not docs:
         raise TraceError(path, f"not a valid {FORMAT} trace: empty")
     if len(docs) == 1 and "chunk" not in docs[0]:
@@ -101,13 +101,8 @@ def _load(path: Path) -> tuple[dict[str, Any], str]:
     doc = merge_probe_documents(docs) if len(docs) > 1 else docs[0]
     if sum(len(d["spans"].get("name", [])) for d in docs) > MAX_PROBE_ROWS:
         raise TraceError(path, f"not a valid {FORMAT} trace: over {MAX_PROBE_ROWS} spans")
-    notes = [cut] if cut else []
-    if not docs[-1].get("final"):
-        pid = docs[0].get("meta", {}).get("pid", "?")
-        notes.insert(0, f"process {pid} ended without its exit flush (killed, e.g. by an engine's shutdown, "
-                        f"or still running): its trace ends at its last periodic flush "
-                        f"(SRTSCOPE_PROBE_FLUSH_S) and holds {len(docs)} of its chunks")
-    return doc, "; ".join(notes)
+    note = stream_note(docs[0].get("meta", {}).get("pid", "?"), bool(docs[-1].get("final")), cut)
+    return doc, note + (f" ({len(docs)} chunks kept)" if note else "")
 
 
 def _column(table: dict, key: str, n: int, path: Path) -> list | np.ndarray:
