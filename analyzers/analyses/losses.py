@@ -98,6 +98,12 @@ class StepLosses:
         out = {c.value: int(self.device_lost(c)[keep].sum()) // n for c in Cause} if n else {}
         return {k: v for k, v in out.items() if v > 0}
 
+    def warmup_ns(self) -> tuple[int, int]:
+        """(wall, device busy) of the warm-up steps, ns; (0, 0) when the steps are not ``predictable``."""
+        if not self.predictable:
+            return 0, 0
+        return int(self.wall[self.warmup].sum()), int(self.busy[self.warmup].sum())
+
     @property
     def predictable(self) -> bool:
         """Enough device work in the steps (warm-up left out) to predict from (module doc)."""

@@ -229,14 +229,11 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
     idle = bubbles.total_ns + bubbles.sub_threshold_ns - graphed + host_edges
     comm_lost = causes.get(Cause.EXPOSED_COMM.value, 0) + causes.get(Cause.STRAGGLER.value, 0)
     copies = causes.get(Cause.MEMCPY.value, 0)
-    busy = bubbles.busy_ns
-    if losses is not None and losses.predictable and losses.warmup.any():
-        # NOTE: warm-up steps are judged out, as they are left out of the mean step: a first step that
-        # compiles on a busy device would hide the steady steps' idle time
-        w = losses.warmup
-        span -= min(int(losses.wall[w].sum()), span)
-        idle -= min(int((losses.wall[w] - losses.busy[w]).sum()), idle)
-        busy -= min(int(losses.busy[w].sum()), busy)
+    # NOTE: warm-up steps are judged out, as they are left out of the mean step: a first step that
+    # compiles on a busy device would hide the steady steps' idle time
+    w_wall, w_busy = losses.warmup_ns() if losses is not None else (0, 0)
+    span, idle = span - min(w_wall, span), idle - min(w_wall - w_busy, idle)
+    busy = bubbles.busy_ns - min(w_busy, bubbles.busy_ns)
     h = healthy_pct / 100.0 * span
     if idle <= h and comm_lost <= h and copies <= h:
         worst = max(idle, comm_lost, copies)
