@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 import pandas as pd
 
-from srtscope.analyzers.model.timeline import Timeline, TimelineError, TimelineMeta
+from srtscope.analyzers.model.timeline import Timeline, TimelineError, TimelineMeta, Traced
 from srtscope.analyzers.readers.errors import TraceError
 
 #: The largest time value (ns, either sign) and the longest span of a file's events the analyses
@@ -97,7 +97,7 @@ def admit(path: Path, extent: Extent, meta: TimelineMeta, ranges: pd.DataFrame,
     ``allow_no_kernels``), or times no capture has (``check_times``)."""
     if not allow_no_kernels and not extent.device_rows:
         from srtscope.analyzers.readers.stand_in import no_device_message
-        raise TraceError(path, no_device_message(ranges))
+        raise TraceError(path, no_device_message(ranges, Traced.API in meta.traced))
     window = ((meta.window_start_ns, meta.window_end_ns),) if meta.window_end_ns > meta.window_start_ns else ()
     check_times(path, extent.spans + window)
 

@@ -73,10 +73,15 @@ def note_stand_ins(meta: TimelineMeta, stand_ins: pd.DataFrame | None = None) ->
                   "VLLM_CUSTOM_SCOPES_FOR_PROFILING=1)")
 
 
-def no_device_message(ranges: pd.DataFrame | None) -> str:
-    """Why a trace without device activity cannot be diagnosed: in general, or — when it holds a real
-    engine's ranges but none that marks the model's work — which ranges that engine needs."""
-    generic = "trace has zero kernels and no other device activity (was CUDA/GPU tracing enabled?)"
+def no_device_message(ranges: pd.DataFrame | None, api: bool = True) -> str:
+    """Why a trace without device activity cannot be diagnosed: in general; with no CUDA calls
+    either (``api`` False), that the profiled process ran no model; or — when it holds a real engine's
+    ranges but none that marks the model's work — which ranges that engine needs."""
+    generic = ("trace has zero kernels and no other device activity (was CUDA/GPU tracing enabled?)" if api
+               else "trace has zero kernels, no CUDA calls and no engine step or forward range: the profiled "
+                    "process ran no model step (an engine whose scheduler or model runs in processes of its "
+                    "own, as SGLang's and vLLM's servers do, needs those profiled: srtscope capture "
+                    "--instrument sglang|vllm, or the engine's own profiler)")
     if ranges is None or len(ranges) == 0:
         return generic
     _, names = str_codes(ranges["name"])
