@@ -328,8 +328,16 @@ def modelled_peak(export_bytes: int, rows: int, processes: int = 1, first: Held 
     if first is None:
         part, row = _held_and_row(export_bytes, processes)
         return int(processes * (part + rows * row))
-    return int(max(processes * (_measured_part(first, processes) + rows * _measured_row(first)),
+    return int(max(processes * (_measured_part(first, processes) + _window_bytes(first, rows)),
                    reduction_peak(first)))
+
+
+def _window_bytes(first: Held, rows: int) -> float:
+    """A window's bytes with ``rows`` device rows: no more rows than the trace has before its last
+    step, and no more ranges than it has (``_measured_row``'s share of them per row, at most all)."""
+    held = min(rows, first.device_rows) if first.device_rows else rows
+    ranges = first.range_rows * held / first.device_rows if first.device_rows else first.range_rows
+    return MEASURED_ROW_BYTES * held + RANGE_ROW_BYTES * ranges
 
 
 def reduction_peak(first: Held) -> int:
@@ -412,8 +420,8 @@ def _in_windows(path: Path, params: DiagnoseParams, budget_bytes: int, hooks: Re
     def over(need: int) -> None:        # the fewest rows a window, and still more: say so, once
         if not said:
             said.append(True)
-            note(f"{path.name}: what a diagnosis in windows holds at this size, ~{need >> 20} MiB, "
-                 f"passes --memory-budget {budget_bytes >> 20} MiB")
+            note(f"{path.name}: a diagnosis in windows holds ~{need >> 20} MiB even at their smallest, "
+                 f"over --memory-budget {budget_bytes >> 20} MiB")
     # NOTE: the window model's size is an export's bytes; a Kineto trace's text holds ~2.5x the
     # bytes of an export of the same rows (its ranges are held whole in both)
     model_bytes = int(json_text_bytes(path) / 2.5) if kineto else size

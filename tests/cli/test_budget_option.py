@@ -88,8 +88,8 @@ def test_over_budget_one_export_is_diagnosed_whole_in_windows(export: Path, tmp_
     whole = invoke("diagnose", export, "--json", "--no-cache", "--memory-budget", "none")
     assert got.stdout == whole.stdout and "window_cut" not in got.stdout
     # a budget under what any diagnosis holds (the interpreter alone): said, in one line
-    note = [x for x in got.stderr.splitlines() if "passes --memory-budget" in x]
-    assert len(note) == 1 and note[0].startswith(f"srtscope: note: {export.name}: what a diagnosis in windows")
+    note = [x for x in got.stderr.splitlines() if "over --memory-budget" in x]
+    assert len(note) == 1 and note[0].startswith(f"srtscope: note: {export.name}: a diagnosis in windows holds")
     assert list((tmp_path / "cache").rglob("*.json*"))                  # the answer is kept ...
     again = invoke("diagnose", export, "--json", "--memory-budget", budget, env=env)
     assert again.stdout == whole.stdout                                   # ... and given again

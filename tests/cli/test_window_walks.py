@@ -118,3 +118,18 @@ def test_windows_are_sized_again_from_what_the_first_pass_left(
     assert bool(noted) == over, case
     if over:
         assert noted == [peak], case
+
+
+@pytest.mark.parametrize("case, held, want_mib", [
+    # a small Kineto trace of one step (no device row before its last step) and 17,681 ranges, as the
+    # vLLM ROCm trace among the real ones: its windows hold those ranges at most, not their share of
+    # 100,000 rows each (the note had said 253,296 MiB)
+    ("one step, many ranges: every range, once", Held(145 * MiB, 1, 0, 17_681, 0), 145 + 200 + 29 + 3),
+    # a trace of 2,000 device rows: a window of the fewest rows still holds only those and their ranges
+    ("fewer device rows than the smallest window: those rows", Held(145 * MiB, 10, 0, 20_000, 2_000),
+     145 + 200 + 1 + 3),
+])
+def test_the_modelled_peak_counts_no_more_rows_than_the_trace_has(case, held, want_mib):
+    """``modelled_peak`` after the first pass: a window's rows and ranges bounded by the trace's."""
+    peak = modelled_peak(2_000_000, MIN_ROWS, 1, held)
+    assert peak >> 20 == pytest.approx(want_mib, abs=1), case
