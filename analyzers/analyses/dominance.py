@@ -6,7 +6,9 @@ most of the lost time and either the largest cause loses under ``DOMINANT_STEP_S
 step and under ``DOMINANT_RATIO`` x the next, or it is the engine's own scheduling, batch
 preparation or hand-off between its processes under ``STAGE_STEP_SHARE`` of the typical step
 (medians: a loaded host's long steps do not dilute a cost paid every step), lost step after step
-(``steady``): an intermittent stall costing ``STALL_STEP_SHARE`` of the step is a fault.
+(``steady``): an intermittent stall costing ``STALL_STEP_SHARE`` of the step is a fault. A stage
+forgiven near its line (``NEAR_MARGIN``) is said to be: one trace cannot tell a steady fault there
+from the engine's own cost, a run known to be clean can (``srtscope compare``).
 """
 from __future__ import annotations
 
@@ -29,16 +31,21 @@ STAGE_STEP_SHARE = 0.18
 #: ... unless its stalls cost this share of the mean step: a fault (real SGLang on a loaded 2-core host:
 #: clean runs' jitter 1-5%, a 60 ms stall every 4th scheduler call 13-17% with steps of 70-130 ms)
 STALL_STEP_SHARE = 0.10
+#: a stage forgiven within this margin of ``STAGE_STEP_SHARE`` (its typical share over 0.8 of it) is
+#: near the line: a steady fault there reads the same (vLLM's 15 ms ``allocate_slots`` stall in steps
+#: of 85-110 ms: 17-18.5% of the typical step), so the text says how to tell them apart
+NEAR_MARGIN = 0.2
 #: an engine's own per-step costs, by cause: what the rule forgives under ``STAGE_STEP_SHARE``
 _ENGINE_STAGES = {Cause.SCHED_CPU.value: "scheduling", Cause.BATCH_PREP.value: "batch preparation",
                   Cause.HANDOFF.value: "hand-off between its processes"}
 
 
-def no_dominant(losses: StepLosses | None, lost: int) -> tuple[str, float, float] | None:
+def no_dominant(losses: StepLosses | None, lost: int) -> tuple[str, float, float, bool] | None:
     """(what the step loses, the largest cause's share of the mean step, the margin the rule held by:
-    0..1, 1 - the deciding share over its bound) when no cause dominates the step (module doc); None
-    when one does, or with no steps to tell (a clean engine still loses a little to each of its
-    stages: that names no bottleneck)."""
+    0..1, 1 - the deciding share over its bound, whether an engine's stage was forgiven near its line:
+    ``NEAR_MARGIN``) when no cause dominates the step (module doc); None when one does, or with no
+    steps to tell (a clean engine still loses a little to each of its stages: that names no
+    bottleneck)."""
     if losses is None or not losses.n or not losses.predictable:
         return None
     keep = ~losses.warmup
@@ -63,11 +70,18 @@ def no_dominant(losses: StepLosses | None, lost: int) -> tuple[str, float, float
     if not spread and not stage:
         return None
     text = f"the largest cause, {top}, loses {fmt_ns(top_ns)} of the {fmt_ns(step)} mean step ({100 * share:.0f}%)"
-    text += (f", under {DOMINANT_RATIO:g}x the next ({nxt_name} {fmt_ns(nxt)})" if spread else
-             f", what the engine's {_ENGINE_STAGES[top]} "
-             f"costs every step ({100 * typical:.0f}% of the median step, under {100 * STAGE_STEP_SHARE:.0f}%)")
     margin = 1 - share / DOMINANT_STEP_SHARE if spread else 1 - typical / STAGE_STEP_SHARE
-    return text, share, max(0.0, margin)
+    near = not spread and margin < NEAR_MARGIN
+    if spread:
+        text += f", under {DOMINANT_RATIO:g}x the next ({nxt_name} {fmt_ns(nxt)})"
+    elif not near:
+        text += (f", what the engine's {_ENGINE_STAGES[top]} costs every step ({100 * typical:.0f}% of the "
+                 f"median step, under {100 * STAGE_STEP_SHARE:.0f}%)")
+    else:
+        text += (f", {100 * typical:.0f}% of the median step: under the {100 * STAGE_STEP_SHARE:.0f}% an engine's "
+                 f"{_ENGINE_STAGES[top]} may cost every step, but near it, where a steady fault in that stage "
+                 "reads the same")
+    return text, share, max(0.0, margin), near
 
 
 def typical_share(per_step: np.ndarray, wall: np.ndarray) -> float:

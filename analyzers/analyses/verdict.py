@@ -255,15 +255,18 @@ def decide(meta: TimelineMeta, bubbles: BubbleResult, comm: CommResult, eager: E
         return verdict("kernel", Cause.COMPUTE, conf, summary, True, lines)
     spread = no_dominant(losses, lost)
     if spread is not None:
-        text, share, margin = spread
+        text, share, margin, near = spread
         conf = (0.5 + 0.3 * margin) * adequacy
         summary = (f"no dominant bottleneck: {text}; device busy {_pct(bubbles.busy_ns, window):.0f}% of its "
                    "active window")
         lines = ("no dominant bottleneck", f"no single fix gives more than {100 * share:.0f}% of the step",
                  _alternatives(Cause.COMPUTE, causes, lost, what_if, "", 0.0, ""))
-        spread_advice = (Advice(Cause.COMPUTE.value, "No single cause dominates the step: " + text +
-                                ". None is worth a fix on its own; the what-if table gives what removing each "
-                                "would save."),)
+        spread_advice = (Advice(Cause.COMPUTE.value, "No single cause dominates the step: " + text + (
+            ". None is worth a fix on its own; the what-if table gives what removing each would save."
+            if not near else
+            ". `srtscope compare CLEAN THIS` against a run known to be clean shows what each cause gained: time "
+            "the clean run does not lose is a fault worth fixing; the what-if table gives what removing each "
+            "would save.")),)
         return verdict("kernel", Cause.COMPUTE, conf, summary, True, lines, spread_advice)
     worth, why = _worth_fixing(causes, what_if, losses, lost, window)
     if worth is not None:
