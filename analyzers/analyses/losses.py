@@ -28,8 +28,8 @@ Invariant: ``lost[c] >= 0``; ``sum over c of lost[c] <= wall`` up to device work
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import cast
+from dataclasses import dataclass, fields
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -84,6 +84,14 @@ class StepLosses:
     @property
     def n(self) -> int:
         return len(self.wall)
+
+    def subset(self, rows: np.ndarray) -> StepLosses:
+        """The accounting of the steps ``rows`` (a bool mask over the steps) alone, in their order."""
+        got: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            got[f.name] = {c: a[rows] for c, a in v.items()} if isinstance(v, dict) else v[rows]
+        return StepLosses(**got)
 
     def device_lost(self, c: Cause) -> np.ndarray:
         """``lost[c]``, less its edges when the steps are too thin to be device steps (``predictable``)."""

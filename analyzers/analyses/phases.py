@@ -5,8 +5,11 @@ A step's phase comes from its ``mode`` attribute (``probes.stages.StepMode``): `
 neither. Their bottlenecks differ (a prefill is long and compute-heavy, a decode short and exposed
 to every host overhead), so the mean step of each phase is split as the overall budget is — compute,
 exposed communication, bubbles by class, other — and the phase's verdict names the bubble class
-that lost it the most time, or ``healthy`` when its bubbles are under ``healthy_pct`` of its wall
-time. Produced only when both phases have steps.
+that lost it the most time, ``healthy`` when its bubbles are under ``healthy_pct`` of its wall
+time, or ``no dominant`` when, with the steps' accounting given, the verdict's own rule finds no
+cause dominating the phase's steps (``dominance.no_dominant``: a clean engine's decode steps lose a
+little to each of its stages, as the whole run's verdict says). Produced only when both phases have
+steps.
 """
 from __future__ import annotations
 
@@ -16,11 +19,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from srtscope.analyzers.analyses.dominance import no_dominant
+from srtscope.analyzers.analyses.losses import StepLosses
 from srtscope.analyzers.model.vocab import BUBBLE_CLASSES
 from srtscope.probes.stages import EXTEND_LIKE_MODES, StepMode
 
 PREFILL, DECODE = "prefill", "decode"
-HEALTHY = "healthy"
+HEALTHY, NO_DOMINANT = "healthy", "no dominant"
 
 
 def phase_of(mode: str) -> str | None:
@@ -57,9 +62,11 @@ class PhaseBudget:
                 "top_share": round(float(self.top_share), 4)}
 
 
-def phase_split(steps: pd.DataFrame, budget: pd.DataFrame, healthy_pct: float) -> tuple[PhaseBudget, ...]:
+def phase_split(steps: pd.DataFrame, budget: pd.DataFrame, healthy_pct: float,
+                losses: StepLosses | None = None) -> tuple[PhaseBudget, ...]:
     """Per phase (prefill first), from the step table (``mode`` column) and the budget table built
-    from it (same rows, same order); () unless both phases have steps."""
+    from it (same rows, same order), and the steps' accounting (``losses``, same rows: a phase of no
+    dominant cause); () unless both phases have steps."""
     if len(steps) == 0 or len(steps) != len(budget) or "mode" not in steps.columns:
         return ()
     phases = np.array([phase_of(str(m)) for m in steps["mode"].to_numpy()], dtype=object)
@@ -75,6 +82,10 @@ def phase_split(steps: pd.DataFrame, budget: pd.DataFrame, healthy_pct: float) -
         top = max(bubbles, key=lambda c: bubbles[c])
         lost_pct = 100.0 * lost / wall if wall > 0 else 0.0
         verdict = HEALTHY if lost_pct < healthy_pct or lost == 0 else top
+        if verdict != HEALTHY and losses is not None and losses.n == len(steps):
+            mine = losses.subset(phases == phase)
+            if no_dominant(mine, sum(int(mine.device_lost(c).sum()) for c in mine.lost)) is not None:
+                verdict = NO_DOMINANT
         out.append(PhaseBudget(
             phase=phase, steps=n, mean_wall_ns=wall // n, mean_compute_ns=int(rows["compute_ns"].sum()) // n,
             mean_comm_ns=int(rows["exposed_comm_ns"].sum()) // n, mean_other_ns=int(rows["other_ns"].sum()) // n,

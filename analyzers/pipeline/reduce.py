@@ -206,7 +206,7 @@ def reduce(parts: list[Part], ctx: Context, params: DiagnoseParams, small: Timel
                      world=trace_world(small, tk["name"].astype(str).tolist() if len(tk) else ()))
     capture = capture_info(m, keys, span, coverage)
     ov = overview_of([p.bins for p in parts], ctx.bounds, table, steps)
-    phases = phase_split(steps, budget.table, params.healthy_pct)
+    phases = phase_split(steps, budget.table, params.healthy_pct, losses)
     return Diagnosis(verdict, bres, sres, eres, cres, budget, tk, capture, params_json(params), dres, ov, wif,
                      top_ranges(small), phases)
 

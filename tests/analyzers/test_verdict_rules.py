@@ -12,10 +12,10 @@ from tests.analyzers.test_whatif import straggler_pair
 US = 1000
 
 
-def engine_loop(host_us, kernel_us=1000, stage="sched.schedule", extra=()):
+def engine_loop(host_us, kernel_us=1000, stage="sched.schedule", extra=(), modes=()):
     """Steps of our engine: ``host_us[i]`` of ``stage`` with the device idle, then one kernel of
     ``kernel_us`` (or ``kernel_us[i]``); ``extra``: (stage, µs) pairs each step before that (a second
-    cause)."""
+    cause); ``modes``: each step's mode (default: decode)."""
     dev, apis, rgs = [], [], []
     t = 0
     kernels = list(kernel_us) if isinstance(kernel_us, (list, tuple)) else [kernel_us] * len(host_us)
@@ -29,7 +29,7 @@ def engine_loop(host_us, kernel_us=1000, stage="sched.schedule", extra=()):
         apis.append(api(t - 2, t - 1, corr=i + 1))
         dev.append(kernel(t, t + k_us, corr=i + 1))
         t += k_us
-        rgs.append(rng(t0, t, "loop.step", step=i, mode="decode", bs=8))
+        rgs.append(rng(t0, t, "loop.step", step=i, mode=modes[i] if modes else "decode", bs=8))
     return timeline(dev, apis, rgs)
 
 
@@ -317,3 +317,24 @@ def test_an_engines_hand_off_between_its_processes_is_one_of_its_stages(wait_us,
         assert "hand-off between its processes costs every step" in v.summary, v.summary
     else:
         assert not v.healthy and v.cause == named, v.summary
+
+
+@pytest.mark.parametrize("case, decode_host_us, healthy, decode", [
+    # a clean loop: 1.2 ms of scheduling in 10 ms decode steps (12%), lost step after step: no dominant
+    # bottleneck, in the decode steps as in the run (the phase had said "scheduler": 12% lost)
+    ("clean", 1200, True, "no dominant"),
+    # a steady 4 ms scheduling fault in the decode steps (31%): named in both
+    ("scheduler fault", 4000, False, "scheduler"),
+])
+def test_each_phase_is_judged_by_the_verdicts_rule(case, decode_host_us, healthy, decode):
+    """rule: one rule for a verdict. The prefill / decode table's verdict of a phase is the run's
+    verdict rule over that phase's steps, not a second rule of its own."""
+    # 2 prefill steps (40 ms of kernels), then 14 decode steps (9 ms)
+    host = [1200, 1200] + [decode_host_us] * 14
+    d = diagnose(engine_loop(host, [40_000] * 2 + [9000] * 14, extra=[("prep.batch", 100)],
+                             modes=["extend"] * 2 + ["decode"] * 14))
+    pre, dec = d.phases
+    assert (pre.phase, dec.phase, dec.steps) == ("prefill", "decode", 14), case
+    assert d.verdict.healthy == healthy and d.verdict.bottleneck == ("kernel" if healthy else decode), case
+    assert (d.verdict.headline == "no dominant bottleneck") == healthy, case
+    assert pre.bottleneck == "healthy" and dec.bottleneck == decode, case
