@@ -282,7 +282,8 @@ def capture_server(plan: ServerPlan, say: Callable[[str], None]) -> ServerCaptur
     from srtscope.cli.server_probe import ProbeError, server_probe_trace
 
     folder = trace_dir_of(plan)
-    if plan.trace_dir is not None and not folder.is_dir():
+    # NOTE: a folder not there yet is fine: vLLM and SGLang make their trace folder when they profile
+    if plan.trace_dir is not None and folder.exists() and not folder.is_dir():
         raise ServerError(f"--trace-dir {folder}: not a folder")
     model = model_name(plan) if plan.load else None
     since = time.time() - 1.0            # NOTE: file systems with coarse timestamps
