@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from srtscope.analyzers.model.units import plural
 from srtscope.cli.http_call import Answer, CallError, Target, exchange, parse_target, redacted, shown
 
 #: Environment variables naming a server's trace folder (read here when --trace-dir is not given:
@@ -282,7 +283,8 @@ def capture_server(plan: ServerPlan, say: Callable[[str], None]) -> ServerCaptur
     from srtscope.cli.server_probe import ProbeError, server_probe_trace
 
     folder = trace_dir_of(plan)
-    if plan.trace_dir is not None and not folder.is_dir():
+    # NOTE: a folder not there yet is fine: vLLM and SGLang make their trace folder when they profile
+    if plan.trace_dir is not None and folder.exists() and not folder.is_dir():
         raise ServerError(f"--trace-dir {folder}: not a folder")
     model = model_name(plan) if plan.load else None
     since = time.time() - 1.0            # NOTE: file systems with coarse timestamps
@@ -322,8 +324,8 @@ def capture_server(plan: ServerPlan, say: Callable[[str], None]) -> ServerCaptur
             probe, procs, spans = server_probe_trace(plan.probe, start_s, end_s, deadline)
         except ProbeError as exc:
             raise ServerError(str(exc)) from None
-        say(f"--probe: {spans} stage spans of {procs} server processes in the capture's "
-            f"{end_s - start_s:.1f} s, written to {shown(probe, 1000)}")
+        say(f"--probe: {spans} stage spans of {plural(procs, 'server process', 'server processes')} in the "
+            f"capture's {end_s - start_s:.1f} s, written to {shown(probe, 1000)}")
     return ServerCapture(traces, probe)
 
 

@@ -15,7 +15,8 @@ engines to instrument:
   (``probes.export.ProbeStreamWriter``: the rows since the last flush, O(new rows)) every
   ``flush_interval()`` seconds (0.2) and as soon as it goes quiet, from its first instrumented
   call on, and a final chunk at exit: an engine's children are often SIGKILLed at shutdown
-  (SGLang's scheduler, vLLM's workers), and such a trace keeps every flush before the kill;
+  (SGLang's scheduler, vLLM's workers), and such a trace keeps every flush before the kill; an
+  engine's own shutdown (``EngineTable.shutdown``) asks for one more flush before it kills;
 - at exit, one line per process with the instrumented calls it made.
 
 Everything here is best effort: a failure is a warning line, never the engine's exception.
@@ -141,6 +142,26 @@ class _Session:
             self.flusher = AutoFlusher(rec, process_trace_path(self.out, pid), flush_interval()).start()
         except Exception as exc:
             _warn(f"probe trace of process {pid} is written only at exit: {type(exc).__name__}: {exc}")
+            return
+        if self.control is not None:
+            from srtscope.probes import flush_request
+
+            # NOTE: an engine's shutdown may SIGKILL this process before its quiet flush (SGLang's
+            # scheduler: 3 of 64 forwards lost once); asked first, it writes its last spans
+            try:
+                flush_request.watch(self.control, pid, lambda: self._flush_on_request(pid))
+            except OSError:
+                pass                    # the periodic and quiet flushes still run
+
+    def _flush_on_request(self, pid: int) -> None:
+        """The engine is about to SIGKILL this process: append its spans since the last flush now."""
+        flusher = self.flusher
+        if flusher is None:
+            return
+        try:
+            flusher.writer.flush()
+        except Exception as exc:
+            _warn(f"probe trace of process {pid} not flushed on request: {type(exc).__name__}: {exc}")
 
     def _start_profiler(self, pid: int) -> None:
         from srtscope.probes import torch_capture
@@ -176,7 +197,9 @@ class _Session:
                 return None
             finally:
                 if self.control is not None:
-                    (self.control / f"torch.{pid}").unlink(missing_ok=True)
+                    from srtscope.probes import flush_request
+
+                    flush_request.unmark(self.control, pid)
 
     def _on_request(self, pid: int) -> None:
         """srtscope is about to pass a signal on: write the trace now (the process may be SIGKILLed)."""
@@ -190,10 +213,11 @@ class _Session:
 
     def before_shutdown(self) -> None:
         """The engine is about to SIGKILL its own processes (``EngineTable.shutdown``): under
-        ``--backend torch`` ask those whose profiler runs to write their traces first, and wait for
-        them (``flush_request.WAIT_S`` at most). The request is taken back after, so an engine made
-        later in the same command profiles anew. (The probe backend's streams need no asking.)"""
-        if self.backend != "torch" or self.control is None:
+        ``--backend torch`` ask those whose profiler runs to write their traces first, and under
+        ``--backend probe`` those with a probe stream to flush it, and wait for them
+        (``flush_request.WAIT_S`` at most). The request is taken back after, so an engine made
+        later in the same command profiles anew."""
+        if self.backend not in ("torch", "probe") or self.control is None:
             return
         import time
 
@@ -232,6 +256,10 @@ class _Session:
 
         flusher, self.flusher = self.flusher, None
         path = process_trace_path(self.out, pid)
+        if self.control is not None:
+            from srtscope.probes import flush_request
+
+            flush_request.unmark(self.control, pid)       # written now, at exit
         rec = get_recorder()
         if not rec.raw_spans():
             if flusher is not None:

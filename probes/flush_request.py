@@ -8,6 +8,9 @@ signal, srtscope creates ``STOP`` in the capture's control folder (the boot fold
 signal back; each process with a running profiler (it registered ``torch.<pid>`` there) sees it
 within ``POLL_S``, stops its profiler, writes its trace and removes its mark; the signal goes on when
 no live process is marked, or after ``WAIT_S`` at most (a second signal sends it at once).
+An engine's own shutdown that SIGKILLs its processes (``EngineTable.shutdown``: SGLang's) is hooked
+to ask the same way, under ``--backend probe`` too: there each process with a probe stream marks
+itself and, asked, appends the spans recorded since its last flush.
 
 Standard library only: both sides (``probes.capture_boot`` in the engine's processes, ``cli.capture``)
 use it.
@@ -21,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 STOP = "stop"         # the request, a file in the control folder
-MARK = "torch."       # + pid: a process whose profiler runs and whose trace is not written yet
+MARK = "torch."       # + pid: a process whose trace (profiler's or probe stream's) is not written yet
 POLL_S = 0.1          # how often a process looks for the request, s
 WAIT_S = 30.0         # the most srtscope holds a signal back for the traces, s
 
@@ -31,6 +34,11 @@ def mark(folder: Path, pid: int) -> Path:
     path = folder / f"{MARK}{pid}"
     path.touch()
     return path
+
+
+def unmark(folder: Path, pid: int) -> None:
+    """Take ``pid``'s mark back: its trace is written (at exit)."""
+    (folder / f"{MARK}{pid}").unlink(missing_ok=True)
 
 
 def watch(folder: Path, pid: int, write: Callable[[], None]) -> threading.Thread:

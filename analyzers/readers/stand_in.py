@@ -87,7 +87,16 @@ def no_device_message(ranges: pd.DataFrame | None, api: bool = True) -> str:
     _, names = str_codes(ranges["name"])
     engines = sorted({e.engine for n in names if (e := engine_name(str(n))) is not None})
     if not engines:
-        return generic
+        own = sorted({str(n).split(" ", 1)[0] for n in names} & {s.value for s in Stage})
+        if not own:
+            return generic
+        # NOTE: an engine's front end or scheduler process (vLLM's API server, its engine core) writes
+        # its stages but runs no forward: alone it cannot be diagnosed, only with the model's process
+        return (f"trace has zero kernels and no forward span ({' / '.join(FORWARD_STAGES[:3])}) to stand in "
+                f"for them, only srtscope stages {', '.join(own[:4])}{' ...' if len(own) > 4 else ''}: the "
+                "process that wrote it ran no model step (an engine's front end or scheduler process); diagnose "
+                "it with the process that ran the model (a --backend probe capture of several processes "
+                "merges them into NAME.json.gz)")
     return (f"trace has zero kernels and holds {' and '.join(engines)} ranges, but none that marks the "
             "model's work to stand in for the device (vLLM: gpu_model_runner: forward or execute_*, "
             "with VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 and the worker profiled; SGLang: "

@@ -79,7 +79,9 @@ def test_probe_trace_without_forward_spans_needs_allow_no_kernels(tmp_path, reco
     with stage("sched.schedule"):
         pass
     path = write_probe_trace(rec, tmp_path / "p.json.gz")
-    with pytest.raises(TraceError, match="zero kernels"):
+    # a process that schedules but runs no forward (vLLM's engine core): the error says which to read
+    with pytest.raises(TraceError, match="zero kernels .*only srtscope stages sched.schedule: the process "
+                                         "that wrote it ran no model step.* merges them into NAME.json.gz"):
         load_timeline([path])
     tl = load_timeline([path], allow_no_kernels=True)
     assert tl.meta.has_warning(WarningCode.NO_KERNELS) and len(tl.ranges) == 1

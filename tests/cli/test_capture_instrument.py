@@ -431,3 +431,55 @@ def test_torch_backend_keeps_the_trace_of_a_scheduler_the_engines_shutdown_sigki
     names = [e["name"].split(" ")[0] for e in json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
              if e.get("cat") == "user_annotation"]
     assert names.count("sched.schedule") == 4 and names.count("run.eager") == 4, sorted(set(names))
+
+
+# The same shutdown under --backend probe, with a scheduler that never goes quiet (it steps until
+# killed) and a flush interval longer than the run: only the shutdown's request flushes it
+SGLANG_SHUTDOWN_BUSY = """\
+import multiprocessing, os, signal, time
+from sglang._fake_out import HOOKS
+from sglang.srt.entrypoints.engine import Engine
+from sglang.srt.managers.scheduler import Scheduler
+from sglang.srt.model_executor.model_runner import ModelRunner
+
+def scheduler(q):
+    s, m = Scheduler(), ModelRunner()
+    n = 0
+    while True:
+        s.get_next_batch_to_run("decode", sleep_s=0.002)
+        m.forward(sleep_s=0.002)
+        n += 1
+        if n == 4:
+            q.put(os.getpid())
+
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    child = ctx.Process(target=scheduler, args=(q,))
+    child.start()
+    pid = q.get()
+    HOOKS["Engine.shutdown"] = lambda x: (os.kill(child.pid, signal.SIGKILL), child.join())
+    Engine().shutdown()
+    print("scheduler pid:", pid, "exit:", child.exitcode, flush=True)
+"""
+
+
+def test_probe_backend_flushes_a_scheduler_before_the_engines_shutdown_sigkills_it(tmp_path):
+    from srtscope.probes.engine_tables import SGLANG
+
+    root = tmp_path / "engine"
+    write_fake_engine(root, SGLANG, "0.5.23")
+    (root / "script.py").write_text(SGLANG_SHUTDOWN_BUSY)
+    out = tmp_path / "p"
+    r = _run([*CLI, "capture", "--backend", "probe", "--instrument", "sglang", "--out", out, "--",
+              OTHER_PYTHON, "script.py"],
+             {"PYTHONPATH": os.pathsep.join([str(root), str(REPO)]), "SRTSCOPE_PROBE_FLUSH_S": "60"}, root)
+    assert r.returncode == 0, r.stderr
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("scheduler pid:")][0].split()
+    pid, code = int(line[2]), int(line[4])
+    assert code == -9                                          # SIGKILLed, as SGLang does
+    trace = tmp_path / f"p.pid{pid}.json.gz"
+    assert trace.exists(), r.stderr                            # no periodic or quiet flush came first
+    names = _spans(trace)
+    assert names.count("sched.schedule") >= 4 and names.count("run.eager") >= 4, sorted(set(names))
+    assert f"process {pid} ended without its exit flush" in r.stderr

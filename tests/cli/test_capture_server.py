@@ -79,6 +79,7 @@ class Handler(BaseHTTPRequestHandler):
             srv.profiling = False
             if srv.write_trace:
                 folder = Path(body["output_dir"]) if body and "output_dir" in body else srv.trace_dir
+                folder.mkdir(parents=True, exist_ok=True)      # as vLLM and SGLang make theirs
                 shutil.copyfile(TRACE, folder / f"{int(time.time())}-TP-0.trace.json.gz")
                 if srv.frontend:
                     shutil.copyfile(TRACE, folder / "vm_1.async_llm.1796.pt.trace.json.gz")
@@ -138,6 +139,23 @@ def test_server_capture_cli_diagnoses_the_trace(serve, tmp_path):
     assert "async_llm.1796.pt.trace.json.gz (its front end: not diagnosed)" in p.stderr
     assert " · 1 file · " in p.stdout             # the engine's trace only
     assert "Bottleneck: KERNEL / compute" in p.stdout
+
+
+def test_server_capture_trace_dir_the_server_makes(serve, tmp_path):
+    """A --trace-dir not there yet (vLLM's torch_profiler_dir before its first profile) is the
+    server's to make; one that is a file is an error before any call."""
+    srv = serve()
+    later = srv.trace_dir = tmp_path / "made" / "by" / "server"      # the stand-in makes it at its stop
+    traces = capture_server(ServerPlan(srv.url, trace_dir=later, load=2, timeout_s=10, wait_s=10),
+                            lambda s: None).traces
+    assert [p.parent for p in traces] == [later]
+    assert srv.bodies["/start_profile"] == {"output_dir": str(later), "with_stack": False}
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    calls = len(srv.calls)
+    with pytest.raises(ServerError, match="not a folder"):
+        capture_server(ServerPlan(srv.url, trace_dir=afile, load=2, timeout_s=10), lambda s: None)
+    assert len(srv.calls) == calls
 
 
 def test_server_capture_without_load_waits_for_the_duration(serve):

@@ -28,10 +28,11 @@ class Engine:
     """Two processes' recorders (engine core: ``loop.step`` > ``sched.schedule``; worker:
     ``prep.batch``, ``run.eager``), flushed to ``NAME.pid<N>.json.gz`` every ``flush_s``."""
 
-    def __init__(self, name: Path, flush_s: float = 0.2) -> None:
+    def __init__(self, name: Path, flush_s: float = 0.2, one_process: bool = False) -> None:
         self.name, self.flush_s = name, flush_s
-        self.core, self.worker = Recorder(), Recorder()
-        self.core.pid, self.worker.pid = 1001, 1002
+        self.core = Recorder()
+        self.worker = self.core if one_process else Recorder()      # SGLang: the scheduler runs the model
+        self.core.pid, self.worker.pid = 1001, 1001 if one_process else 1002
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._flush, daemon=True)
@@ -52,7 +53,7 @@ class Engine:
 
     def _flush_once(self) -> None:
         with self.lock:
-            for rec in (self.core, self.worker):
+            for rec in {id(r): r for r in (self.core, self.worker)}.values():
                 write_probe_trace(rec, self.name.with_name(f"{self.name.name}.pid{rec.pid}.json.gz"))
 
     def _flush(self) -> None:
@@ -110,8 +111,8 @@ def server(tmp_path, monkeypatch):
     monkeypatch.setenv("SRTSCOPE_PROBE_FLUSH_S", "0.2")
     made: list[Server] = []
 
-    def start(**kw: object) -> Server:
-        eng = Engine(tmp_path / "srv")
+    def start(one_process: bool = False, **kw: object) -> Server:
+        eng = Engine(tmp_path / "srv", one_process=one_process)
         for _ in range(4):                      # steps before the capture (a warm-up): cut away
             eng.step(sched_ms=40)
         eng.thread.start()
@@ -143,6 +144,18 @@ def test_probe_traces_of_the_server_cut_to_the_capture_and_merged(server, tmp_pa
     assert names.count("loop.step") == 12 and names.count("run.eager") == 12
     assert sorted(doc["meta"]["pids"]) == [1001, 1002]
     assert any("stage spans of 2 server processes" in s for s in said), said
+
+
+def test_probe_trace_of_a_one_process_server_says_one_process(server, tmp_path):
+    """SGLang's scheduler process runs the model too: one process wrote spans, said as one."""
+    srv = server(one_process=True)
+    said: list[str] = []
+    got = capture_server(ServerPlan(srv.url, load=2, concurrency=1, timeout_s=10, wait_s=10,
+                                    probe=tmp_path / "srv"), said.append)
+    assert got.probe is not None
+    doc = json.loads(__import__("gzip").decompress(got.probe.read_bytes()))
+    assert doc["meta"]["pids"] == [1001]
+    assert any("stage spans of 1 server process in the capture" in s for s in said), said
 
 
 def test_server_probe_cli_names_the_scheduler_of_the_other_process(server, tmp_path):

@@ -102,6 +102,7 @@ SUBST = {
     "rank1.sqlite": SAMPLES / "comm_straggler.rank1.sqlite",
     "/tmp/vt/rank0.*.pt.trace.json.gz": SAMPLES / "vllm" / "vllm_cpu_prep.pt.trace.json.gz",   # vLLM's profiler's
     "runs/vllm.pid*.json.gz": SAMPLES / "vllm_instrument_sched.json.gz",   # capture --instrument vllm's
+    "runs/vllm.json.gz": SAMPLES / "vllm_instrument_sched.json.gz",        # its processes merged
     "/tmp/st/*-TP-0.trace.json.gz": SAMPLES / "sglang" / "sglang_offline_prep.trace.json.gz",   # SGLang's profiler's
 }
 
