@@ -127,6 +127,10 @@ class EngineName:
     #: an EXECUTE range's stage for its time outside the forward, in a trace that holds the same
     #: engine's FORWARD ranges (``resolve_stages``); None: ``stage`` throughout
     around_forward: Stage | None = None
+    #: an EXECUTE range whose time after its last FORWARD range is the model's own work (sampling
+    #: the next tokens): on a CPU run it stands in for the device as the forward does
+    #: (``analyzers/readers/stand_in``), where a GPU would run that work as kernels
+    model_after_forward: bool = False
 
 
 @dataclass(frozen=True)
@@ -162,8 +166,9 @@ ENGINE_NAMES: tuple[EngineName, ...] = (
     EngineName("sglang", "scheduler.get_next_batch_to_run", _S.SCHED_SCHEDULE),
     EngineName("sglang", "scheduler.run_batch", _S.RUN_EAGER, _R.EXECUTE,
                "ForwardBatch build + forward + sampling: the whole model step (the device stand-in) where no "
-               "step span exists; outside its step[...] forward, batch preparation",
-               around_forward=_S.PREP_BATCH),
+               "step span exists; before its step[...] forward, batch preparation; after it, sampling "
+               "(ModelRunner.sample: a CPU run's device stand-in too)",
+               around_forward=_S.PREP_BATCH, model_after_forward=True),
     EngineName("sglang", "step[*", _S.RUN_EAGER, _R.FORWARD,
                "ModelRunner.forward: step[EXTEND bs=8 toks=192], step[DECODE bs=8], step[MIXED ...]"),
     EngineName("sglang", "scheduler.process_batch_result", _S.SCHED_RESULT),

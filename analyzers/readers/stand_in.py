@@ -40,16 +40,56 @@ def _stand_in_rows(ranges: pd.DataFrame) -> tuple[np.ndarray, NameRole | None]:
 
 def forward_stand_ins(ranges: pd.DataFrame | None, device: int) -> pd.DataFrame:
     """Device rows (kind ``cpu_forward``, on ``device``, stream 0) for the host ranges that are an
-    engine's forward (else its whole model step); empty when there are none."""
+    engine's forward (else its whole model step), and the model's work after a forward inside its
+    model step (``_after_forward``); empty when there are none."""
     if ranges is None or len(ranges) == 0:
         return pd.DataFrame()
-    fwd, _ = _stand_in_rows(ranges)
+    fwd, role = _stand_in_rows(ranges)
     r = ranges[fwd]
-    return pd.DataFrame({"start_ns": r["start_ns"].to_numpy(), "end_ns": r["end_ns"].to_numpy(),
-                         "kind": DeviceKind.CPU_FORWARD.value,
-                         "name": pd.Categorical(np.asarray(r["name"], dtype=object)),
-                         "device": device, "stream": 0, "pid": r["pid"].to_numpy(),
-                         "rank": r["rank"].to_numpy()})
+    start, end = r["start_ns"].to_numpy(), r["end_ns"].to_numpy()
+    names, pid, rank = np.asarray(r["name"], dtype=object), r["pid"].to_numpy(), r["rank"].to_numpy()
+    if role is NameRole.FORWARD:
+        t = _after_forward(ranges, fwd)
+        if len(t):
+            start = np.concatenate([start, t["start_ns"].to_numpy()])
+            end = np.concatenate([end, t["end_ns"].to_numpy()])
+            names = np.concatenate([names, np.asarray(t["name"], dtype=object)])
+            pid, rank = np.concatenate([pid, t["pid"].to_numpy()]), np.concatenate([rank, t["rank"].to_numpy()])
+            order = np.argsort(start, kind="stable")
+            start, end, names, pid, rank = start[order], end[order], names[order], pid[order], rank[order]
+    return pd.DataFrame({"start_ns": start, "end_ns": end, "kind": DeviceKind.CPU_FORWARD.value,
+                         "name": pd.Categorical(names), "device": device, "stream": 0, "pid": pid, "rank": rank})
+
+
+def _after_forward(ranges: pd.DataFrame, fwd: np.ndarray) -> pd.DataFrame:
+    """The model's work after the last forward inside each model-step range that declares it
+    (``EngineName.model_after_forward``: SGLang's ``scheduler.run_batch`` samples after its
+    ``step[...]``), on the same thread: (start_ns, end_ns, name, pid, rank) rows, named
+    ``"<step range> after the forward"``."""
+    codes, names = str_codes(ranges["name"])
+    lut = np.array([bool((e := engine_name(str(n))) is not None and e.model_after_forward) for n in names]
+                   + [False], dtype=bool)
+    host = ranges["domain"].to_numpy() != GPU_DOMAIN if "domain" in ranges else np.ones(len(ranges), bool)
+    outer = lut[codes] & host
+    if not outer.any():
+        return pd.DataFrame()
+    tid = ranges["tid"].to_numpy() if "tid" in ranges else np.zeros(len(ranges), np.int64)
+    pid = ranges["pid"].to_numpy()
+    start, end = ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64)
+    ranks = ranges["rank"].to_numpy(np.int64)
+    rows = []
+    for key in {(int(p), int(t)) for p, t in zip(pid[outer], tid[outer])}:
+        mine = (pid == key[0]) & (tid == key[1])
+        f = np.flatnonzero(fwd & mine)
+        f = f[np.argsort(start[f], kind="stable")]
+        for i in np.flatnonzero(outer & mine):
+            # the last forward starting inside the model step: the model's work runs from its end on
+            j = int(np.searchsorted(start[f], end[i], side="left")) - 1
+            if j < 0 or start[f[j]] < start[i] or end[f[j]] >= end[i]:
+                continue
+            rows.append((int(end[f[j]]), int(end[i]), f"{names[codes[i]]} after the forward", key[0],
+                         int(ranks[i])))
+    return pd.DataFrame(rows, columns=["start_ns", "end_ns", "name", "pid", "rank"])
 
 
 def note_stand_ins(meta: TimelineMeta, stand_ins: pd.DataFrame | None = None) -> None:

@@ -170,3 +170,27 @@ def test_a_trace_with_engine_markers_but_no_model_range_is_refused(tmp_path):
     with pytest.raises(TraceError, match="holds vllm ranges, but none that marks the model's work") as err:
         load_timeline(path)
     assert "\n" not in str(err.value)
+
+
+def test_sglangs_sampling_after_its_forward_stands_in_for_the_device(tmp_path):
+    # scenario: SGLang 0.5.23 on the CPU with its default sampling: run_batch builds the batch (10 µs,
+    # preparation), runs step[DECODE bs=8] (50 µs, the forward), then samples (25 µs, softmax and
+    # exponential_ over the vocabulary, no range of its own). The sampling is the model's work, as a
+    # GPU's sampling kernels are: it stands in for the device, and only the build is preparation (the
+    # verdict had been prep-bound on a clean SGLang, its sampling counted as batch preparation)
+    ranges = []
+    for k in range(6):
+        t0 = 200 * k
+        ranges += [(t0, t0 + 5, "scheduler.recv_requests"), (t0 + 5, t0 + 10, "scheduler.get_next_batch_to_run"),
+                   (t0 + 10, t0 + 95, "scheduler.run_batch"), (t0 + 20, t0 + 70, "step[DECODE bs=8]"),
+                   (t0 + 95, t0 + 100, "scheduler.process_batch_result")]
+    tl = load_timeline(_kineto(tmp_path / "sglang.json.gz", ranges))
+    dev = tl.device.sort_values("start_ns")
+    assert dev["name"].astype(str).tolist() == ["step[DECODE", "scheduler.run_batch after the forward"] * 6
+    assert ((dev["end_ns"] - dev["start_ns"]) // US).tolist() == [50, 25] * 6
+    d = diagnose(tl).to_json()
+    per_step = {c: ns // d["steps"]["count"] for c, ns in d["verdict"]["causes_ns"].items()}
+    assert per_step["batch_prep"] == 10 * US                  # the batch build before the forward alone
+    # a run_batch with no forward inside it has no model work after one: the forward ranges alone
+    tl2 = load_timeline(_kineto(tmp_path / "sglang2.json.gz", ranges + [(1300, 1350, "scheduler.run_batch")]))
+    assert len(tl2.device) == 12
