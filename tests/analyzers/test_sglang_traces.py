@@ -62,9 +62,13 @@ def test_the_traces_say_how_they_were_made(mode):
 def test_read_and_stepped_from_sglangs_own_ranges(mode, run):
     tl, d = _read(mode, run)
     codes = [w["code"] for w in d["capture"]["warnings"]]
-    # no device on the CPU: the forward's step[...] spans stand in, and the capture says so
+    # no device on the CPU: the forward's step[...] spans stand in, and the sampling run_batch does
+    # after each (the model's work, no range of its own), and the capture says so
     assert "cpu_stand_in" in codes
-    assert {str(n).split(" ")[0][:5] for n in tl.device["name"].unique()} == {"step["}
+    names = tl.device["name"].astype(str)
+    assert {n.split(" ")[0][:5] for n in names.unique()} == {"step[", "sched"}
+    assert set(names[~names.str.startswith("step[")]) == {"scheduler.run_batch after the forward"}
+    assert (names == "scheduler.run_batch after the forward").sum() == (names.str.startswith("step[")).sum()
     # the trailing process_input_requests that held the profiler's stop is cut, with a note
     stop = [w["message"] for w in d["capture"]["warnings"] if w["code"] == "profiler_stop"]
     assert len(stop) == 1 and "scheduler.process_input_requests" in stop[0]
