@@ -167,6 +167,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=8)
     p.add_argument("--tokens", type=int, default=16, help="tokens generated per request (= decode steps + 1)")
     p.add_argument("--prompt-len", type=int, default=24)
+    p.add_argument("--sampling", choices=("greedy", "default"), default="greedy",
+                   help="greedy (temperature 0: an argmax) or SGLang's default sampling parameters (temperature "
+                        "1: softmax and a draw over the vocabulary each step, after the forward)")
     p.add_argument("--port", type=int, default=30571)
     p.add_argument("--profiler", choices=("sglang", "none"), default="sglang",
                    help="sglang: SGLang's own profiler, a trace per run; none: no profiler (the driver runs under "
@@ -317,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     eng = _Offline(a.model) if a.mode == "offline" else _Server(a.model, a.port, out / "server.log")
     load_s = time.perf_counter() - t0
-    sp = {"max_new_tokens": a.tokens, "temperature": 0.0, "ignore_eos": True}
+    sp = {"max_new_tokens": a.tokens, "ignore_eos": True, **({"temperature": 0.0} if a.sampling == "greedy" else {})}
     vocab = 31_000
 
     def prompts(run: int) -> list[str]:
@@ -369,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
 
     manifest = {"sglang": version("sglang"), "torch": version("torch"), "mode": a.mode, "model": a.model,
                 "requests": a.requests, "tokens": a.tokens, "prompt_len": a.prompt_len,
-                "delay_kind": a.delay_kind,
+                "delay_kind": a.delay_kind, "sampling": a.sampling,
                 "profiler": "sglang torch profiler, activities CPU, no stacks" if a.profiler == "sglang" else "none",
                 "load_s": round(load_s, 1), "cpus": os.cpu_count(),
                 "loadavg": [round(load_before, 1), round(os.getloadavg()[0], 1)],

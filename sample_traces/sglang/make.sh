@@ -12,7 +12,9 @@
 # SGLang's trace cannot tell apart (init_new has no span). Later regenerations of the offline set
 # (3 tries) held clean runs with 2.5-2.9 ms/step of scheduler time from one-off stalls on this shared
 # machine (an 11 ms process_batch_result, 4.6 ms get_next_batch_to_run), over the tests' 2 ms target.
-#   usage: [MODES="offline server"] sample_traces/sglang/make.sh [SGLANG_VENV]
+# The offline_sampled set: a clean run and a prep run with SGLang's default sampling (temperature 1: a
+# softmax and a draw over the vocabulary after each forward, inside run_batch) instead of greedy.
+#   usage: [SETS="offline server offline_sampled"] sample_traces/sglang/make.sh [SGLANG_VENV]
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 DRIVER="$HERE/../../benchmarks/engines/sglang_driver.py"
@@ -20,14 +22,17 @@ VENV="${1:-${SGLANG_VENV:-$HERE/../../benchmarks/engines/.venv-sglang}}"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 OMP_NUM_THREADS=1 "$VENV/bin/python" "$HERE/../../benchmarks/engines/build_tiny_llama.py" "$TMP/tiny-llama" > /dev/null 2>&1
-for mode in ${MODES:-offline server}; do
-    OMP_NUM_THREADS=1 "$VENV/bin/python" "$DRIVER" --model "$TMP/tiny-llama" --out "$TMP/$mode" --mode "$mode" \
-        --runs clean,sched,prep,sched4 --requests 4 --tokens 8 > "$TMP/$mode.log" 2>&1 \
-        || { tail -20 "$TMP/$mode.log" >&2; exit 1; }
-    for f in "$TMP/$mode"/run*.trace.json.gz; do
+for set in ${SETS:-offline server offline_sampled}; do
+    mode="${set%%_*}"
+    if [ "$set" = offline_sampled ]; then extra=(--runs clean,prep --sampling default)
+    else extra=(--runs clean,sched,prep,sched4); fi
+    OMP_NUM_THREADS=1 "$VENV/bin/python" "$DRIVER" --model "$TMP/tiny-llama" --out "$TMP/$set" --mode "$mode" \
+        "${extra[@]}" --requests 4 --tokens 8 > "$TMP/$set.log" 2>&1 \
+        || { tail -20 "$TMP/$set.log" >&2; exit 1; }
+    for f in "$TMP/$set"/run*.trace.json.gz; do
         name="$(basename "$f")"
-        cp "$f" "$HERE/sglang_${mode}_${name#run0?_}"
+        cp "$f" "$HERE/sglang_${set}_${name#run0?_}"
     done
-    cp "$TMP/$mode/manifest.json" "$HERE/manifest_$mode.json"
+    cp "$TMP/$set/manifest.json" "$HERE/manifest_$set.json"
 done
 ls -la "$HERE"

@@ -82,7 +82,7 @@ def test_read_and_stepped_from_sglangs_own_ranges(mode, run):
     assert d["eager"]["eager_decode_steps"] == 0             # nothing is an eager fallback on the CPU
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODES + ("offline_sampled",))
 def test_a_clean_run_is_not_accused(mode):
     _, d = _read(mode, "clean")
     n = d["steps"]["count"]
@@ -91,8 +91,8 @@ def test_a_clean_run_is_not_accused(mode):
     assert d["verdict"]["scores_ns"].get("prep", 0) / n < 2 * MS
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("fault", ["sched", "prep", "sched4"])
+@pytest.mark.parametrize("mode, fault", [(m, f) for m in MODES for f in ("sched", "prep", "sched4")]
+                         + [("offline_sampled", "prep")])
 def test_an_injected_fault_is_named_and_recovered_within_15_percent(mode, fault):
     tl, d = _read(mode, fault)
     _, clean = _read(mode, "clean")
@@ -105,3 +105,20 @@ def test_an_injected_fault_is_named_and_recovered_within_15_percent(mode, fault)
         assert injected * n >= 0.7 * run["inside_fault_ns"]
     recovered = d["verdict"]["causes_ns"][cause] / n - clean["verdict"]["causes_ns"].get(cause, 0) / n_clean
     assert abs(recovered - injected) <= 0.15 * injected, (recovered / MS, injected / MS)
+
+
+def test_sglangs_sampling_after_the_forward_is_the_models_work():
+    """The offline_sampled set: SGLang's default sampling (temperature 1) draws each step's tokens in
+    run_batch after the step[...] forward, with no range of its own. That time stands in for the
+    device beside the forward (a GPU samples with kernels); the clean run is healthy, its batch
+    preparation the build before the forward alone."""
+    m = _manifest("offline_sampled")
+    assert m["sampling"] == "default" and "--sampling default" in m["command"]
+    tl, d = _read("offline_sampled", "clean")
+    names = tl.device["name"].astype(str)
+    after = tl.device[names == "scheduler.run_batch after the forward"]
+    n = d["steps"]["count"]
+    sampling = int((after["end_ns"] - after["start_ns"]).sum()) / n
+    prep = d["verdict"]["scores_ns"].get("prep", 0) / n
+    assert d["verdict"]["healthy"] and d["verdict"]["bottleneck"] == "kernel"
+    assert sampling > 2 * prep, (sampling / MS, prep / MS)      # what had been read as preparation
