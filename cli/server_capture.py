@@ -144,7 +144,8 @@ def start_profile(plan: ServerPlan) -> bool:
                           f"when started with its profiler on: --profiler-config "
                           f"'{{\"profiler\": \"torch\", \"torch_profiler_dir\": \"DIR\"}}' "
                           f"(older vLLM: VLLM_TORCH_PROFILER_DIR=DIR set); give the same DIR "
-                          f"as --trace-dir. SGLang servers always have it")
+                          f"as --trace-dir. SGLang servers always have it. A server started under "
+                          f"srtscope capture --backend probe -o NAME needs no profiler: --probe NAME")
     if not ok(answer):
         raise ServerError(refusal("POST", f"{plan.base}/start_profile", answer))
     return True

@@ -172,6 +172,8 @@ def test_server_without_profiler_endpoints_names_vllm_switch(serve):
     with pytest.raises(ServerError) as exc:
         capture_server(ServerPlan(srv.url, trace_dir=srv.trace_dir, load=2, timeout_s=10), lambda s: None)
     assert "VLLM_TORCH_PROFILER_DIR" in str(exc.value) and "404" in str(exc.value)
+    assert "--probe NAME" in str(exc.value)         # a server started under the probes needs no profiler
+    assert "\n" not in str(exc.value)
     assert "POST /v1/completions" not in srv.calls
 
 
