@@ -358,6 +358,22 @@ def set_pure(pure: bool) -> bool:
     return _PURE
 
 
+def recorder_only() -> bool:
+    """Whether enabled ranges reach the recorder alone (no NVTX; torch annotations on only while no
+    torch profiler records them): a span may then be recorded after the fact (``record_span``) as
+    well as around its work."""
+    if not _ENABLED or _STATE.nvtx:
+        return False
+    if _STATE.torch_rf is None:
+        return True
+    try:
+        import torch
+
+        return not torch.autograd._profiler_enabled()
+    except Exception:
+        return False
+
+
 def record_span(name: str, start_ns: int, end_ns: int, **attrs: Any) -> None:
     """Record a span whose times were measured elsewhere (e.g. a CUDA-event device time)."""
     if _ENABLED:

@@ -100,7 +100,8 @@ def _load(path: Path) -> tuple[dict[str, Any], str]:
         return docs[0], ""
     doc = merge_probe_documents(docs) if len(docs) > 1 else docs[0]
     if sum(len(d["spans"].get("name", [])) for d in docs) > MAX_PROBE_ROWS:
-        raise TraceError(path, f"not a valid {FORMAT} trace: over {MAX_PROBE_ROWS} spans")
+        raise TraceError(path, f"{FORMAT} trace of over {MAX_PROBE_ROWS:,} spans, more than srtscope reads from "
+                               "one (about six an engine step): capture a shorter run")
     note = stream_note(docs[0].get("meta", {}).get("pid", "?"), bool(docs[-1].get("final")), cut)
     return doc, note + (f" ({len(docs)} chunks kept)" if note else "")
 

@@ -3,7 +3,8 @@ with every class and function it names, plus a ``*.dist-info`` of the version as
 tests run exactly the names ``--instrument`` declares, without vLLM or SGLang installed.
 
 Each generated method ``f(self, x=0, *, fail=False, sleep_s=0.0)`` sleeps ``sleep_s``, raises
-``ValueError("<qualname> failed")`` when ``fail``, else returns ``Out(x, "<qualname>")``: a result
+``ValueError("<qualname> failed")`` when ``fail``, returns None when ``x`` is None (a call that found
+nothing: SGLang's idle get_next_batch_to_run), else returns ``Out(x, "<qualname>")``: a result
 that says who computed it and carries ``num_scheduled_tokens`` / ``forward_mode`` (what the tables'
 ``mode_from`` readers look at) from ``x`` when ``x`` is a dict / a str. ``<package>._fake_out.HOOKS``
 maps a qualname to a function of ``x`` run inside that method first (how a driver makes one engine
@@ -53,7 +54,7 @@ def body(who, x, fail, sleep_s):
         time.sleep(sleep_s)
     if fail:
         raise ValueError(f"{who} failed")
-    return Out(x, who)
+    return None if x is None else Out(x, who)
 '''
 
 

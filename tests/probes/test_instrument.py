@@ -196,8 +196,10 @@ def test_sglang_batch_mode_from_forward_mode(engine_root, recorder, instrumented
     from sglang.srt.managers.scheduler import Scheduler
 
     Scheduler().get_next_batch_to_run("extend")
-    Scheduler().get_next_batch_to_run(None)       # no batch this step: no mode
-    assert [(r[5] or {}).get("mode") for r in recorder.raw_spans()] == ["extend", None]
+    Scheduler().get_next_batch_to_run("")         # a batch of no forward mode: no mode
+    Scheduler().get_next_batch_to_run(None)       # no batch: the first idle turn after work, no mode
+    Scheduler().get_next_batch_to_run(None)       # ... and the next idle turn: not recorded (own test)
+    assert [(r[5] or {}).get("mode") for r in recorder.raw_spans()] == ["extend", None, None]
 
 
 def test_sglang_forward_opens_with_its_batchs_mode_and_size(engine_root, recorder, instrumented):
@@ -294,3 +296,85 @@ def test_an_engines_shutdown_is_a_function_of_its_package(shutdown):
     with pytest.raises(ValueError, match="shutdown"):
         EngineTable(name="sglang", package="sglang", distributions=("sglang",), checked=("0.5",),
                     targets=SGLANG.targets, shutdown=shutdown)
+
+
+def _sglang_turn(recv_x, batch_x, sleep_s=0.0):
+    """One turn of SGLang's scheduler loop on the fake engine: receive, take in, pick a batch
+    (``batch_x`` None: nothing to run, an idle turn)."""
+    recv = importlib.import_module("sglang.srt.managers.scheduler_components.request_receiver")
+    sched = importlib.import_module("sglang.srt.managers.scheduler")
+    recv.SchedulerRequestReceiver().recv_requests(x=recv_x, sleep_s=sleep_s)
+    sched.Scheduler().process_input_requests(x=recv_x)
+    return sched.Scheduler().get_next_batch_to_run(x=batch_x)
+
+
+def test_an_idle_sglang_turn_records_nothing(engine_root, recorder, instrumented):
+    # scenario: SGLang's scheduler spins when idle (about 15,000 turns a second here): 500 idle turns
+    # (the first kept: it follows the start), a slow idle turn (a 2 ms poll: its time is worth
+    # seeing), 2 turns that run a decode batch, the first idle turn after them (kept: its start ends
+    # the last step) and 100 more, and the loop's last polls (no decision: recorded as they are)
+    write_fake_engine(engine_root, SGLANG, SGLANG.checked[-1] + ".1")
+    instrumented(SGLANG, [])
+    for _ in range(500):
+        assert _sglang_turn(0, None) is None                 # results pass through unchanged
+    _sglang_turn(0, None, sleep_s=0.002)
+    assert _sglang_turn(1, "decode").who == "Scheduler.get_next_batch_to_run"
+    _sglang_turn(0, "decode")
+    for _ in range(101):
+        _sglang_turn(0, None)
+    importlib.import_module("sglang.srt.managers.scheduler").Scheduler().process_input_requests(x=0)
+    spans = recorder.raw_spans()
+    names = [n for n, *_ in spans]
+    # 5 kept turns of recv, process, schedule: the first idle one, the slow idle one, the two busy
+    # ones, the first idle one after them
+    assert names.count("sched.schedule") == 5 and names.count("sched.recv") == 10, names
+    modes = [a.get("mode") if a else None for n, _s, _e, _t, _d, a in spans if n == "sched.schedule"]
+    assert modes == [None, None, "decode", "decode", None]
+    # each kept turn's spans in order, the slow poll 2 ms or more
+    slow = [e - s for n, s, e, *_ in spans if n == "sched.recv"][2]
+    assert slow >= 2_000_000
+    # the instrumenter's own pending polls are recorded once the loop has polled 64 times undecided
+    for _ in range(70):
+        importlib.import_module("sglang.srt.managers.scheduler").Scheduler().process_input_requests(x=0)
+    assert [n for n, *_ in recorder.raw_spans()].count("sched.recv") >= 10 + 64
+
+
+@pytest.mark.parametrize("profiling, kept", [(False, 3), (True, 30)])
+def test_idle_turns_are_kept_while_a_torch_profiler_records_them(engine_root, recorder, instrumented,
+                                                                 profiling, kept):
+    # scenario: `--backend probe` turns torch annotations on (a profiler the engine runs itself sees
+    # the stages); idle turns are dropped unless such a profiler is recording: its trace keeps them
+    torch = pytest.importorskip("torch")
+    write_fake_engine(engine_root, SGLANG, SGLANG.checked[-1] + ".1")
+    instrumented(SGLANG, [])
+    ranges.torch_annotations(True)
+    try:
+        if profiling:
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+                for _ in range(10):
+                    _sglang_turn(0, None)
+        else:
+            for _ in range(10):
+                _sglang_turn(0, None)
+    finally:
+        ranges.torch_annotations(False)
+    assert len(recorder.raw_spans()) == kept          # 10 turns of 3 ranges each, or the first turn
+
+
+class _Plan:
+    """SGLang 0.5.23's NextBatchPlan, as far as the table reads it."""
+
+    def __init__(self, batch):
+        self.batch_to_run = batch
+        self.running_batch = None
+
+
+@pytest.mark.parametrize("result, idle", [
+    (_Plan(None), True),            # 0.5.23: the loop spins with no batch to run
+    (_Plan(object()), False),       # 0.5.23: a batch to run
+    (None, True),                   # before 0.5.23: no batch
+    (object(), False),              # before 0.5.23: the ScheduleBatch itself
+])
+def test_an_sglang_turn_is_idle_when_its_plan_runs_no_batch(result, idle):
+    target = next(t for t in SGLANG.targets if t.qualname == "Scheduler.get_next_batch_to_run")
+    assert target.turn == "decide" and target.idle_if is not None and target.idle_if(result) is idle
