@@ -369,7 +369,10 @@ def recorder_only() -> bool:
     try:
         import torch
 
-        return not torch.autograd._profiler_enabled()
+        from srtscope.probes import torch_capture
+
+        # NOTE: srtscope's own profiler records all threads, which torch's per-thread flag misses
+        return not (torch_capture._active or torch.autograd._profiler_enabled())
     except Exception:
         return False
 
