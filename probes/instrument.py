@@ -371,7 +371,7 @@ def _in_turn(fn: Callable[..., Any], args: Any, kwargs: Any, target: Target, att
                 pending.clear()
             else:
                 _record(pending)
-                mode = _mode_of(target, result) if not idle and "result" in locals() else None
+                mode = _mode_of(target.mode_from, result) if not idle and "result" in locals() else None
                 ranges.record_span(name, t0, t1, **({**attrs, "mode": mode} if mode else attrs))
     return result
 
@@ -393,12 +393,13 @@ def _idle(idle_if: Callable[[Any], bool], result: Any) -> bool:
         return False
 
 
-def _mode_of(target: Target, result: Any) -> str | None:
-    """The step mode ``target.mode_from`` reads from ``result``, also set on the enclosing step."""
-    if target.mode_from is None:
+def _mode_of(mode_from: Callable[[Any], str | None] | None, result: Any) -> str | None:
+    """The step mode ``mode_from`` reads from ``result``, also set on the enclosing ``loop.step``; a
+    reader that fails is ignored (the engine's result must not be touched)."""
+    if mode_from is None:
         return None
     try:
-        mode = target.mode_from(result)
+        mode = mode_from(result)
     except Exception:
         return None
     stack = _steps()
@@ -418,18 +419,10 @@ def _call_attrs(attrs_from: Callable[[tuple, dict], dict[str, object]], args: tu
 
 
 def _set_mode(r: Any, mode_from: Callable[[Any], str | None], result: Any) -> None:
-    """The step's mode on this range and on the enclosing ``loop.step``; a reader that fails is
-    ignored (the engine's result must not be touched)."""
-    try:
-        mode = mode_from(result)
-    except Exception:
-        return
-    if mode is None:
-        return
-    r.set(mode=mode)
-    stack = _steps()
-    if stack:
-        stack[-1].set(mode=mode)
+    """The step's mode on this range and on the enclosing ``loop.step`` (``_mode_of``)."""
+    mode = _mode_of(mode_from, result)
+    if mode is not None:
+        r.set(mode=mode)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
