@@ -381,6 +381,39 @@ def test_capture_torch_of_an_sglang_script_without_instrument_says_so(tmp_path):
     assert r.returncode == 0 and "note: sglang" not in r.stderr, r.stderr
 
 
+# The scripts' main: a spawned scheduler, then SGLang's Engine.shutdown, which SIGKILLs it
+SHUTDOWN_MAIN = """
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    child = ctx.Process(target=scheduler, args=(q,))
+    child.start()
+    pid = q.get()
+    HOOKS["Engine.shutdown"] = lambda x: (os.kill(child.pid, signal.SIGKILL), child.join())
+    Engine().shutdown()
+    print("scheduler pid:", pid, "exit:", child.exitcode, flush=True)
+"""
+
+
+def _sigkilled_scheduler(tmp_path, script: str, backend: str, python: str, env: dict[str, str]) -> tuple:
+    """``capture --backend BACKEND --instrument sglang --out t`` of ``script`` on the fake SGLang:
+    (the capture's result, the scheduler's pid, its trace), checked SIGKILLed and its trace there."""
+    from srtscope.probes.engine_tables import SGLANG
+
+    root = tmp_path / "engine"
+    write_fake_engine(root, SGLANG, "0.5.23")
+    (root / "script.py").write_text(script)
+    r = _run([*CLI, "capture", "--backend", backend, "--instrument", "sglang", "--out", tmp_path / "t", "--",
+              python, "script.py"], {"PYTHONPATH": os.pathsep.join([str(root), str(REPO)]), **env}, root)
+    assert r.returncode == 0, r.stderr
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("scheduler pid:")][0].split()
+    pid, code = int(line[2]), int(line[4])
+    assert code == -9                                          # SIGKILLed, as SGLang does
+    trace = tmp_path / f"t.pid{pid}.json.gz"
+    assert trace.exists(), r.stderr
+    return r, pid, trace
+
+
 # SGLang's Engine.shutdown SIGKILLs the scheduler's process tree: under --backend torch the
 # scheduler's profiler would never write. The shutdown is hooked: it asks for the trace first.
 SGLANG_SHUTDOWN = """\
@@ -399,35 +432,12 @@ def scheduler(q):
         s.process_batch_result(sleep_s=0.001)
     q.put(os.getpid())
     time.sleep(60)                          # idle until killed
-
-if __name__ == "__main__":
-    ctx = multiprocessing.get_context("spawn")
-    q = ctx.Queue()
-    child = ctx.Process(target=scheduler, args=(q,))
-    child.start()
-    pid = q.get()
-    HOOKS["Engine.shutdown"] = lambda x: (os.kill(child.pid, signal.SIGKILL), child.join())
-    Engine().shutdown()
-    print("scheduler pid:", pid, "exit:", child.exitcode, flush=True)
-"""
+""" + SHUTDOWN_MAIN
 
 
 def test_torch_backend_keeps_the_trace_of_a_scheduler_the_engines_shutdown_sigkills(tmp_path):
     pytest.importorskip("torch")
-    from srtscope.probes.engine_tables import SGLANG
-
-    root = tmp_path / "engine"
-    write_fake_engine(root, SGLANG, "0.5.23")
-    (root / "script.py").write_text(SGLANG_SHUTDOWN)
-    out = tmp_path / "t.json.gz"
-    r = _run([*CLI, "capture", "--backend", "torch", "--instrument", "sglang", "--out", out, "--",
-              sys.executable, "script.py"], {"PYTHONPATH": os.pathsep.join([str(root), str(REPO)])}, root)
-    assert r.returncode == 0, r.stderr
-    line = [ln for ln in r.stdout.splitlines() if ln.startswith("scheduler pid:")][0].split()
-    pid, code = int(line[2]), int(line[4])
-    assert code == -9                                          # SIGKILLed, as SGLang does
-    trace = tmp_path / f"t.pid{pid}.json.gz"
-    assert trace.exists(), r.stderr
+    _, _, trace = _sigkilled_scheduler(tmp_path, SGLANG_SHUTDOWN, "torch", sys.executable, {})
     names = [e["name"].split(" ")[0] for e in json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
              if e.get("cat") == "user_annotation"]
     assert names.count("sched.schedule") == 4 and names.count("run.eager") == 4, sorted(set(names))
@@ -451,35 +461,13 @@ def scheduler(q):
         n += 1
         if n == 4:
             q.put(os.getpid())
-
-if __name__ == "__main__":
-    ctx = multiprocessing.get_context("spawn")
-    q = ctx.Queue()
-    child = ctx.Process(target=scheduler, args=(q,))
-    child.start()
-    pid = q.get()
-    HOOKS["Engine.shutdown"] = lambda x: (os.kill(child.pid, signal.SIGKILL), child.join())
-    Engine().shutdown()
-    print("scheduler pid:", pid, "exit:", child.exitcode, flush=True)
-"""
+""" + SHUTDOWN_MAIN
 
 
 def test_probe_backend_flushes_a_scheduler_before_the_engines_shutdown_sigkills_it(tmp_path):
-    from srtscope.probes.engine_tables import SGLANG
-
-    root = tmp_path / "engine"
-    write_fake_engine(root, SGLANG, "0.5.23")
-    (root / "script.py").write_text(SGLANG_SHUTDOWN_BUSY)
-    out = tmp_path / "p"
-    r = _run([*CLI, "capture", "--backend", "probe", "--instrument", "sglang", "--out", out, "--",
-              OTHER_PYTHON, "script.py"],
-             {"PYTHONPATH": os.pathsep.join([str(root), str(REPO)]), "SRTSCOPE_PROBE_FLUSH_S": "60"}, root)
-    assert r.returncode == 0, r.stderr
-    line = [ln for ln in r.stdout.splitlines() if ln.startswith("scheduler pid:")][0].split()
-    pid, code = int(line[2]), int(line[4])
-    assert code == -9                                          # SIGKILLed, as SGLang does
-    trace = tmp_path / f"p.pid{pid}.json.gz"
-    assert trace.exists(), r.stderr                            # no periodic or quiet flush came first
+    # a flush interval longer than the run: no periodic or quiet flush, the trace is the shutdown's
+    r, pid, trace = _sigkilled_scheduler(tmp_path, SGLANG_SHUTDOWN_BUSY, "probe", OTHER_PYTHON,
+                                         {"SRTSCOPE_PROBE_FLUSH_S": "60"})
     names = _spans(trace)
     assert names.count("sched.schedule") >= 4 and names.count("run.eager") >= 4, sorted(set(names))
     assert f"process {pid} ended without its exit flush" in r.stderr
