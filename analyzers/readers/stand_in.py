@@ -77,19 +77,23 @@ def _after_forward(ranges: pd.DataFrame, fwd: np.ndarray) -> pd.DataFrame:
     pid = ranges["pid"].to_numpy()
     start, end = ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64)
     ranks = ranges["rank"].to_numpy(np.int64)
-    rows = []
+    parts = []
     for key in {(int(p), int(t)) for p, t in zip(pid[outer], tid[outer])}:
         mine = (pid == key[0]) & (tid == key[1])
         f = np.flatnonzero(fwd & mine)
         f = f[np.argsort(start[f], kind="stable")]
-        for i in np.flatnonzero(outer & mine):
-            # the last forward starting inside the model step: the model's work runs from its end on
-            j = int(np.searchsorted(start[f], end[i], side="left")) - 1
-            if j < 0 or start[f[j]] < start[i] or end[f[j]] >= end[i]:
-                continue
-            rows.append((int(end[f[j]]), int(end[i]), f"{names[codes[i]]} after the forward", key[0],
-                         int(ranks[i])))
-    return pd.DataFrame(rows, columns=["start_ns", "end_ns", "name", "pid", "rank"])
+        i = np.flatnonzero(outer & mine)
+        if not len(f):
+            continue
+        # the last forward starting inside each model step: the model's work runs from its end on
+        j = np.searchsorted(start[f], end[i], side="left") - 1
+        last = f[np.maximum(j, 0)]
+        ok = (j >= 0) & (start[last] >= start[i]) & (end[last] < end[i])
+        i, last = i[ok], last[ok]
+        parts.append(pd.DataFrame({"start_ns": end[last], "end_ns": end[i],
+                                   "name": [f"{names[c]} after the forward" for c in codes[i]],
+                                   "pid": key[0], "rank": ranks[i]}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
 def note_stand_ins(meta: TimelineMeta, stand_ins: pd.DataFrame | None = None) -> None:
