@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any
 
-from srtscope.probes import ranges
+from srtscope.probes import loop_turn, ranges
 from srtscope.probes.engine_tables import EngineTable, Target
 from srtscope.probes.stages import Stage
 
@@ -91,7 +91,7 @@ class Instrumenter:
     # -- installing ---------------------------------------------------------------------------
     def install(self) -> Instrumenter:
         """Patch the modules already imported and those imported from now on."""
-        _turn.__dict__.clear()          # this thread's loop turn starts afresh (no polls pending)
+        loop_turn.reset()               # this thread's loop turn starts afresh (no polls pending)
         if self._finder is None:
             self._finder = _Finder(self)
             sys.meta_path.insert(0, self._finder)
@@ -299,8 +299,8 @@ def _wrap(fn: Callable[..., Any], target: Target, inst: Instrumenter) -> Callabl
             return fn(*args, **kwargs)
         calls[name] = calls.get(name, 0) + 1
         if target.turn is not None and ranges.recorder_only():
-            return _in_turn(fn, args, kwargs, target, {**attrs, **_call_attrs(attrs_from, args, kwargs)}
-                            if attrs_from is not None else attrs)
+            return loop_turn.call(fn, args, kwargs, target, {**attrs, **_call_attrs(attrs_from, args, kwargs)}
+                                  if attrs_from is not None else attrs, _mode_of)
         if is_step:
             if inst._placed:
                 inst.refresh()
@@ -326,71 +326,6 @@ def _wrap(fn: Callable[..., Any], target: Target, inst: Instrumenter) -> Callabl
 
     setattr(wrapper, _MARK, target)
     return wrapper
-
-
-_turn = threading.local()
-
-
-def _pending() -> list:
-    """This thread's polls waiting for their turn's decision: (name, start_ns, end_ns, attrs)."""
-    try:
-        return _turn.pending
-    except AttributeError:
-        _turn.pending = []
-        return _turn.pending
-
-
-def _in_turn(fn: Callable[..., Any], args: Any, kwargs: Any, target: Target, attrs: dict[str, object]) -> Any:
-    """``fn`` as a part of the engine's loop turn (``engine_tables``' module doc): a poll's span
-    waits; the decision records the turn's spans, or drops them when the turn found no work, took
-    under ``IDLE_TURN_NS`` and followed another such turn (the first idle turn after work ends that
-    work's step). Results and exceptions pass through unchanged (a call that raises is no idle
-    turn)."""
-    from time import perf_counter_ns
-
-    from srtscope.probes.engine_tables import IDLE_TURN_NS
-
-    name, pending, idle = target.stage.value, _pending(), False
-    t0 = perf_counter_ns()
-    try:
-        result = fn(*args, **kwargs)
-        idle = target.turn == "decide" and target.idle_if is not None and _idle(target.idle_if, result)
-    finally:
-        t1 = perf_counter_ns()
-        if target.turn == "poll":
-            pending.append((name, t0, t1, attrs))
-            if len(pending) > _MAX_PENDING:         # polls with no decision: kept, not held
-                _record(pending)
-        else:
-            took = t1 - t0 + sum(e - s for _, s, e, _ in pending)
-            # NOTE: the first idle turn after work is kept: its start ends the last busy turn's step
-            # (a step runs to the next turn's start: analyses/steps.py), else that step would run on
-            # to the next work, over the whole idle stretch
-            was_idle, _turn.was_idle = getattr(_turn, "was_idle", False), idle and took < IDLE_TURN_NS
-            if idle and took < IDLE_TURN_NS and was_idle:
-                pending.clear()
-            else:
-                _record(pending)
-                mode = _mode_of(target.mode_from, result) if not idle and "result" in locals() else None
-                ranges.record_span(name, t0, t1, **({**attrs, "mode": mode} if mode else attrs))
-    return result
-
-
-#: polls held at most before they are recorded undecided (a loop whose decide target never runs)
-_MAX_PENDING = 64
-
-
-def _record(pending: list) -> None:
-    for name, s, e, attrs in pending:
-        ranges.record_span(name, s, e, **attrs)
-    pending.clear()
-
-
-def _idle(idle_if: Callable[[Any], bool], result: Any) -> bool:
-    try:
-        return bool(idle_if(result))
-    except Exception:
-        return False
 
 
 def _mode_of(mode_from: Callable[[Any], str | None] | None, result: Any) -> str | None:
